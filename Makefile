@@ -1,0 +1,68 @@
+# From PyTorch to production, fast -- one Makefile for readers, teachers and CI.
+#   make book   create the environment if missing, execute every chapter, render _build/html
+#   make test   create the environment if missing, unit tests + every notebook executed by nbval
+#   make lab    JupyterLab on the course
+#   make setup  only the environment (idempotent)
+# COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.course-installed
+MODE ?=
+RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) MPLBACKEND=Agg PYTHONHASHSEED=0
+
+# Python 3.10 (OneFlow 0.9.0 has wheels for 3.7-3.10 only): PATH first, then pyenv's versions folder.
+PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
+	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
+
+.PHONY: help setup book test test-unit test-notebooks lab bench clean check
+
+help:
+	@sed -n '2,6p' Makefile | sed 's/^# //'
+
+$(PY):
+	@if [ -z "$(PYTHON310)" ]; then \
+	  echo "ERROR: Python 3.10 not found (needed by oneflow 0.9.0)."; \
+	  echo "Install it, e.g. 'pyenv install 3.10.13', 'apt-get install python3.10 python3.10-venv',"; \
+	  echo "or use conda: 'conda env create -f environment.yml' then 'make setup VENV=\$$CONDA_PREFIX'."; \
+	  exit 1; fi
+	@echo "Creating $(VENV) with $(PYTHON310)"
+	$(PYTHON310) -m venv $(VENV)
+
+$(STAMP): requirements.txt pyproject.toml | $(PY)
+	$(PIP) install --quiet --disable-pip-version-check "pip<25" "setuptools<81" wheel
+	$(PIP) install --disable-pip-version-check -r requirements.txt
+	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: build it with our setuptools<81.
+	$(PIP) install --disable-pip-version-check --no-build-isolation --no-deps flowvision==0.2.1
+	# oneflow-onnx's unpinned dependencies would upgrade numpy/protobuf and break OneFlow.
+	$(PIP) install --disable-pip-version-check --no-deps oneflow-onnx==0.6.2
+	$(PIP) install --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -c "import torch, torchvision, oneflow, flowvision, onnxruntime, openvino, helpers; print('environment OK')"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: setup
+	$(RUN_ENV) $(PY) -m pytest -q tests notebooks --nbval-lax --nbval-cell-timeout=900 -p no:randomly
+
+test-unit: setup
+	$(RUN_ENV) $(PY) -m pytest -q tests
+
+test-notebooks: setup
+	$(RUN_ENV) $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=900
+
+book: setup
+	$(RUN_ENV) $(VENV)/bin/jupyter-book build . --path-output .
+	@echo "Book rendered: open _build/html/index.html"
+
+lab: setup
+	$(RUN_ENV) $(VENV)/bin/jupyter lab notebooks
+
+check:
+	python3 ../shared/tools/course_check.py .
+
+clean:
+	rm -rf _build results/local

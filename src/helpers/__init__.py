@@ -1,0 +1,18 @@
+"""Shared helpers for the course "From PyTorch to production, fast".
+
+Every chapter imports what it needs from the small modules below:
+
+- :mod:`helpers.environment` -- quick/full mode, devices, seeding, environment report
+- :mod:`helpers.benchmarking` -- honest timing (warm-up, synchronisation, percentiles)
+- :mod:`helpers.comparison` -- numerical comparison of outputs across frameworks
+- :mod:`helpers.models` -- ResNet and MobileNetV2 models in torchvision and flowvision, weight transfer
+- :mod:`helpers.data` -- a deterministic generated image dataset (no downloads)
+- :mod:`helpers.ceiling` -- this machine's matmul peak and a model's FLOPs
+- :mod:`helpers.plots` -- the course's matplotlib figures
+- :mod:`helpers.ledger` -- the results ledger (JSON records of measurements)
+- :mod:`helpers.reported` -- the case studies' published figures
+
+Modules import heavy frameworks lazily, so ``import helpers`` is cheap.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,96 @@
+"""The results ledger: JSON records of measurements, one file per chapter.
+
+Chapters call :func:`record`; the capstone and the book's reference tables call
+:func:`load`.  Records carry the machine, library versions and mode, so a number
+is never separated from where it was measured.  The folder is
+``$COURSE_RESULTS_DIR`` or ``results/local`` at the repository root; committed
+reference runs live in ``results/reference/<machine>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS_ENV = "COURSE_RESULTS_DIR"
+
+
+def repo_root() -> Path:
+    """The course repository root (the folder holding ``_toc.yml``)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "_toc.yml").exists():
+            return parent
+    return Path.cwd()
+
+
+def ledger_dir() -> Path:
+    """Folder of the ledger files (created when missing)."""
+    path = Path(os.environ.get(RESULTS_ENV) or repo_root() / "results" / "local")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _check_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value or any(c in value for c in "/\\") or value.startswith("."):
+        raise ValueError(f"{kind} must be a non-empty name without path separators, got {value!r}")
+
+
+def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> dict[str, Any]:
+    """Add (or replace) the measurement ``name`` of ``chapter``; returns the stored record."""
+    from .environment import environment_report
+
+    _check_name("chapter", chapter)
+    _check_name("name", name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")
+    env = environment_report()
+    rec = {
+        "chapter": chapter, "name": name, "value": float(value), "unit": unit,
+        "mode": env["mode"], "machine": {k: env[k] for k in ("cpu", "cores", "gpu", "driver", "cuda")},
+        "versions": {k: v for k, v in env["libraries"].items() if v},
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra,
+    }
+    path = ledger_dir() / f"{chapter}.json"
+    records = [r for r in _read(path) if r["name"] != name]
+    records.append(rec)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records, indent=1, default=str))
+    tmp.replace(path)
+    return rec
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"ledger file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise ValueError(f"ledger file {path} must hold a list of records")
+    return data
+
+
+def load(chapter: str | None = None, folder: Path | str | None = None) -> list[dict[str, Any]]:
+    """All records (of one chapter, if given) from ``folder`` (default: the ledger folder)."""
+    root = Path(folder) if folder is not None else ledger_dir()
+    if chapter is not None:
+        _check_name("chapter", chapter)
+        return _read(root / f"{chapter}.json")
+    out: list[dict[str, Any]] = []
+    for path in sorted(root.glob("*.json")):
+        out.extend(_read(path))
+    return out
+
+
+def lookup(chapter: str, name: str, folder: Path | str | None = None) -> dict[str, Any] | None:
+    """The record ``name`` of ``chapter``, or None if it was never measured."""
+    for rec in load(chapter, folder):
+        if rec["name"] == name:
+            return rec
+    return None

@@ -1,0 +1,132 @@
+"""The course's matplotlib figures: latency distributions, speedup bars, sweeps, loss curves."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .benchmarking import Measurement
+
+
+def _plt() -> Any:
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_latency_distribution(measurements: Sequence[Measurement], ax: Any = None, unit: str = "ms") -> Any:
+    """Histogram of per-call latencies, with p50 and p99 marked, one colour per measurement."""
+    if not measurements:
+        raise ValueError("nothing to plot")
+    plt = _plt()
+    scale = {"ms": 1e3, "s": 1.0, "us": 1e6}[unit]
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for i, m in enumerate(measurements):
+        color = f"C{i}"
+        t = np.asarray(m.times_s) * scale
+        ax.hist(t, bins=min(40, max(5, len(t) // 2)), alpha=0.55, color=color, label=m.label)
+        ax.axvline(m.median * scale, color=color, ls="-", lw=1.5)
+        ax.axvline(m.p99 * scale, color=color, ls=":", lw=1.5)
+    ax.set_xlabel(f"latency per call ({unit}); solid line p50, dotted p99")
+    ax.set_ylabel("calls")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_speedups(
+    labels: Sequence[str],
+    measured: Sequence[float],
+    reported: Sequence[float | None] | None = None,
+    ax: Any = None,
+    title: str = "",
+) -> Any:
+    """Bars of measured speedups (x), with the case study's reported factor beside each where known."""
+    if len(labels) != len(measured) or (reported is not None and len(reported) != len(labels)):
+        raise ValueError("labels, measured and reported must have the same length")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    idx = np.arange(len(labels))
+    width = 0.4 if reported is not None else 0.6
+    bars = ax.bar(idx - (width / 2 if reported is not None else 0), measured, width, label="measured here")
+    ax.bar_label(bars, fmt="%.2fx", fontsize=8)
+    if reported is not None:
+        rep = [r if r is not None else 0 for r in reported]
+        rb = ax.bar(idx + width / 2, rep, width, label="reported (case study)", color="C1", alpha=0.7)
+        ax.bar_label(rb, labels=[f"{r:.2f}x" if r else "" for r in rep], fontsize=8)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(idx, labels, rotation=15, ha="right")
+    ax.set_ylabel("speedup (x)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_sweep(
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    right: Mapping[str, Sequence[float]] | None = None,
+    right_label: str = "",
+    logx: bool = True,
+    ax: Any = None,
+    title: str = "",
+) -> Any:
+    """Line plot of one or more series over ``x`` (e.g. batch size), with optional right-axis series."""
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for i, (name, ys) in enumerate(series.items()):
+        if len(ys) != len(x):
+            raise ValueError(f"series {name!r} has {len(ys)} points for {len(x)} x values")
+        ax.plot(x, ys, "o-", color=f"C{i}", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(x), [str(v) for v in x])
+    lines, names = ax.get_legend_handles_labels()
+    if right:
+        ax2 = ax.twinx()
+        for j, (name, ys) in enumerate(right.items(), start=len(series)):
+            ax2.plot(x, ys, "s--", color=f"C{j}", label=name)
+        ax2.set_ylabel(right_label)
+        l2, n2 = ax2.get_legend_handles_labels()
+        lines, names = lines + l2, names + n2
+    ax.legend(lines, names, fontsize=8)
+    ax.set_title(title)
+    return ax
+
+
+def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None, title: str = "training loss") -> Any:
+    """Loss per step for one or more runs on one chart."""
+    if not curves:
+        raise ValueError("nothing to plot")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for name, ys in curves.items():
+        ax.plot(np.arange(1, len(ys) + 1), ys, label=name, lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_stage_breakdown(stages: Mapping[str, float], ax: Any = None, title: str = "where the time goes") -> Any:
+    """Horizontal stacked bar of seconds per pipeline stage, labelled with shares."""
+    if not stages or sum(stages.values()) <= 0:
+        raise ValueError("stages must hold positive times")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 1.8))[1]
+    total = sum(stages.values())
+    left = 0.0
+    for i, (name, sec) in enumerate(stages.items()):
+        ax.barh([0], [sec * 1e3], left=left, color=f"C{i}", label=f"{name} ({sec / total:.0%})")
+        left += sec * 1e3
+    ax.set_yticks([])
+    ax.set_xlabel("milliseconds per image batch")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(stages))
+    return ax
