@@ -22,7 +22,7 @@ def to_numpy(x: Any) -> np.ndarray:
         if str(getattr(t, "dtype", "")).endswith(("bfloat16", "float16")):
             t = t.float()
         arr = t.numpy()
-    elif isinstance(x, (list, tuple, int, float)):
+    elif isinstance(x, (list, tuple, int, float, np.generic)):
         arr = np.asarray(x)
     else:
         raise TypeError(f"cannot convert {type(x).__module__}.{type(x).__name__} to a NumPy array")

@@ -116,14 +116,33 @@ def flow_device(name: str = "auto") -> "Any":
     return flow.device(name)
 
 
+_HARMLESS = ("libibverbs not available", "CUDA driver version is insufficient", "gpuGetDeviceCount")
+
+
 def import_oneflow() -> Any:
-    """Import OneFlow once, hiding its 'no CUDA driver' chatter on CPU-only machines."""
+    """Import OneFlow once, hiding its harmless 'no CUDA driver' chatter on CPU-only machines.
+
+    OneFlow's C++ runtime writes those lines straight to file descriptor 2 at import; any
+    other line it writes there is passed on unchanged.
+    """
     if "oneflow" in sys.modules:
         return sys.modules["oneflow"]
-    os.environ.setdefault("ONEFLOW_DEBUG_MODE", "")
-    os.environ.setdefault("GLOG_minloglevel", "2")
-    import oneflow
+    import tempfile
 
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            import oneflow
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+    for line in text.splitlines():
+        if line.strip() and not any(h in line for h in _HARMLESS):
+            print(line, file=sys.stderr)
     return oneflow
 
 

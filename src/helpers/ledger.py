@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import time
 from pathlib import Path
@@ -46,7 +47,8 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
 
     _check_name("chapter", chapter)
     _check_name("name", name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")
     env = environment_report()
     rec = {

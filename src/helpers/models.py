@@ -74,9 +74,13 @@ def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> A
 
         backbone = torchvision.models.mobilenet_v2(weights=None, width_mult=width_mult)
     else:
+        import warnings
+
         import flowvision
 
-        backbone = flowvision.models.mobilenet_v2(pretrained=False, width_mult=width_mult)
+        with warnings.catch_warnings():  # flowvision asks for ReLU6(inplace=True), which OneFlow runs out of place
+            warnings.filterwarnings("ignore", message="ReLU6 module do not support inplace")
+            backbone = flowvision.models.mobilenet_v2(pretrained=False, width_mult=width_mult)
 
     class MobileNetV2Embedder(nn.Module):
         """Image -> L2-normalised embedding of size ``dim``."""
@@ -107,7 +111,7 @@ def _is_counter(key: str) -> bool:
 def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = True) -> None:
     """Load NumPy arrays into a torch or OneFlow module, checking keys and shapes first.
 
-    BatchNorm ``num_batches_tracked`` counters are ignored when one side lacks them.
+    BatchNorm ``num_batches_tracked`` counters are not copied (training bookkeeping only).
     Raises ``KeyError`` naming missing/unexpected keys and ``ValueError`` naming mis-shaped ones.
     """
     fw, _, _ = nn_namespace(framework_of(module))
@@ -124,9 +128,10 @@ def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = T
     if shapes:
         k, got, want = shapes[0]
         raise ValueError(f"{len(shapes)} parameter(s) have the wrong shape, e.g. {k}: weights {got} vs model {want}")
-    new_state = {k: fw.tensor(np.ascontiguousarray(state[k])) for k in target if k in state}
+    # BatchNorm step counters are training bookkeeping (and 0-d tensors OneFlow reshapes): keep the model's own.
+    new_state = {k: fw.tensor(np.ascontiguousarray(state[k])) for k in target if k in state and not _is_counter(k)}
     for k in target:
-        if k not in new_state:  # counters only (or non-strict gaps): keep the model's own
+        if k not in new_state:
             new_state[k] = target[k]
     module.load_state_dict(new_state)
 

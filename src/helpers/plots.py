@@ -42,6 +42,8 @@ def plot_speedups(
     title: str = "",
 ) -> Any:
     """Bars of measured speedups (x), with the case study's reported factor beside each where known."""
+    if not labels:
+        raise ValueError("nothing to plot: give at least one label and speedup")
     if len(labels) != len(measured) or (reported is not None and len(reported) != len(labels)):
         raise ValueError("labels, measured and reported must have the same length")
     plt = _plt()
@@ -75,6 +77,8 @@ def plot_sweep(
     title: str = "",
 ) -> Any:
     """Line plot of one or more series over ``x`` (e.g. batch size), with optional right-axis series."""
+    if len(x) == 0 or not series:
+        raise ValueError("nothing to plot: give x values and at least one series")
     plt = _plt()
     ax = ax or plt.subplots(figsize=(7, 3.5))[1]
     for i, (name, ys) in enumerate(series.items()):

@@ -1,0 +1,44 @@
+"""Shared test setup: headless matplotlib, tiny thread counts, and a private results folder."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("GLOG_minloglevel", "2")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def results_dir(tmp_path, monkeypatch):
+    """Point the ledger at a temporary folder so no test writes into the repository's results/."""
+    folder = tmp_path / "results"
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close every matplotlib figure a test opened."""
+    yield
+    import sys
+
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")
+
+
+@pytest.fixture(scope="session")
+def torch_mod():
+    import torch
+
+    torch.set_num_threads(1)
+    return torch
+
+
+@pytest.fixture(scope="session")
+def flow():
+    from helpers.environment import import_oneflow
+
+    return import_oneflow()

@@ -1,0 +1,145 @@
+"""helpers.benchmarking: timing, synchronisation, Measurement statistics, comparison tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.benchmarking import (
+    Measurement,
+    benchmark,
+    compare,
+    compare_rows,
+    format_table,
+    speedup,
+    synchronize,
+    time_calls,
+)
+
+
+def _ms(values):
+    return [v / 1e3 for v in values]
+
+
+def test_benchmark_counts_warmup_and_repeats():
+    calls = []
+    m = benchmark(lambda: calls.append(1), label="noop", framework="none", warmup=2, repeats=5, items=4)
+    assert len(calls) == 7
+    assert len(m.times_s) == 5 and m.warmup == 2 and m.items == 4
+    assert m.label == "noop" and m.framework == "none"
+    assert all(t >= 0 for t in m.times_s)
+    assert m.throughput == pytest.approx(4 / m.mean)
+
+
+@pytest.mark.parametrize("repeats", [0, -1, 2.5])
+def test_benchmark_rejects_bad_repeats(repeats):
+    with pytest.raises(ValueError, match="repeats"):
+        benchmark(lambda: None, framework="none", repeats=repeats)
+
+
+def test_benchmark_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="warmup"):
+        benchmark(lambda: None, framework="none", warmup=-1)
+    with pytest.raises(ValueError, match="items"):
+        benchmark(lambda: None, framework="none", items=0)
+    with pytest.raises(TypeError, match="callable"):
+        benchmark(42, framework="none")
+
+
+def test_unknown_framework_is_rejected():
+    with pytest.raises(ValueError, match="tensorflow"):
+        synchronize("tensorflow")
+    with pytest.raises(ValueError, match="unknown framework"):
+        benchmark(lambda: None, framework="jax")
+    with pytest.raises(ValueError, match="unknown framework"):
+        time_calls(lambda: None, 2, framework="mxnet")
+
+
+def test_benchmark_torch_op(torch_mod):
+    x = torch_mod.randn(16, 16)
+    m = benchmark(lambda: x @ x, framework="torch", warmup=1, repeats=3)
+    assert len(m.times_s) == 3 and m.mean > 0
+
+
+def test_benchmark_oneflow_sync_path(flow):
+    x = flow.randn(16, 16)
+    synchronize("oneflow")
+    m = benchmark(lambda: flow.matmul(x, x), label="flow", framework="oneflow", warmup=1, repeats=3)
+    assert m.framework == "oneflow" and len(m.times_s) == 3 and m.mean > 0
+
+
+def test_track_memory_records_a_peak():
+    m = benchmark(lambda: bytearray(1 << 20), framework="none", warmup=0, repeats=2, track_memory=True)
+    assert m.peak_memory_bytes is not None and m.peak_memory_bytes >= 0
+    assert m.memory_kind in ("cpu rss increase", "cuda allocated")
+
+
+def test_time_calls_returns_one_time_per_call():
+    times = time_calls(lambda: None, 4, framework="none")
+    assert len(times) == 4
+    with pytest.raises(ValueError, match="n must"):
+        time_calls(lambda: None, 0, framework="none")
+
+
+def test_measurement_percentiles_on_known_times():
+    m = Measurement("known", _ms(range(1, 101)))  # 1..100 ms
+    assert m.mean == pytest.approx(0.0505)
+    assert m.median == pytest.approx(0.0505)
+    assert m.p90 == pytest.approx(0.0901)  # linear interpolation: 1 + 0.9 * 99 ms
+    assert m.p99 == pytest.approx(0.09901)
+    assert m.min == pytest.approx(0.001)
+    assert m.std == pytest.approx(0.029011, rel=1e-4)
+    d = m.as_dict()
+    assert d["repeats"] == 100 and d["p99_s"] == pytest.approx(m.p99)
+
+
+def test_measurement_order_does_not_matter_and_single_value():
+    m = Measurement("rev", _ms(range(100, 0, -1)))
+    assert m.p90 == pytest.approx(0.0901)
+    one = Measurement("one", [0.002])
+    assert one.std == 0.0 and one.p99 == one.median == 0.002
+
+
+def test_measurement_rejects_empty_and_bad_items():
+    with pytest.raises(ValueError, match="no timings"):
+        Measurement("empty", [])
+    with pytest.raises(ValueError, match="items"):
+        Measurement("bad", [0.1], items=0)
+
+
+def test_measurement_str_mentions_statistics():
+    text = str(Measurement("eager", _ms([10, 10, 10]), items=2))
+    assert "eager" in text and "10.00 ms" in text and "p99" in text and "items/s" in text
+
+
+def test_speedup_ratio():
+    base = Measurement("base", _ms([20, 20]), items=1)
+    fast = Measurement("fast", _ms([10, 10]), items=1)
+    batched = Measurement("batched", _ms([40, 40]), items=8)  # 200 items/s vs 50 items/s
+    assert speedup(base, fast) == pytest.approx(2.0)
+    assert speedup(fast, base) == pytest.approx(0.5)
+    assert speedup(base, batched) == pytest.approx(4.0)
+
+
+def test_compare_table_contains_labels_and_speedups():
+    base = Measurement("eager-baseline", _ms([20, 20]))
+    fast = Measurement("static-graph", _ms([10, 10]))
+    rows = compare_rows([base, fast])
+    assert [r["label"] for r in rows] == ["eager-baseline", "static-graph"]
+    assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(2.0)
+    table = compare([base, fast])
+    lines = table.splitlines()
+    assert len(lines) == 4 and set(lines[1]) <= {"-", " "}
+    assert "eager-baseline" in table and "static-graph" in table and "2.00" in table
+    # an explicit baseline
+    assert compare_rows([base, fast], baseline=fast)[0]["speedup"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="nothing to compare"):
+        compare([])
+
+
+def test_format_table_alignment_and_empty():
+    table = format_table([{"name": "a", "x": 1.5}, {"name": "long-name", "x": 22.25}])
+    lines = table.splitlines()
+    assert len({len(line) for line in lines}) == 1  # aligned columns
+    assert "1.50" in table and "22.25" in table and "long-name" in table
+    with pytest.raises(ValueError):
+        format_table([])

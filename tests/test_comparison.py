@@ -1,0 +1,115 @@
+"""helpers.comparison: to_numpy, compare, top-k agreement and assert_outputs_close."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers.comparison import assert_outputs_close, compare, to_numpy, topk_agreement
+
+
+def test_to_numpy_accepts_tensors_arrays_and_lists(torch_mod, flow):
+    ref = np.arange(6, dtype=np.float64).reshape(2, 3)
+    for x in (ref, ref.tolist(), torch_mod.tensor(ref), flow.tensor(ref), torch_mod.tensor(ref).half()):
+        out = to_numpy(x)
+        assert out.dtype == np.float64 and out.shape == (2, 3)
+        np.testing.assert_array_equal(out, ref)
+    assert to_numpy(np.float32(2.5)) == 2.5 and to_numpy(3).shape == ()
+    with pytest.raises(TypeError, match="cannot convert"):
+        to_numpy({"a": 1})
+
+
+def test_compare_identical_outputs():
+    x = np.random.default_rng(0).normal(size=(4, 5))
+    c = compare(x, x.copy(), topk=(1, 3))
+    assert c.max_abs == 0 and c.mean_abs == 0 and c.max_rel == 0
+    assert c.cosine == pytest.approx(1.0)
+    assert c.topk == {1: 1.0, 3: 1.0}
+    assert "shape (4, 5)" in str(c) and "top-1 agreement 100.0%" in str(c)
+    assert c.as_dict()["top3_agreement"] == 1.0
+
+
+def test_compare_finds_worst_element():
+    a = np.zeros((3, 4))
+    b = np.zeros((3, 4))
+    a[2, 1] = 0.5
+    a[0, 0] = 0.1
+    c = compare(a, b)
+    assert c.worst_index == (2, 1)
+    assert c.worst_values == (0.5, 0.0)
+    assert c.max_abs == pytest.approx(0.5)
+    assert c.mean_abs == pytest.approx(0.6 / 12)
+
+
+def test_compare_different_shapes_names_both():
+    with pytest.raises(ValueError) as info:
+        compare(np.zeros((2, 3)), np.zeros((3, 2)))
+    assert "(2, 3)" in str(info.value) and "(3, 2)" in str(info.value)
+
+
+def test_compare_rejects_empty_and_nonfinite():
+    with pytest.raises(ValueError, match="empty"):
+        compare(np.zeros((0,)), np.zeros((0,)))
+    with pytest.raises(ValueError, match="second"):
+        compare(np.ones(3), np.array([1.0, np.nan, 1.0]))
+
+
+def test_topk_agreement_hand_made():
+    a = np.array([
+        [0.9, 0.1, 0.0, 0.0],   # top1 0, top2 {0,1}
+        [0.1, 0.8, 0.3, 0.0],   # top1 1, top2 {1,2}
+        [0.2, 0.1, 0.0, 0.7],   # top1 3, top2 {3,0}
+        [0.0, 0.0, 0.6, 0.5],   # top1 2, top2 {2,3}
+    ])
+    b = np.array([
+        [0.8, 0.0, 0.3, 0.0],   # top1 0 (agree), top2 {0,2} (differs)
+        [0.3, 0.2, 0.9, 0.0],   # top1 2 (differs), top2 {2,0} (differs)
+        [0.6, 0.0, 0.1, 0.7],   # top1 3 (agree), top2 {3,0} (agree)
+        [0.0, 0.1, 0.4, 0.5],   # top1 3 (differs), top2 {3,2} (agree, order ignored)
+    ])
+    assert topk_agreement(a, b, k=1) == pytest.approx(0.5)
+    assert topk_agreement(a, b, k=2) == pytest.approx(0.5)
+    assert topk_agreement(a, b, k=4) == 1.0
+    assert topk_agreement(a, a, k=1) == 1.0
+
+
+def test_topk_agreement_bad_inputs():
+    with pytest.raises(ValueError, match="k must be"):
+        topk_agreement(np.zeros((2, 3)), np.zeros((2, 3)), k=4)
+    with pytest.raises(ValueError, match="samples, classes"):
+        topk_agreement(np.zeros(3), np.zeros(3))
+    with pytest.raises(ValueError, match="shape mismatch"):
+        topk_agreement(np.zeros((2, 3)), np.zeros((3, 3)))
+
+
+def test_assert_outputs_close_passes_and_returns_comparison():
+    x = np.linspace(-1, 1, 10)
+    cmp = assert_outputs_close(x + 1e-6, x, atol=1e-5, min_cosine=0.999)
+    assert cmp.max_abs == pytest.approx(1e-6)
+    # rtol loosens the bound in proportion to |expected|
+    assert_outputs_close(np.array([100.01]), np.array([100.0]), atol=0.0, rtol=1e-3)
+
+
+def test_assert_outputs_close_failure_message():
+    expected = np.zeros((2, 3))
+    actual = expected.copy()
+    actual[1, 2] = 0.25
+    actual[0, 1] = 0.01
+    with pytest.raises(AssertionError) as info:
+        assert_outputs_close(actual, expected, atol=0.001, name="logits")
+    msg = str(info.value)
+    assert "logits are not close" in msg
+    assert "(1, 2)" in msg  # the worst index
+    assert "atol=0.001" in msg  # the tolerance
+    assert "2 of 6 elements" in msg
+
+
+def test_assert_outputs_close_cosine_topk_and_bad_tolerance():
+    a = np.array([[1.0, 0.0], [0.0, 1.0]])
+    b = np.array([[0.0, 1.0], [0.0, 1.0]])
+    with pytest.raises(AssertionError, match="top-1 agreement 50.0%"):
+        assert_outputs_close(a, b, atol=10.0, min_topk={1: 1.0})
+    with pytest.raises(AssertionError, match="cosine"):
+        assert_outputs_close(a, b, atol=10.0, min_cosine=0.99)
+    with pytest.raises(ValueError, match="non-negative"):
+        assert_outputs_close(a, a, atol=-1.0)

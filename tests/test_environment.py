@@ -1,0 +1,93 @@
+"""helpers.environment: modes, sizes, devices, seeding, the environment report."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from helpers import environment as env
+
+
+def test_mode_from_env_quick_and_full(monkeypatch):
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    assert env.get_mode() == "quick"
+    monkeypatch.setenv("COURSE_MODE", " FULL ")
+    assert env.get_mode() == "full"
+
+
+def test_mode_default_follows_gpu(monkeypatch):
+    monkeypatch.delenv("COURSE_MODE", raising=False)
+    assert env.get_mode() == ("full" if env.has_cuda() else "quick")
+
+
+def test_unknown_mode_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("COURSE_MODE", "turbo")
+    with pytest.raises(ValueError, match="turbo") as info:
+        env.get_mode()
+    assert "quick" in str(info.value) and "full" in str(info.value)
+
+
+def test_sizes_per_mode():
+    quick, full = env.sizes("quick"), env.sizes("full")
+    assert quick.mode == "quick" and full.mode == "full"
+    assert quick.image_size < full.image_size
+    assert full.arch == "resnet101"
+    assert full.batch_size == 16  # the case study's batch
+    with pytest.raises(ValueError, match="unknown mode"):
+        env.sizes("medium")
+
+
+def test_unknown_device_name():
+    with pytest.raises(ValueError, match="gpu0"):
+        env.torch_device("gpu0")
+    with pytest.raises(ValueError, match="unknown device"):
+        env.flow_device("tpu")
+
+
+def test_cpu_and_auto_devices(torch_mod):
+    assert env.torch_device("cpu").type == "cpu"
+    assert env.torch_device("auto").type == ("cuda" if env.has_cuda() else "cpu")
+
+
+@pytest.mark.skipif(env.has_cuda(), reason="checks the no-GPU error path")
+def test_explicit_cuda_without_gpu_raises():
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        env.torch_device("cuda")
+    with pytest.raises(RuntimeError, match="cuda:0"):
+        env.torch_device("cuda:0")
+
+
+@pytest.mark.skipif(env.has_cuda(), reason="checks the no-GPU error path")
+def test_oneflow_devices_without_gpu(flow):
+    assert env.flow_device("auto").type == "cpu"
+    with pytest.raises(RuntimeError, match="OneFlow sees no CUDA GPU"):
+        env.flow_device("cuda")
+
+
+def test_seed_everything_is_reproducible(torch_mod):
+    env.seed_everything(123)
+    a = (random.random(), np.random.rand(), torch_mod.rand(3))
+    env.seed_everything(123)
+    b = (random.random(), np.random.rand(), torch_mod.rand(3))
+    assert a[0] == b[0] and a[1] == b[1] and torch_mod.equal(a[2], b[2])
+    with pytest.raises(ValueError, match="seed"):
+        env.seed_everything(-1)
+
+
+@pytest.mark.skipif(env.has_cuda(), reason="checks the no-GPU path")
+def test_skip_without_gpu_prints_a_line(capsys):
+    assert env.skip_without_gpu("TensorRT INT8") is True
+    assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_environment_report_and_label(capsys):
+    rep = env.environment_report()
+    for key in ("mode", "python", "cpu", "cores", "gpu", "libraries"):
+        assert key in rep
+    assert rep["libraries"]["torch"]
+    assert "-core" in env.machine_label()
+    env.print_environment_report()
+    out = capsys.readouterr().out
+    assert "libraries" in out and "sizes" in out and "COURSE_MODE" in out

@@ -1,0 +1,117 @@
+"""helpers.models: building the course models in both frameworks and moving weights between them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import models
+from helpers.comparison import assert_outputs_close
+
+SIZE = 32
+CLASSES = 8
+
+
+def _input(batch=2, size=SIZE, seed=0):
+    return np.random.default_rng(seed).normal(size=(batch, 3, size, size)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def torch_resnet(torch_mod):
+    torch_mod.manual_seed(0)
+    return models.build_resnet("torch", "resnet18", num_classes=CLASSES).eval()
+
+
+@pytest.fixture(scope="module")
+def flow_resnet(flow):
+    return models.build_resnet("oneflow", "resnet18", num_classes=CLASSES).eval()
+
+
+def test_unknown_framework_and_arch():
+    with pytest.raises(ValueError, match="unknown framework 'jax'"):
+        models.build_resnet("jax", "resnet18")
+    with pytest.raises(ValueError, match="unknown framework"):
+        models.nn_namespace("tensorflow")
+    with pytest.raises(ValueError, match="resnet7"):
+        models.build_resnet("torch", "resnet7")
+    with pytest.raises(ValueError, match="num_classes"):
+        models.build_resnet("torch", "resnet18", num_classes=0)
+
+
+def test_framework_of(torch_resnet, flow_resnet, torch_mod, flow):
+    assert models.framework_of(torch_resnet) == "torch"
+    assert models.framework_of(flow_resnet) == "oneflow"
+    assert models.framework_of(torch_mod.zeros(1)) == "torch"
+    with pytest.raises(TypeError, match="neither"):
+        models.framework_of(np.zeros(1))
+
+
+def test_resnet_keys_match_across_frameworks(torch_resnet, flow_resnet):
+    t, f = models.state_dict_numpy(torch_resnet), models.state_dict_numpy(flow_resnet)
+    assert set(t) == set(f)
+    assert all(t[k].shape == f[k].shape for k in t)
+    assert t["fc.weight"].shape == (CLASSES, 512)
+
+
+def test_torch_to_oneflow_resnet_outputs_match(torch_mod, flow, torch_resnet, flow_resnet):
+    models.transfer_weights(torch_resnet, flow_resnet)
+    x = _input()
+    with torch_mod.no_grad():
+        ref = torch_resnet(torch_mod.from_numpy(x))
+    out = flow_resnet(flow.tensor(x))
+    assert tuple(out.shape) == (2, CLASSES)
+    assert_outputs_close(out, ref, atol=1e-4, name="oneflow vs torch resnet18")
+
+
+def test_oneflow_to_torch_resnet_outputs_match(torch_mod, flow):
+    flow.manual_seed(1)
+    src = models.build_resnet("oneflow", "resnet18", num_classes=CLASSES).eval()
+    dst = models.build_resnet("torch", "resnet18", num_classes=CLASSES).eval()
+    assert models.transfer_weights(src, dst) is dst
+    x = _input(seed=1)
+    with torch_mod.no_grad():
+        out = dst(torch_mod.from_numpy(x))
+    assert_outputs_close(out, src(flow.tensor(x)), atol=1e-4, name="torch vs oneflow resnet18")
+
+
+def test_transfer_to_different_arch_names_keys(torch_resnet):
+    other = models.build_resnet("torch", "resnet34", num_classes=CLASSES)
+    with pytest.raises(KeyError) as info:
+        models.transfer_weights(torch_resnet, other)
+    msg = str(info.value)
+    assert "missing" in msg and "layer1.2" in msg  # resnet34 has a third block in layer1
+
+
+def test_transfer_with_wrong_num_classes_names_shape(torch_resnet):
+    other = models.build_resnet("torch", "resnet18", num_classes=10)
+    with pytest.raises(ValueError) as info:
+        models.transfer_weights(torch_resnet, other)
+    msg = str(info.value)
+    assert "fc." in msg and "(8, 512)" in msg and "(10, 512)" in msg
+
+
+def test_non_strict_transfer_keeps_own_extras(torch_mod, torch_resnet):
+    state = models.state_dict_numpy(torch_resnet)
+    state.pop("fc.bias")
+    dst = models.build_resnet("torch", "resnet18", num_classes=CLASSES)
+    before = dst.fc.bias.detach().clone()
+    with pytest.raises(KeyError, match="fc.bias"):
+        models.load_numpy_state(dst, state)
+    models.load_numpy_state(dst, state, strict=False)
+    assert torch_mod.equal(dst.fc.bias.detach(), before)
+    np.testing.assert_array_equal(dst.fc.weight.detach().numpy(), state["fc.weight"])
+
+
+def test_embedder_twin_is_normalised_and_matches(torch_mod, flow):
+    torch_mod.manual_seed(2)
+    src = models.build_embedder("torch", dim=16, width_mult=0.25).eval()
+    dst = models.twin(src, "oneflow", models.build_embedder, dim=16, width_mult=0.25)
+    assert not dst.training
+    x = _input(batch=2, seed=2)
+    with torch_mod.no_grad():
+        ref = src(torch_mod.from_numpy(x))
+    assert tuple(ref.shape) == (2, 16)
+    np.testing.assert_allclose(ref.norm(dim=1).numpy(), 1.0, atol=1e-5)
+    assert_outputs_close(dst(flow.tensor(x)), ref, atol=1e-4, name="embedder twin")
+    with pytest.raises(ValueError, match="dim"):
+        models.build_embedder("torch", dim=0)
