@@ -40,6 +40,7 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 	# oneflow-onnx's unpinned dependencies would upgrade numpy/protobuf and break OneFlow.
 	$(PIP) install --disable-pip-version-check --no-deps oneflow-onnx==0.6.2
 	$(PIP) install --disable-pip-version-check --no-deps --no-build-isolation -e .
+	bash tools/install_system_deps.sh
 	$(PY) -c "import torch, torchvision, oneflow, flowvision, onnxruntime, openvino, helpers; print('environment OK')"
 	touch $(STAMP)
 

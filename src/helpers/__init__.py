@@ -9,6 +9,7 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.data` -- a deterministic generated image dataset (no downloads)
 - :mod:`helpers.ceiling` -- this machine's matmul peak and a model's FLOPs
 - :mod:`helpers.profiling` -- per-stage pipeline timing and PyTorch profiler tables
+- :mod:`helpers.export` -- ONNX export and verification in one call
 - :mod:`helpers.plots` -- the course's matplotlib figures
 - :mod:`helpers.ledger` -- the results ledger (JSON records of measurements)
 - :mod:`helpers.reported` -- the case studies' published figures
