@@ -218,6 +218,7 @@ def time_calls(fn: Callable[[], Any], n: int, *, framework: str = "torch", sync:
     """Seconds taken by each of ``n`` consecutive calls, with no warm-up (to *see* warm-up)."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
+    synchronize(framework)  # validates the framework name even when sync=False
     times = []
     for _ in range(n):
         start = time.perf_counter()

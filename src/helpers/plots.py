@@ -20,7 +20,10 @@ def plot_latency_distribution(measurements: Sequence[Measurement], ax: Any = Non
     if not measurements:
         raise ValueError("nothing to plot")
     plt = _plt()
-    scale = {"ms": 1e3, "s": 1.0, "us": 1e6}[unit]
+    scales = {"ms": 1e3, "s": 1.0, "us": 1e6}
+    if unit not in scales:
+        raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(scales)}")
+    scale = scales[unit]
     ax = ax or plt.subplots(figsize=(7, 3.5))[1]
     for i, m in enumerate(measurements):
         color = f"C{i}"
