@@ -260,8 +260,15 @@ def print_environment_report() -> None:
         if isinstance(value, list):
             value = ", ".join(value) or "-"
         print(f"{key:<{width}} {value if value is not None else '-'}")
-    libs = ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v)
-    print(f"{'libraries':<{width}} {libs}")
+    import textwrap
+
+    def wrapped(key: str, text: str) -> None:
+        lines = textwrap.wrap(text, 76) or ["-"]
+        print(f"{key:<{width}} {lines[0]}")
+        for line in lines[1:]:
+            print(" " * (width + 1) + line)
+
+    wrapped("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
     s = asdict(sizes(rep["mode"]))
-    print(f"{'sizes':<{width}} " + ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode"))
+    wrapped("sizes", ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode"))
     print(f"(set {MODE_ENV}=quick or {MODE_ENV}=full to choose the mode)")
