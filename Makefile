@@ -46,11 +46,14 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 
 setup: $(STAMP)
 
+# Each notebook is executed once, by nbval; its outputs go to the book's execution cache (conftest.py),
+# so the book test that follows renders them without executing again, then checks every page in Chromium.
 test: setup
-	$(RUN_ENV) $(PY) -m pytest -q tests notebooks --nbval-lax --nbval-cell-timeout=900 -p no:randomly
+	$(RUN_ENV) $(PY) -m pytest -q tests notebooks --ignore=tests/book --nbval-lax --nbval-cell-timeout=900
+	$(RUN_ENV) $(PY) -m pytest -q tests/book
 
 test-unit: setup
-	$(RUN_ENV) $(PY) -m pytest -q tests
+	$(RUN_ENV) $(PY) -m pytest -q tests --ignore=tests/book
 
 test-notebooks: setup
 	$(RUN_ENV) $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=900

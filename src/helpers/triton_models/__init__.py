@@ -1,10 +1,10 @@
 """Model files that Triton's Python backend runs (copied as ``<repo>/<model>/<version>/model.py``).
 
-Each module here is standalone code executed by the server's Python-backend stub, not imported
-by the notebooks: it may only use ``triton_python_backend_utils`` (provided by the stub), NumPy
-and the runtime it serves. :mod:`helpers.serving_repo` copies them into model repositories.
+The modules here are standalone code executed by the server's Python-backend stub, not imported by
+the notebooks: they use only ``triton_python_backend_utils`` (provided by the stub), NumPy and the
+runtime they serve. :func:`helpers.serving_repo.python_runtime_model` copies them into repositories.
 
-- ``onnxruntime_model.py`` -- ONNX Runtime on ``model.onnx`` (FP32 or INT8) in the version folder
-- ``openvino_model.py`` -- OpenVINO compiling the same ONNX file
-- ``oneflow_model.py`` -- a OneFlow ``nn.Graph`` rebuilt from the ``model/`` folder ``flow.save(graph)`` wrote
+- ``runtime_model.py`` -- serves one exported network with ONNX Runtime (``model.onnx``, FP32 or
+  INT8), OpenVINO (the same ONNX file) or OneFlow (an ``nn.Graph`` rebuilt from the ``model/``
+  folder that ``flow.save(graph, ...)`` wrote), batching the requests Triton hands it.
 """

@@ -1,0 +1,65 @@
+"""pytest wiring for the course: nbval's executed notebooks feed the book's execution cache.
+
+`make test` executes every notebook once, with nbval. As each notebook finishes with all its
+cells passing, the outputs nbval collected are stored in Jupyter Book's execution cache
+(`_build/.jupyter_cache`), so the book build that follows (`tests/book/`, and `make book`)
+renders those outputs instead of executing the notebooks a second time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+CACHE = ROOT / "_build" / ".jupyter_cache"
+_runs: dict[str, dict[str, Any]] = {}
+
+
+def _is_nb_cell(item: pytest.Item) -> bool:
+    return type(item).__name__ == "IPyNbCell"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any):  # noqa: ANN201 - pytest hook
+    outcome = yield
+    report = outcome.get_result()
+    if not _is_nb_cell(item) or report.when != "call":
+        return
+    run = _runs.setdefault(str(item.parent.fspath), {"outputs": {}, "ok": True, "start": time.time()})
+    run["ok"] = run["ok"] and report.passed
+    run["outputs"][item.cell_num] = list(getattr(item, "test_outputs", None) or [])
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if not _is_nb_cell(item) or (nextitem is not None and nextitem.parent is item.parent):
+        return
+    run = _runs.pop(str(item.parent.fspath), None)
+    if run and run["ok"]:
+        try:
+            _cache_executed(Path(str(item.parent.fspath)), run)
+        except Exception as exc:  # noqa: BLE001 - caching is an optimisation, never a failure
+            print(f"\n(note: could not cache executed {item.parent.fspath}: {exc})")
+
+
+def _cache_executed(path: Path, run: dict[str, Any]) -> None:
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    nb = nbformat.read(str(path), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if len(run["outputs"]) != len(code):
+        return  # some cells did not run (e.g. a -k selection): do not cache a partial notebook
+    for n, cell in enumerate(code):
+        cell.outputs = [nbformat.from_dict(o) for o in run["outputs"][n]]
+        cell.execution_count = n + 1
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    cache = get_cache(str(CACHE))
+    cache.cache_notebook_bundle(
+        CacheBundleIn(nb, str(path), data={"execution_seconds": time.time() - run["start"]}),
+        check_validity=False, overwrite=True,
+    )

@@ -1,0 +1,138 @@
+"""The book as a reader sees it: build it, open every page in headless Chromium, check it.
+
+Run after the notebooks (``make test`` does): the build then renders the outputs nbval
+cached and executes nothing twice. Each page must load, show its figures (every image
+decoded by the browser), carry no traceback or error output, and every internal link must
+resolve (file and anchor). A screenshot per page lands in ``_build/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def toc_pages() -> list[str]:
+    """Every page listed in _toc.yml (root first), as paths without extension."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        for ch in part.get("chapters", []):
+            pages.append(ch["file"])
+            pages.extend(s["file"] for s in ch.get("sections", []))
+    return [re.sub(r"\.(md|ipynb)$", "", p) for p in pages]
+
+
+PAGES = toc_pages()
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    env = dict(os.environ)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "--path-output", "."],
+        cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "build succeeded" in log, f"book build failed:\n{log[-4000:]}"
+    executed = re.findall(r"Executing notebook|Executed notebook", log)
+    if executed:
+        print(f"note: the build executed {len(executed)} notebook(s) that the nbval run had not cached")
+    return HTML
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("headless Chromium + chromedriver not installed (Debian: apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="course-chromium-")
+    opts.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_every_page_built(built_book: Path) -> None:
+    missing = [p for p in PAGES if not (built_book / f"{p}.html").exists()]
+    assert not missing, f"pages listed in _toc.yml but not rendered: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_in_browser(built_book: Path, browser, page: str) -> None:
+    path = built_book / f"{page}.html"
+    browser.get(path.as_uri())
+    title = browser.execute_script("const h = document.querySelector('main h1, article h1'); return h ? h.textContent : '';")
+    assert title.strip(), f"{page}: no title"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(1400, min(12000, browser.execute_script("return document.body.scrollHeight") + 50))
+    browser.save_screenshot(str(SHOTS / f"{page.replace('/', '__')}.png"))
+    browser.set_window_size(1400, 1000)
+
+    # No traceback, error or warning output rendered in the page.
+    bad = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.output.traceback, .output.error, .output.stderr, "
+        ".highlight-ipythontb, .system-message')).map(e => e.innerText.slice(0, 300));")
+    assert not bad, f"{page}: error output on the page: {bad}"
+    text = browser.find_element("css selector", "main").text
+    assert "Traceback (most recent call last)" not in text, f"{page}: a traceback is shown"
+
+    # Figures: every image is decoded by the browser; notebooks with plots show them.
+    images = browser.execute_script(
+        "return Array.from(document.querySelectorAll('main img')).map(i => [i.src, i.complete && i.naturalWidth > 0]);")
+    broken = [src for src, ok in images if not ok]
+    assert not broken, f"{page}: images that do not load: {broken}"
+    if page.startswith("notebooks/"):
+        nb = (ROOT / f"{page}.ipynb").read_text()
+        if "plt.show()" in nb or "plots." in nb:
+            assert any(ok for _, ok in images), f"{page}: the notebook plots, but the page shows no figure"
+
+
+def _anchors(html: str) -> set[str]:
+    return set(re.findall(r'\sid="([^"]+)"', html))
+
+
+def test_internal_links_resolve(built_book: Path) -> None:
+    problems = []
+    for page in PAGES:
+        src = built_book / f"{page}.html"
+        html = src.read_text()
+        body = html.split('<main', 1)[-1]
+        for href in re.findall(r'href="([^"]+)"', body):
+            url = urlparse(href)
+            if url.scheme in ("http", "https", "mailto") or href.startswith("javascript:"):
+                continue
+            target = src if not url.path else (src.parent / unquote(url.path)).resolve()
+            if not target.exists():
+                problems.append(f"{page}: {href} -> missing file")
+            elif url.fragment and target.suffix == ".html" and url.fragment not in _anchors(target.read_text()):
+                problems.append(f"{page}: {href} -> missing anchor #{url.fragment}")
+    assert not problems, "broken internal links:\n" + "\n".join(problems[:30])
