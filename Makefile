@@ -3,6 +3,7 @@
 #   make test   create the environment if missing, unit tests + every notebook executed by nbval
 #   make lab    JupyterLab on the course
 #   make setup  only the environment (idempotent)
+#   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
 
 SHELL := /bin/bash
@@ -21,7 +22,7 @@ PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python
 .PHONY: help setup book test test-unit test-notebooks lab bench clean check
 
 help:
-	@sed -n '2,6p' Makefile | sed 's/^# //'
+	@sed -n '2,7p' Makefile | sed 's/^# //'
 
 $(PY):
 	@if [ -z "$(PYTHON310)" ]; then \
@@ -61,6 +62,15 @@ test-notebooks: setup
 book: setup
 	$(RUN_ENV) $(VENV)/bin/jupyter-book build . --path-output .
 	@echo "Book rendered: open _build/html/index.html"
+
+# Full-mode reference run for readers with a GPU: executes every chapter (MODE=full by default) and
+# writes the ledger to results/reference/<machine>-<mode>/, which the book shows beside the reader's own.
+bench: setup
+	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.ledger slug 2>/dev/null | tail -1); \
+	echo "Reference run into results/reference/$$slug"; \
+	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$(CURDIR)/results/reference/$$slug PYTHONHASHSEED=0 \
+	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider
+	@echo "Commit results/reference/ to publish these figures in the book."
 
 lab: setup
 	$(RUN_ENV) $(VENV)/bin/jupyter lab notebooks

@@ -143,3 +143,30 @@ def test_format_table_alignment_and_empty():
     assert "1.50" in table and "22.25" in table and "long-name" in table
     with pytest.raises(ValueError):
         format_table([])
+
+
+def test_benchmark_interleaved_round_robin_order():
+    from helpers.benchmarking import benchmark_interleaved
+
+    order = []
+    fns = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
+    res = benchmark_interleaved(fns, framework="none", warmup=1, repeats=3, items=2)
+    assert list(res) == ["a", "b", "c"]
+    assert order[:3] == ["a", "b", "c"]  # one warm-up each, then rounds
+    assert order[3:] == ["a", "b", "c"] * 3
+    assert all(len(m.times_s) == 3 and m.items == 2 and m.warmup == 1 for m in res.values())
+
+
+def test_benchmark_interleaved_bad_inputs():
+    from helpers.benchmarking import benchmark_interleaved
+
+    with pytest.raises(ValueError, match="nothing to benchmark"):
+        benchmark_interleaved({})
+    with pytest.raises(TypeError, match="'x' is not callable"):
+        benchmark_interleaved({"x": 3}, framework="none")
+    with pytest.raises(ValueError, match="repeats"):
+        benchmark_interleaved({"x": lambda: None}, framework="none", repeats=0)
+    with pytest.raises(ValueError, match="no framework given"):
+        benchmark_interleaved({"x": lambda: None, "y": lambda: None}, framework={"x": "none"})
+    with pytest.raises(ValueError, match="unknown framework"):
+        benchmark_interleaved({"x": lambda: None}, framework="jax")

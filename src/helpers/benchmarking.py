@@ -265,3 +265,59 @@ def format_table(rows: Sequence[dict[str, Any]], floatfmt: str = ".2f") -> str:
 def compare(measurements: Sequence[Measurement], baseline: Measurement | None = None) -> str:
     """A text table of measurements with speedups against ``baseline`` (default: the first)."""
     return format_table(compare_rows(measurements, baseline))
+
+
+def benchmark_interleaved(
+    fns: "dict[str, Callable[[], Any]]",
+    *,
+    framework: "str | dict[str, str]" = "torch",
+    warmup: int = 2,
+    repeats: int = 10,
+    items: int = 1,
+    progress: bool = False,
+) -> dict[str, Measurement]:
+    """Time several variants in round-robin order (A, B, C, A, B, C, ...), one Measurement each.
+
+    On a shared or noisy machine a burst of background load then hits every variant alike,
+    instead of whichever variant happened to be timed during it, so the *ratios* between
+    variants (speedups) are far more stable than with one :func:`benchmark` after another.
+    ``framework`` is one name for all variants or a mapping ``label -> framework``.
+    """
+    if not fns:
+        raise ValueError("nothing to benchmark: give at least one labelled callable")
+    for label, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"variant {label!r} is not callable ({type(fn).__name__})")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive int, got {repeats!r}: at least one timed call is needed")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    if not isinstance(items, int) or items < 1:
+        raise ValueError(f"items must be a positive int, got {items!r}")
+    if isinstance(framework, str):
+        fws = {label: framework for label in fns}
+    else:
+        missing = [label for label in fns if label not in framework]
+        if missing:
+            raise ValueError(f"no framework given for variant(s) {missing}")
+        fws = {label: framework[label] for label in fns}
+    for fw in set(fws.values()):
+        synchronize(fw)  # validates every name before any work
+    for label, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        synchronize(fws[label])
+    times: dict[str, list[float]] = {label: [] for label in fns}
+    loop: Iterable[int] = range(repeats)
+    if progress:
+        from tqdm.auto import tqdm
+
+        loop = tqdm(loop, desc="interleaved rounds", leave=False)
+    for _ in loop:
+        for label, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            synchronize(fws[label])
+            times[label].append(time.perf_counter() - start)
+    return {label: Measurement(label=label, times_s=times[label], items=items, framework=fws[label], warmup=warmup)
+            for label in fns}

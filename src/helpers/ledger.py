@@ -36,6 +36,26 @@ def ledger_dir() -> Path:
     return path
 
 
+def machine_slug() -> str:
+    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full`` or ``amd-epyc-2core-quick``."""
+    import re
+
+    from .environment import environment_report
+
+    env = environment_report()
+    base = env["gpu"].split("(")[0] if env["gpu"] else f"{env['cpu']} {env['cores']}core"
+    slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
+    return f"{slug}-{env['mode']}"
+
+
+def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``."""
+    base = Path(root) if root is not None else repo_root() / "results" / "reference"
+    if not base.is_dir():
+        return {}
+    return {d.name: load(folder=d) for d in sorted(base.iterdir()) if d.is_dir() and any(d.glob("*.json"))}
+
+
 def _check_name(kind: str, value: str) -> None:
     if not isinstance(value, str) or not value or any(c in value for c in "/\\") or value.startswith("."):
         raise ValueError(f"{kind} must be a non-empty name without path separators, got {value!r}")
@@ -96,3 +116,12 @@ def lookup(chapter: str, name: str, folder: Path | str | None = None) -> dict[st
         if rec["name"] == name:
             return rec
     return None
+
+
+if __name__ == "__main__":  # `python -m helpers.ledger slug` prints the machine slug (used by `make bench`)
+    import sys
+
+    if sys.argv[1:] == ["slug"]:
+        print(machine_slug())
+    else:
+        raise SystemExit("usage: python -m helpers.ledger slug")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -242,7 +243,7 @@ def _provider_entry(short: str, options: Mapping[str, Any] | None, cache_dir: st
     full = ORT_PROVIDERS[short]
     opts = dict(options or {})
     if short == "tensorrt":
-        cache = Path(cache_dir or Path.cwd() / "artifacts" / "trt_cache")
+        cache = Path(cache_dir or Path(tempfile.gettempdir()) / "course_trt_cache")
         cache.mkdir(parents=True, exist_ok=True)
         opts.setdefault("trt_engine_cache_enable", True)
         opts.setdefault("trt_engine_cache_path", str(cache))
@@ -398,9 +399,12 @@ def openvino_model(
               "threads": compiled.get_property("INFERENCE_NUM_THREADS"), "runtime_precisions": precisions},
     )
     if verbose:
-        heavy = {p: n for (layer, p), n in precisions.items() if layer in ("Convolution", "FullyConnected")}
+        heavy: collections.Counter[str] = collections.Counter()
+        for (layer, p), n in precisions.items():
+            if layer in ("Convolution", "FullyConnected"):
+                heavy[p] += n
         print(f"OpenVINO: compiled for {dev}, INFERENCE_PRECISION_HINT={precision}, "
-              f"{runner.info['threads']} threads; conv/FC layers run in {heavy}")
+              f"{runner.info['threads']} threads; conv/FC layers run in {dict(heavy)}")
     return runner
 
 
