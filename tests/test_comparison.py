@@ -113,3 +113,23 @@ def test_assert_outputs_close_cosine_topk_and_bad_tolerance():
         assert_outputs_close(a, b, atol=10.0, min_cosine=0.99)
     with pytest.raises(ValueError, match="non-negative"):
         assert_outputs_close(a, a, atol=-1.0)
+
+
+def test_rowwise_cosine_and_neighbours():
+    from helpers.comparison import max_cross_cosine, nearest_neighbour_agreement, rowwise_cosine
+
+    a = np.array([[1.0, 0.0], [0.0, 2.0]])
+    np.testing.assert_allclose(rowwise_cosine(a, [[2.0, 0.0], [1.0, 1.0]]), [1.0, np.sqrt(0.5)])
+    with pytest.raises(ValueError, match="zero norm"):
+        rowwise_cosine(a, [[0.0, 0.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match="same shape"):
+        rowwise_cosine(a, a[:1])
+    ref = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert nearest_neighbour_agreement(ref + 0.1, ref) == 1.0
+    assert nearest_neighbour_agreement(ref[[1, 0, 2]], ref) == pytest.approx(1 / 3)  # two rows swapped
+    with pytest.raises(ValueError, match="two rows"):
+        nearest_neighbour_agreement(ref[:1], ref[:1])
+    assert max_cross_cosine(ref) == 0.0
+    assert max_cross_cosine(np.array([[1.0, 0.0], [1.0, 1.0]])) == pytest.approx(np.sqrt(0.5))
+    with pytest.raises(ValueError, match="samples >= 2"):
+        max_cross_cosine(ref[:1])

@@ -115,3 +115,29 @@ def test_embedder_twin_is_normalised_and_matches(torch_mod, flow):
     assert_outputs_close(dst(flow.tensor(x)), ref, atol=1e-4, name="embedder twin")
     with pytest.raises(ValueError, match="dim"):
         models.build_embedder("torch", dim=0)
+
+
+def test_calibrate_batchnorm_makes_outputs_depend_on_input(torch_mod, flow):
+    torch_mod.manual_seed(0)
+    emb = models.build_embedder("torch", 16, 0.25).eval()
+    x = torch_mod.from_numpy(_input(8, seed=1) * 3 + 1)
+
+    def spread(module, inputs):
+        with torch_mod.no_grad():
+            out = module(inputs).numpy()
+        return float(out.std(axis=0).mean())
+
+    before = spread(emb, x)
+    bn = next(m for m in emb.modules() if isinstance(m, torch_mod.nn.BatchNorm2d))
+    momentum = bn.momentum
+    models.calibrate_batchnorm(emb, x)
+    assert not emb.training and bn.momentum == momentum  # eval mode and momentum restored
+    # with the batch's own statistics, embeddings of different inputs differ (before, they nearly coincide)
+    assert spread(emb, x) > 10 * before
+    fr = models.build_resnet("oneflow", "resnet18", num_classes=CLASSES)
+    models.calibrate_batchnorm(fr, flow.tensor(_input(4)))
+    assert not fr.training
+    with pytest.raises(ValueError, match="at least 2 inputs"):
+        models.calibrate_batchnorm(emb, x[:1])
+    with pytest.raises(ValueError, match="no BatchNorm"):
+        models.calibrate_batchnorm(torch_mod.nn.Linear(3, 3), x)

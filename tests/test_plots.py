@@ -83,3 +83,43 @@ def test_stage_breakdown(axes_cls):
         plots.plot_stage_breakdown({})
     with pytest.raises(ValueError, match="positive"):
         plots.plot_stage_breakdown({"a": 0.0})
+
+
+def test_timeline(axes_cls):
+    events = [
+        {"lane": "process 0", "stage": "load", "start": 10.0, "end": 10.1},
+        {"lane": "process 0", "stage": "infer", "start": 10.1, "end": 10.3},
+        {"lane": "process 1", "stage": "load", "start": 10.1, "end": 10.2},
+    ]
+    ax = plots.plot_timeline(events, title="pipeline")
+    assert isinstance(ax, axes_cls)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["process 0", "process 1"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["load", "infer"]
+    assert len(ax.patches) == 3 and min(p.get_x() for p in ax.patches) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="no events"):
+        plots.plot_timeline([])
+    with pytest.raises(ValueError, match="ends before"):
+        plots.plot_timeline([{"lane": "a", "stage": "load", "start": 2.0, "end": 1.0}])
+
+
+def test_grouped_bars(axes_cls):
+    groups = {"batch 1": {"eager": 100.0, "ORT": 200.0}, "batch 8": {"eager": 300.0, "ORT": 500.0, "OpenVINO": 700.0}}
+    ax = plots.plot_grouped_bars(groups, ylabel="images/s", reference=400.0, reference_label="reported 400 FPS")
+    assert isinstance(ax, axes_cls)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["batch 1", "batch 8"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert set(legend) == {"eager", "ORT", "OpenVINO", "reported 400 FPS"}
+    assert len(ax.patches) == 6  # 3 series x 2 groups; the missing OpenVINO bar at batch 1 is a NaN gap
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plots.plot_grouped_bars({}, ylabel="x")
+
+
+def test_speed_accuracy(axes_cls):
+    pts = [{"label": "fp32", "speed": 100.0, "accuracy": 0.9}, {"label": "int8", "speed": 300.0, "accuracy": 0.89}]
+    ax = plots.plot_speed_accuracy(pts, title="t")
+    assert isinstance(ax, axes_cls)
+    assert [t.get_text() for t in ax.texts] == ["fp32", "int8"]
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plots.plot_speed_accuracy([])
+    with pytest.raises(ValueError, match="lacks"):
+        plots.plot_speed_accuracy([{"label": "x", "speed": 1.0}])

@@ -13,6 +13,9 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.plots` -- the course's matplotlib figures
 - :mod:`helpers.ledger` -- the results ledger (JSON records of measurements)
 - :mod:`helpers.reported` -- the case studies' published figures
+- :mod:`helpers.serving` -- a real Triton server (bundled with nvidia-pytriton) started, queried and always stopped
+- :mod:`helpers.serving_repo` -- Triton model repositories and ``config.pbtxt`` checked with Triton's own schema
+- :mod:`helpers.serving_load` -- bounded loopback load sweeps (closed-loop clients, perf_analyzer) and their plot
 
 Modules import heavy frameworks lazily, so ``import helpers`` is cheap.
 """

@@ -129,3 +129,42 @@ def assert_outputs_close(
     if problems:
         raise AssertionError(f"{name} are not close: " + "; ".join(problems))
     return cmp
+
+
+def rowwise_cosine(a: Any, b: Any) -> np.ndarray:
+    """Cosine similarity of each row of ``a`` with the same row of ``b`` (e.g. embeddings of the same images)."""
+    x, y = to_numpy(a), to_numpy(b)
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"need two (samples, dim) arrays of the same shape, got {x.shape} and {y.shape}")
+    nx, ny = np.linalg.norm(x, axis=1), np.linalg.norm(y, axis=1)
+    if (nx == 0).any() or (ny == 0).any():
+        raise ValueError("a row has zero norm: cosine similarity is undefined")
+    return np.sum(x * y, axis=1) / (nx * ny)
+
+
+def nearest_neighbour_agreement(candidate: Any, reference: Any) -> float:
+    """Fraction of rows of ``candidate`` whose most similar ``reference`` row (by cosine) is the same row.
+
+    For embeddings this is what a matching service needs: an image's embedding from a faster runtime
+    must still be closest to *its own* reference embedding, not to another image's.
+    """
+    x, y = to_numpy(candidate), to_numpy(reference)
+    rowwise_cosine(x, y)  # validates shapes and norms
+    if len(x) < 2:
+        raise ValueError("need at least two rows to find a nearest neighbour")
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
+    return float(np.mean((xn @ yn.T).argmax(axis=1) == np.arange(len(x))))
+
+
+def max_cross_cosine(reference: Any) -> float:
+    """The largest cosine similarity between two *different* rows of ``reference``.
+
+    A per-row cosine between two runtimes above this value cannot be confused with another sample.
+    """
+    y = to_numpy(reference)
+    if y.ndim != 2 or len(y) < 2:
+        raise ValueError(f"need a (samples >= 2, dim) array, got shape {y.shape}")
+    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
+    sim = yn @ yn.T
+    return float(sim[~np.eye(len(y), dtype=bool)].max())

@@ -148,3 +148,32 @@ def twin(module: Any, framework: str, builder: Any, *args: Any, **kwargs: Any) -
     transfer_weights(module, other)
     other.train(module.training)
     return other
+
+
+def calibrate_batchnorm(module: Any, x: Any) -> Any:
+    """Set every BatchNorm's running mean/variance to the statistics of batch ``x`` (no weight changes).
+
+    A randomly initialised network in eval mode normalises with mean 0 / variance 1, which lets
+    activations drift until its outputs hardly depend on the input (every image gets almost the
+    same embedding). One forward pass in train mode with ``momentum=1`` replaces those running
+    statistics by ``x``'s, so outputs vary with the input, as a trained model's do. Works for
+    torch and OneFlow modules; returns ``module`` in eval mode.
+    """
+    fw, _, _ = nn_namespace(framework_of(module))
+    if not hasattr(x, "shape") or len(x.shape) < 2 or x.shape[0] < 2:
+        raise ValueError("calibrate_batchnorm needs a batch of at least 2 inputs (batch statistics of one sample are degenerate)")
+    norms = [m for m in module.modules() if hasattr(m, "running_mean") and hasattr(m, "momentum")]
+    if not norms:
+        raise ValueError(f"{type(module).__name__} has no BatchNorm layers to calibrate")
+    saved = [m.momentum for m in norms]
+    try:
+        for m in norms:
+            m.momentum = 1.0
+        module.train()
+        with fw.no_grad():
+            module(x)
+    finally:
+        for m, momentum in zip(norms, saved):
+            m.momentum = momentum
+        module.eval()
+    return module

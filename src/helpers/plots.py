@@ -137,3 +137,94 @@ def plot_stage_breakdown(stages: Mapping[str, float], ax: Any = None, title: str
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(stages))
     return ax
+
+
+def plot_timeline(events: Sequence[Any], ax: Any = None, title: str = "", t0: float | None = None) -> Any:
+    """Gantt chart of pipeline stages: one row per lane (process), one colour per stage.
+
+    ``events`` are objects or dicts with ``lane``, ``stage``, ``start`` and ``end`` (seconds),
+    e.g. :class:`helpers.pipeline.StageEvent`. Time is shown from ``t0`` (default: the first start).
+    """
+    rows = [e if isinstance(e, dict) else {k: getattr(e, k) for k in ("lane", "stage", "start", "end")} for e in events]
+    if not rows:
+        raise ValueError("nothing to plot: no events")
+    if any(r["end"] < r["start"] for r in rows):
+        raise ValueError("an event ends before it starts")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(8, 0.6 + 0.45 * len({r["lane"] for r in rows})))[1]
+    lanes = list(dict.fromkeys(r["lane"] for r in rows))
+    stages = list(dict.fromkeys(r["stage"] for r in rows))
+    start = min(r["start"] for r in rows) if t0 is None else t0
+    for r in rows:
+        y = lanes.index(r["lane"])
+        ax.barh(y, (r["end"] - r["start"]) * 1e3, left=(r["start"] - start) * 1e3, height=0.6,
+                color=f"C{stages.index(r['stage'])}", edgecolor="white", linewidth=0.5)
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=f"C{i}", label=s) for i, s in enumerate(stages)], fontsize=8, loc="lower right")
+    ax.set_title(title)
+    return ax
+
+
+def plot_grouped_bars(
+    groups: Mapping[str, Mapping[str, float]],
+    *,
+    ylabel: str,
+    reference: float | None = None,
+    reference_label: str = "reported",
+    ax: Any = None,
+    title: str = "",
+    fmt: str = "%.0f",
+) -> Any:
+    """Grouped bars: one group per outer key (e.g. batch size), one bar per inner key (e.g. runtime).
+
+    ``reference`` draws a dashed horizontal line (e.g. the case study's reported figure) labelled
+    ``reference_label``. Missing inner keys in a group leave a gap.
+    """
+    if not groups or not any(groups.values()):
+        raise ValueError("nothing to plot: give at least one group with one value")
+    plt = _plt()
+    series = list(dict.fromkeys(k for g in groups.values() for k in g))
+    ax = ax or plt.subplots(figsize=(max(7, 1.2 * len(groups) * len(series) / 2), 3.8))[1]
+    idx = np.arange(len(groups))
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+        vals = [g.get(name, np.nan) for g in groups.values()]
+        bars = ax.bar(idx - 0.4 + width * (i + 0.5), vals, width, label=name, color=f"C{i}")
+        ax.bar_label(bars, fmt=fmt, fontsize=7)
+    if reference is not None:
+        ax.axhline(reference, color="black", ls="--", lw=1, label=reference_label)
+    ax.set_xticks(idx, list(groups))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    return ax
+
+
+def plot_speed_accuracy(
+    points: Sequence[Mapping[str, Any]], *, ax: Any = None, title: str = "", xlabel: str = "throughput (images/s)",
+    ylabel: str = "held-out accuracy",
+) -> Any:
+    """Scatter of speed (x) against accuracy (y), one labelled point per variant (``label``, ``speed``, ``accuracy``).
+
+    Better variants sit to the right (faster) and high (more accurate).
+    """
+    if not points:
+        raise ValueError("nothing to plot: give at least one point")
+    for p in points:
+        missing = {"label", "speed", "accuracy"} - set(p)
+        if missing:
+            raise ValueError(f"point {p!r} lacks {sorted(missing)}")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 4))[1]
+    for i, p in enumerate(points):
+        ax.scatter([p["speed"]], [p["accuracy"]], s=60, color=f"C{i}", zorder=3)
+        ax.annotate(p["label"], (p["speed"], p["accuracy"]), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    return ax

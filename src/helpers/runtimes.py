@@ -21,6 +21,7 @@ import collections
 import ctypes
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -289,7 +290,9 @@ def create_session(
                            spinning=spinning)
     providers = [_provider_entry(p, provider_options if p == short else None, trt_cache_dir)
                  for p in PREFERENCE[PREFERENCE.index(short):]]
+    start = time.perf_counter()
     sess = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+    session_s = time.perf_counter() - start
     active = sess.get_providers()
     if active[0] != ORT_PROVIDERS[short]:
         raise ProviderUnavailableError(f"ONNX Runtime could not start {ORT_PROVIDERS[short]} for {path.name} and "
@@ -303,7 +306,8 @@ def create_session(
         name=name or f"ORT {short}", framework="onnxruntime", backend=active[0], precision=precision,
         input_name=inp.name, output_name=out.name, input_rank=_rank(inp.shape),
         _call=lambda x: sess.run([out.name], {inp.name: x})[0], handle=sess,
-        info={"providers": active, "optimization": optimization, "intra_op_threads": threads, "path": str(path)},
+        info={"providers": active, "optimization": optimization, "intra_op_threads": threads, "path": str(path),
+              "session_s": session_s},
     )
     if verbose:
         why = "best usable provider here" if provider == "auto" else "as requested"
@@ -379,7 +383,9 @@ def openvino_model(
     config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": performance_hint}
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads
+    start = time.perf_counter()
     compiled = core.compile_model(model, dev, config)
+    compile_s = time.perf_counter() - start
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
     precisions = runtime_precisions(compiled)
@@ -395,8 +401,9 @@ def openvino_model(
         name=name or f"OpenVINO {dev} {label}", framework="openvino", backend=f"OpenVINO {dev}", precision=label,
         input_name=inp.get_any_name(), output_name=out.get_any_name(), input_rank=_rank(inp.get_partial_shape()),
         _call=call, handle=compiled,
-        info={"precision_hint": str(compiled.get_property("INFERENCE_PRECISION_HINT")),
-              "threads": compiled.get_property("INFERENCE_NUM_THREADS"), "runtime_precisions": precisions},
+        info={"precision_hint": ov_type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
+              "threads": compiled.get_property("INFERENCE_NUM_THREADS"), "runtime_precisions": precisions,
+              "compile_s": compile_s},
     )
     if verbose:
         heavy: collections.Counter[str] = collections.Counter()
@@ -406,6 +413,11 @@ def openvino_model(
         print(f"OpenVINO: compiled for {dev}, INFERENCE_PRECISION_HINT={precision}, "
               f"{runner.info['threads']} threads; conv/FC layers run in {dict(heavy)}")
     return runner
+
+
+def ov_type_name(t: Any) -> str:
+    """``'f32'`` / ``'bf16'`` for an ``openvino.Type`` (its ``str()`` is ``<Type: 'float32'>``)."""
+    return t.to_string() if hasattr(t, "to_string") else str(t)
 
 
 def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:

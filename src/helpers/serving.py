@@ -21,6 +21,7 @@ import ctypes
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -119,7 +120,9 @@ def free_port(host: str = LOOPBACK) -> int:
 
 # --------------------------------------------------------------------------------------------- lifecycle
 
-_LIVE: dict[int, "TritonServer"] = {}
+# Servers started and not yet stopped. Weak references: a server object that is garbage collected is
+# stopped by its finalizer; the ones still referenced at interpreter exit are stopped by the hook below.
+_LIVE: "weakref.WeakValueDictionary[int, TritonServer]" = weakref.WeakValueDictionary()
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
@@ -170,6 +173,20 @@ def _group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return pids
+
+
+def alive(pids: Sequence[int]) -> list[int]:
+    """The PIDs among ``pids`` that still run (zombies awaiting their parent's wait() count as gone)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
 
 
 class TritonServer:
@@ -289,8 +306,15 @@ class TritonServer:
         _LIVE[id(self)] = self
         self._finalizer = weakref.finalize(self, _kill_group, self.proc, 5.0)
 
+    def error_lines(self, limit: int = 5) -> list[str]:
+        """The server log's error lines (``E<date> ... "message"``), last ``limit`` of them."""
+        errors = [line for line in self.log().splitlines() if re.match(r"^E\d{4} ", line)]
+        return errors[-limit:]
+
     def _fail(self, reason: str) -> ServerStartError:
-        return ServerStartError(f"{reason}\n--- last lines of the server log ---\n{self.log_tail(40)}")
+        errors = "\n".join(self.error_lines())
+        return ServerStartError(f"{reason}\n--- errors in the server log ---\n{errors or '(none)'}\n"
+                                f"--- last lines of the server log ---\n{self.log_tail(25)}")
 
     def _wait_ready(self) -> None:
         deadline = self._start_time + self.startup_timeout
@@ -360,6 +384,23 @@ class TritonServer:
     def __repr__(self) -> str:
         state = f"pid {self.pid}, http {self.http_url}, grpc {self.grpc_url}" if self.is_alive() else "stopped"
         return f"TritonServer({self.model_repository.name}, {state})"
+
+
+def pytriton_config(log_file: str | Path | None = None) -> Any:
+    """A PyTriton ``TritonConfig`` on free loopback ports with its server log in ``log_file``.
+
+    PyTriton starts the same bundled server with this process's environment, so the folder of
+    ``libpython`` (which its Python-backend stub needs) is added to ``LD_LIBRARY_PATH`` here.
+    """
+    from pytriton.triton import TritonConfig
+
+    lib = str(libpython_dir())
+    current = os.environ.get("LD_LIBRARY_PATH", "")
+    if lib not in current.split(os.pathsep):
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [lib, current]))
+    log = Path(log_file) if log_file is not None else Path(tempfile.mkdtemp(prefix="pytriton-")) / "server.log"
+    return TritonConfig(http_address=LOOPBACK, http_port=free_port(), grpc_address=LOOPBACK, grpc_port=free_port(),
+                        allow_metrics=False, metrics_port=free_port(), log_file=log, exit_timeout_secs=5)
 
 
 # --------------------------------------------------------------------------------------------- raw HTTP
@@ -433,6 +474,25 @@ def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = Non
     return json.dumps({"inputs": parts})
 
 
+def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
+    """A KServe v2 request with tensors as raw bytes after the JSON header (Triton's binary extension).
+
+    Returns the body and the headers to send with it; far smaller and faster than JSON for images.
+    """
+    parts, blobs = [], []
+    for name, array in inputs.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype not in _NP_TO_TRITON:
+            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
+        blob = array.tobytes()
+        parts.append({"name": name, "shape": list(array.shape), "datatype": _NP_TO_TRITON[array.dtype],
+                      "parameters": {"binary_data_size": len(blob)}})
+        blobs.append(blob)
+    header = json.dumps({"inputs": parts}).encode("utf-8")
+    return header + b"".join(blobs), {"Inference-Header-Content-Length": str(len(header)),
+                                      "Content-Type": "application/octet-stream"}
+
+
 def infer_json(url: str, model: str, inputs: Mapping[str, np.ndarray], timeout: float = 60.0) -> dict[str, np.ndarray]:
     """Infer with plain JSON over HTTP (what ``curl`` would send); raises :class:`TritonRequestError`."""
     resp = http_request(url, "POST", f"/v2/models/{model}/infer", body=infer_json_body(inputs), timeout=timeout)
@@ -476,7 +536,12 @@ def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: s
 
 
 def model_stats(url: str, model: str) -> dict[str, float]:
-    """Server-side counters of ``model``: requests, executions, average batch, queue and compute time."""
+    """Server-side counters of ``model`` since it loaded.
+
+    ``requests`` answered successfully, ``inferences`` (images: a batch-4 request counts 4),
+    ``executions`` of the model, ``avg_batch`` (inferences per execution), mean ``queue_ms`` and
+    ``compute_ms`` per request, and ``batch_sizes`` ({batch size: executions}).
+    """
     resp = http_request(url, "GET", f"/v2/models/{model}/stats", timeout=10)
     if resp.status != 200:
         raise TritonRequestError(resp.status, resp.error_message())
@@ -484,6 +549,6 @@ def model_stats(url: str, model: str) -> dict[str, float]:
     inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
     st = stats["inference_stats"]
     n = max(int(st["success"]["count"]), 1)
-    return {"inferences": inferences, "executions": executions, "avg_batch": inferences / max(executions, 1),
+    return {"requests": int(st["success"]["count"]), "inferences": inferences, "executions": executions, "avg_batch": inferences / max(executions, 1),
             "queue_ms": int(st["queue"]["ns"]) / n / 1e6, "compute_ms": int(st["compute_infer"]["ns"]) / n / 1e6,
             "batch_sizes": {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}}

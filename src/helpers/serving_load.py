@@ -190,8 +190,14 @@ def find_perf_analyzer() -> tuple[Path, dict[str, str]]:
 
 
 def perf_analyzer(url: str, model: str, concurrencies: Sequence[int], *, protocol: str = "grpc",
-                  measurement_ms: int = 1000, timeout_s: float = 120.0) -> list[dict[str, float]]:
-    """Run ``perf_analyzer`` on ``model`` at each concurrency; rows of throughput and latency (ms)."""
+                  measurement_ms: int = 1000, stability_percent: int = 50, max_trials: int = 10,
+                  timeout_s: float = 120.0) -> list[dict[str, float]]:
+    """Run ``perf_analyzer`` on ``model`` at each concurrency; rows of throughput and latency (ms).
+
+    perf_analyzer repeats ``measurement_ms`` windows until three in a row agree within
+    ``stability_percent`` (at most ``max_trials`` windows); on a busy machine it may never agree, and
+    then this raises ``RuntimeError`` with its message.
+    """
     _check_loopback(url)
     if not concurrencies or len(concurrencies) > MAX_LEVELS or not all(1 <= c <= MAX_CONCURRENCY for c in concurrencies):
         raise ValueError(f"give 1..{MAX_LEVELS} concurrency levels in 1..{MAX_CONCURRENCY}")
@@ -202,11 +208,13 @@ def perf_analyzer(url: str, model: str, concurrencies: Sequence[int], *, protoco
     for c in concurrencies:
         out = Path(os.environ.get("TMPDIR", "/tmp")) / f"perf_{os.getpid()}_{model}_{c}.csv"
         cmd = [str(exe), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", f"{c}:{c}",
-               "--measurement-interval", str(measurement_ms), "--max-trials", "5", "--stability-percentage", "25",
+               "--measurement-interval", str(measurement_ms), "--max-trials", str(max_trials),
+               "--stability-percentage", str(stability_percent),
                "-f", str(out)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
         if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"perf_analyzer failed (exit {proc.returncode}):\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+            last = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-2:]
+            raise RuntimeError(f"perf_analyzer failed (exit {proc.returncode}): {' '.join(last)}")
         for r in csv.DictReader(io.StringIO(out.read_text())):
             rows.append({"concurrency": int(r["Concurrency"]), "throughput": float(r["Inferences/Second"]),
                          "p50_ms": float(r["p50 latency"]) / 1e3, "p99_ms": float(r["p99 latency"]) / 1e3,
@@ -214,3 +222,32 @@ def perf_analyzer(url: str, model: str, concurrencies: Sequence[int], *, protoco
                          "server_compute_ms": float(r["Server Compute Infer"]) / 1e3})
         out.unlink()
     return rows
+
+
+def plot_load_sweep(results: Mapping[str, Sequence[LoadPoint]], title: str = "") -> Any:
+    """Two panels over client concurrency: throughput, and p50 (solid) / p99 (dashed) latency."""
+    if not results or any(not pts for pts in results.values()):
+        raise ValueError("nothing to plot: give {label: [LoadPoint, ...]} with at least one point each")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for i, (label, pts) in enumerate(results.items()):
+        c = [p.concurrency for p in pts]
+        left.plot(c, [p.throughput for p in pts], "o-", color=f"C{i}", label=label)
+        right.plot(c, [p.p50 * 1e3 for p in pts], "o-", color=f"C{i}", label=f"{label}: p50")
+        right.plot(c, [p.p99 * 1e3 for p in pts], "s--", color=f"C{i}", alpha=0.6, label=f"{label}: p99")
+    ticks = sorted({p.concurrency for pts in results.values() for p in pts})
+    for ax, ylabel in ((left, "requests / s"), (right, "latency (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    left.set_title("throughput")
+    right.set_title("latency per request")
+    left.legend(fontsize=8)
+    right.legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -18,6 +18,7 @@ Three layouts are written here:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -240,11 +241,24 @@ def validate_repository(repo: str | Path) -> dict[str, Any]:
     return models
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link big weight files (they appear in several repositories); copy code and small files."""
+    if os.path.exists(dst):
+        os.remove(dst)
+    if os.path.getsize(src) >= 1 << 20:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass  # another file system: copy
+    shutil.copy2(src, dst)
+
+
 def _copy(src: Path, dst: Path) -> None:
     if src.is_dir():
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=_link_or_copy)
     else:
-        shutil.copy2(src, dst)
+        _link_or_copy(str(src), str(dst))
 
 
 def write_model(repo: str | Path, cfg: Any, files: Mapping[str, str | Path], version: int = 1) -> Path:
@@ -280,16 +294,26 @@ def python_runtime_model(
     kind: str = "KIND_CPU",
     threads: int = 1,
     parameters: Mapping[str, str] | None = None,
+    file_name: str | None = None,
     version: int = 1,
 ) -> Path:
-    """A Python-backend model running ``runtime`` on ``model_path`` (a file, or a folder for OneFlow)."""
+    """A Python-backend model running ``runtime`` on ``model_path`` (a file, or a folder for OneFlow).
+
+    The model file is stored in the version folder as ``file_name`` (default: its own name) next to
+    ``model.py`` (a copy of :data:`RUNTIME_MODEL_FILE`).
+    """
     if runtime not in PYTHON_RUNTIMES:
         raise ConfigError(f"runtime {runtime!r} is not one of {', '.join(PYTHON_RUNTIMES)}")
+    if not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads must be a positive int, got {threads!r}")
     model_path = Path(model_path)
-    params = {"runtime": runtime, "model_file": model_path.name, "threads": str(threads), **(parameters or {})}
+    stored = file_name or model_path.name
+    if stored == "model.py":
+        raise ConfigError("the model file cannot be called model.py (that name is the Python backend's code)")
+    params = {"runtime": runtime, "model_file": stored, "threads": str(threads), **(parameters or {})}
     cfg = make_config(name, backend="python", inputs=inputs, outputs=outputs, max_batch_size=max_batch_size,
                       dynamic_batching=dynamic_batching, instances=instances, kind=kind, parameters=params)
-    return write_model(repo, cfg, {"model.py": RUNTIME_MODEL_FILE, model_path.name: model_path}, version)
+    return write_model(repo, cfg, {"model.py": RUNTIME_MODEL_FILE, stored: model_path}, version)
 
 
 def onnxruntime_backend_model(
@@ -352,8 +376,12 @@ def oneflow_serving_model(
 
 
 def docker_command(repo: str | Path, *, image: str = NGC_IMAGE, gpus: bool = True, model: str | None = None,
-                   version: int = 1, container_repo: str = "/models") -> str:
-    """The ``docker run`` line serving ``repo`` (or only ``model``, mounted at ``/models/<name>/<version>``)."""
+                   version: int = 1, container_repo: str = "/models", server: str = "tritonserver") -> str:
+    """The ``docker run`` line serving ``repo`` (or only ``model``, mounted at ``/models/<name>/<version>``).
+
+    ``server`` is the server binary inside the image (``/opt/tritonserver/bin/tritonserver`` in
+    OneFlow-Serving's image). Documented for readers with Docker and a GPU; not run by the course.
+    """
     repo = Path(repo).resolve()
     if model is None:
         mounts = f"-v {repo}:{container_repo}"
@@ -362,7 +390,7 @@ def docker_command(repo: str | Path, *, image: str = NGC_IMAGE, gpus: bool = Tru
                   f"-v {repo / model / str(version)}:{container_repo}/{model}/{version}")
     gpu = "--gpus all " if gpus else ""
     return (f"docker run --rm {gpu}--shm-size=1g -p 8000:8000 -p 8001:8001 -p 8002:8002 {mounts} \\\n"
-            f"    {image} tritonserver --model-repository={container_repo}")
+            f"    {image} {server} --model-repository={container_repo}")
 
 
 def tree(repo: str | Path, max_depth: int = 3) -> str:
