@@ -91,3 +91,20 @@ def test_environment_report_and_label(capsys):
     env.print_environment_report()
     out = capsys.readouterr().out
     assert "libraries" in out and "sizes" in out and "COURSE_MODE" in out
+
+
+def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):
+    import os
+
+    from helpers.environment import quiet_native_stderr
+
+    with quiet_native_stderr():
+        os.write(2, b"E1129 factory.cpp:65] CUDA driver version is insufficient for CUDA runtime version\n")
+        os.write(2, b"a real problem\n")
+    err = capfd.readouterr().err
+    assert "a real problem" in err and "insufficient" not in err
+    with pytest.raises(RuntimeError, match="inside"):  # an exception still restores descriptor 2
+        with quiet_native_stderr():
+            raise RuntimeError("inside")
+    os.write(2, b"after\n")
+    assert "after" in capfd.readouterr().err

@@ -9,7 +9,10 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.data` -- a deterministic generated image dataset (no downloads)
 - :mod:`helpers.ceiling` -- this machine's matmul peak and a model's FLOPs
 - :mod:`helpers.profiling` -- per-stage pipeline timing and PyTorch profiler tables
-- :mod:`helpers.export` -- ONNX export and verification in one call
+- :mod:`helpers.export` -- ONNX export and verification in one call, graph simplification and op counts, OneFlow to ONNX
+- :mod:`helpers.runtimes` -- ONNX Runtime sessions on the best usable provider (TensorRT > CUDA > CPU) and OpenVINO, one Runner API
+- :mod:`helpers.quantization` -- INT8 post-training static quantization (ONNX Runtime QDQ, OpenVINO NNCF) and accuracy
+- :mod:`helpers.training` -- a quick classifier-training recipe so accuracy means something (chapter 8)
 - :mod:`helpers.plots` -- the course's matplotlib figures
 - :mod:`helpers.ledger` -- the results ledger (JSON records of measurements)
 - :mod:`helpers.reported` -- the case studies' published figures

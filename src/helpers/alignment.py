@@ -55,15 +55,28 @@ def _device_of(model: Any, framework: str) -> Any:
     return torch_device() if framework == "torch" else flow_device()
 
 
+def _float_dtype_of(model: Any) -> type:
+    """np.float64 for a model whose first parameter is float64, else np.float32."""
+    params = getattr(model, "parameters", None)
+    if callable(params):
+        try:
+            if str(next(iter(params())).dtype).endswith("float64"):
+                return np.float64
+        except (StopIteration, TypeError, AttributeError):
+            pass
+    return np.float32
+
+
 def _runner(model: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
     """A function NumPy batch -> NumPy output for any supported model, without gradients."""
     fw = _framework(model)
     if fw == "numpy":
         return fw, lambda x: to_numpy(model(x))
-    device = _device_of(model, fw)
+    device, dtype = _device_of(model, fw), _float_dtype_of(model)
     mod, _, _ = nn_namespace(fw)
 
     def run(x: np.ndarray) -> np.ndarray:
+        x = x.astype(dtype, copy=False)  # a float64 model gets float64 inputs
         with mod.no_grad():
             out = model(mod.tensor(x).to(device) if fw == "oneflow" else mod.from_numpy(x).to(device))
         if not hasattr(out, "shape"):

@@ -11,10 +11,11 @@ import os
 import platform
 import random
 import sys
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import metadata
-from typing import Any
+from typing import Any, Iterator
 
 MODE_ENV = "COURSE_MODE"
 MODES = ("quick", "full")
@@ -119,14 +120,13 @@ def flow_device(name: str = "auto") -> "Any":
 _HARMLESS = ("libibverbs not available", "CUDA driver version is insufficient", "gpuGetDeviceCount")
 
 
-def import_oneflow() -> Any:
-    """Import OneFlow once, hiding its harmless 'no CUDA driver' chatter on CPU-only machines.
+@contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Hide OneFlow's harmless 'no CUDA driver' lines that its C++ runtime writes to file descriptor 2.
 
-    OneFlow's C++ runtime writes those lines straight to file descriptor 2 at import; any
-    other line it writes there is passed on unchanged.
+    They appear at import and again when the first ``nn.Graph`` compiles on a CPU-only machine.
+    Every other line written to descriptor 2 inside the block is passed on unchanged (after it).
     """
-    if "oneflow" in sys.modules:
-        return sys.modules["oneflow"]
     import tempfile
 
     sys.stderr.flush()
@@ -134,7 +134,7 @@ def import_oneflow() -> Any:
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
-            import oneflow
+            yield
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -143,6 +143,18 @@ def import_oneflow() -> Any:
     for line in text.splitlines():
         if line.strip() and not any(h in line for h in _HARMLESS):
             print(line, file=sys.stderr)
+
+
+def import_oneflow() -> Any:
+    """Import OneFlow once, hiding its harmless 'no CUDA driver' chatter on CPU-only machines.
+
+    OneFlow's C++ runtime writes those lines straight to file descriptor 2 at import; any
+    other line it writes there is passed on unchanged.
+    """
+    if "oneflow" in sys.modules:
+        return sys.modules["oneflow"]
+    with quiet_native_stderr():
+        import oneflow
     return oneflow
 
 

@@ -344,7 +344,8 @@ def run_dataloader(
     events, outputs = [], {}
     try:
         with torch.inference_mode():
-            _infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm the model, not the loader
+            warm = np.zeros((len(batches[0]), 3, image_size, image_size), dtype=np.float32)
+            _infer(model, warm, device)  # warm the model, not the loader
             t0 = time.time()
             for b, (x, starts, ends, wids) in enumerate(loader):
                 m = time.time()

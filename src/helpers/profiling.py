@@ -57,3 +57,48 @@ def torch_profile(
         key=lambda r: -r["self_cpu_ms"],
     )
     return table, rows[:row_limit]
+
+
+def torch_peak_memory(
+    fn: Callable[[], Any], *, device: Any = "cpu", warmup: int = 1, setup: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """Peak *extra* tensor memory allocated while ``fn()`` runs once (after ``warmup`` calls), in bytes.
+
+    ``setup()`` runs after the warm-up, just before the measured call, outside the measurement
+    (e.g. to drop gradients a previous call left, so the call starts from a clean state).
+
+    On CUDA it reads the caching allocator's peak counter; on CPU it replays the allocation and
+    free events recorded by ``torch.profiler`` (``profile_memory=True``) and takes the running
+    maximum. Memory held before the call (weights, earlier results) is not counted; ``retained``
+    is what the call left allocated (e.g. parameter ``.grad`` tensors).
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"peak memory is measured on 'cpu' or 'cuda', got {device.type!r}")
+    for _ in range(warmup):
+        fn()
+    if setup is not None:
+        setup()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return {"peak": int(torch.cuda.max_memory_allocated() - base),
+                "retained": int(torch.cuda.memory_allocated() - base), "method": "CUDA caching allocator"}
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+                     and e.device_type() == torch.autograd.DeviceType.CPU), key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        current += e.nbytes()
+        peak = max(peak, current)
+    return {"peak": int(peak), "retained": int(current), "method": "torch.profiler allocation events"}

@@ -211,3 +211,22 @@ class GraphTask:
 def make_graph_task(model: Any, variant: str, input_shape: tuple[int, ...]) -> GraphTask:
     """:class:`GraphTask` for ``variant`` (OneFlow only; the graph compiles on the first call)."""
     return GraphTask(model, variant, input_shape)
+
+
+def task_peak_memory(task: Callable[[Any], TaskResult], x: Any, device: Any = "cpu") -> dict[str, Any]:
+    """Peak extra tensor memory of one call of a PyTorch ``make_task`` task (see ``profiling.torch_peak_memory``).
+
+    Gradients left by earlier calls are dropped first, so each variant is measured from the same
+    clean state and ``retained`` shows the weight gradients a variant leaves behind.
+    """
+    from .profiling import torch_peak_memory
+
+    module = getattr(task, "module", None)
+    if module is None or framework_of(module) != "torch":
+        raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
+
+    def drop_grads() -> None:
+        for param in module.parameters():
+            param.grad = None
+
+    return torch_peak_memory(lambda: task(x), device=device, setup=drop_grads)

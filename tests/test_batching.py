@@ -1,0 +1,52 @@
+"""helpers.batching: sweep tables, BatchNorm batch (in)dependence, GPU utilisation sampling."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from helpers import batching, models
+from helpers.benchmarking import Measurement
+
+
+def test_sweep_rows():
+    rows = batching.sweep_rows({4: Measurement("b4", [0.02]), 1: Measurement("b1", [0.01])})
+    assert [r["batch"] for r in rows] == [1, 4]
+    assert rows[1]["images_per_s"] == pytest.approx(200) and rows[1]["ms_per_image"] == pytest.approx(5)
+    assert rows[1]["throughput_gain"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="no measurements"):
+        batching.sweep_rows({})
+    with pytest.raises(ValueError, match="positive ints"):
+        batching.sweep_rows({0: Measurement("b0", [0.01])})
+
+
+def test_batchnorm_eval_is_batch_independent_train_is_not(torch_mod):
+    torch_mod.manual_seed(0)
+    model = models.build_resnet("torch", "resnet18", num_classes=4).eval()
+    x = torch_mod.from_numpy(np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
+    ev = batching.batch_dependence(model, x, [1, 2, 4])
+    assert ev[1] == 0.0 and max(ev.values()) < 1e-4
+    tr = batching.batch_dependence(model, x, [2, 4], train_mode=True)
+    assert tr[2] == 0.0 and tr[4] > 1e-2
+    assert not model.training  # the caller's model is untouched
+    with pytest.raises(ValueError, match="at least 8 samples"):
+        batching.batch_dependence(model, x, [8])
+    with pytest.raises(ValueError, match="batch of 1"):
+        batching.batch_dependence(model, x, [1, 2], train_mode=True)
+    with pytest.raises(ValueError, match="positive ints"):
+        batching.batch_dependence(model, x, [])
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        batching.batch_dependence("model", x, [1])
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="checks the no-GPU error path")
+def test_gpu_utilisation_needs_nvidia_smi():
+    with pytest.raises(RuntimeError, match="nvidia-smi not found"):
+        batching.GpuUtilisation()
+
+
+def test_gpu_utilisation_bad_interval():
+    with pytest.raises(ValueError, match="interval_s"):
+        batching.GpuUtilisation(interval_s=0)

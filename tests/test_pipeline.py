@@ -1,0 +1,125 @@
+"""helpers.pipeline: serial, two-process (lock) and DataLoader pipelines; bad inputs never hang."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import pipeline as pl
+
+SIZE = 32
+
+
+class TinyNet(torch.nn.Module):
+    """A small deterministic model; spawned workers import it from this module."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).mean(dim=(2, 3)))
+
+
+class StallsAfterWarmup(TinyNet):
+    """Answers its first call (the worker's warm-up), then hangs: a stuck worker."""
+
+    calls = 0
+
+    def forward(self, x):
+        type(self).calls += 1
+        if type(self).calls > 1:
+            time.sleep(3600)
+        return super().forward(x)
+
+
+class Fails(TinyNet):
+    def forward(self, x):
+        raise RuntimeError("model exploded")
+
+
+@pytest.fixture(scope="module")
+def jpegs():
+    return pl.make_jpeg_dataset(10, 2 * SIZE, seed=0)
+
+
+def test_load_batch_and_batches(jpegs):
+    x = pl.load_batch(jpegs, [0, 1, 2], SIZE)
+    assert x.shape == (3, 3, SIZE, SIZE) and x.dtype == np.float32
+    assert pl.make_batches(10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    with pytest.raises(ValueError, match="batch_size"):
+        pl.make_batches(10, 0)
+    with pytest.raises(ValueError, match="at least one image"):
+        pl.load_batch(jpegs, [], SIZE)
+
+
+def test_serial_run_and_timeline(jpegs):
+    run = pl.run_serial(TinyNet(), jpegs, batch_size=4, image_size=SIZE)
+    assert run.items == 10 and len(run.outputs) == 3 and run.logits().shape == (10, 3)
+    assert [(e.stage, e.batch) for e in run.events[:2]] == [("load", 0), ("infer", 0)]
+    assert all(e.duration >= 0 for e in run.events)
+    assert 0 < run.busy_fraction("infer") <= 1.0 and run.throughput > 0
+    with pytest.raises(ValueError, match="no 'decode' events"):
+        run.busy_fraction("decode")
+
+
+def test_pipelines_match_serial(jpegs):
+    serial = pl.run_serial(TinyNet(), jpegs, batch_size=4, image_size=SIZE)
+    two = pl.run_two_process(TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=2, timeout_s=60)
+    loader = pl.run_dataloader(TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=2, timeout_s=60)
+    for run in (two, loader):
+        np.testing.assert_allclose(run.logits(), serial.logits(), atol=1e-5)
+        assert {e.stage for e in run.events} == {"load", "infer"}
+    assert {e.lane for e in two.events} <= {"process 0", "process 1"}
+    rows = pl.speedup_table([serial, two, loader])
+    assert rows[0]["speedup"] == pytest.approx(1.0) and len(rows) == 3
+
+
+@pytest.mark.parametrize("runner", [pl.run_serial, pl.run_two_process, pl.run_dataloader])
+def test_empty_dataset_is_rejected(runner):
+    with pytest.raises(ValueError, match="dataset is empty"):
+        runner(TinyNet(), [], batch_size=4, image_size=SIZE)
+
+
+def test_zero_workers_are_rejected_at_once(jpegs):
+    start = time.time()
+    with pytest.raises(ValueError, match="0 workers would mean no pipeline"):
+        pl.run_two_process(TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=0)
+    with pytest.raises(ValueError, match="num_workers must be a positive int"):
+        pl.run_dataloader(TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=0)
+    with pytest.raises(ValueError, match="workers must be a positive int"):
+        pl.run_two_process(TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=-2)
+    with pytest.raises(TypeError, match="encoded image bytes"):
+        pl.run_serial(TinyNet(), [np.zeros(3)], batch_size=4, image_size=SIZE)
+    assert time.time() - start < 5
+
+
+def test_failing_worker_raises_with_its_traceback(jpegs):
+    with pytest.raises(RuntimeError, match="model exploded"):
+        pl.run_two_process(Fails(), jpegs, batch_size=4, image_size=SIZE, workers=1, timeout_s=30)
+
+
+def test_stuck_worker_times_out_instead_of_hanging(jpegs):
+    start = time.time()
+    with pytest.raises(TimeoutError, match="stuck"):
+        pl.run_two_process(StallsAfterWarmup(), jpegs, batch_size=4, image_size=SIZE, workers=1, timeout_s=2)
+    assert time.time() - start < 90
+
+
+def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
+    with pytest.raises(ValueError, match="cannot decode image"):
+        pl.run_dataloader(TinyNet(), [b"not an image"] * 4, batch_size=2, image_size=SIZE, num_workers=1)
+
+    def stuck(*args, **kwargs):
+        time.sleep(3600)
+
+    monkeypatch.setattr(pl, "load_batch", stuck)  # forked loader workers inherit the stuck loader
+    start = time.time()
+    with pytest.raises(RuntimeError, match="timed out"):
+        pl.run_dataloader(TinyNet(), jpegs, batch_size=2, image_size=SIZE, num_workers=1, timeout_s=2)
+    assert time.time() - start < 30

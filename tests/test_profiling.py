@@ -1,0 +1,47 @@
+"""helpers.profiling: per-stage timing, profiler tables and peak tensor memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import profiling
+
+
+def test_time_stages_and_profile_table(torch_mod):
+    x = torch_mod.randn(32, 32)
+    stages = profiling.time_stages({"matmul": lambda: x @ x, "add": lambda: x + 1}, warmup=1, repeats=2)
+    assert list(stages) == ["matmul", "add"] and all(len(m.times_s) == 2 for m in stages.values())
+    table, rows = profiling.torch_profile(lambda: x @ x, row_limit=3)
+    assert "aten::mm" in table and 1 <= len(rows) <= 3
+    with pytest.raises(ValueError, match="no stages"):
+        profiling.time_stages({})
+    with pytest.raises(ValueError, match="row_limit"):
+        profiling.torch_profile(lambda: None, row_limit=0)
+
+
+def test_peak_memory_sees_temporaries_and_retained(torch_mod):
+    kept = []
+
+    def work():
+        a = torch_mod.ones(1024, 1024)  # 4 MiB temporary
+        b = a * 2  # another 4 MiB while a is alive
+        kept.append(b.sum(dim=0))  # 4 KiB kept
+        return None
+
+    mem = profiling.torch_peak_memory(work, warmup=0)
+    assert mem["peak"] >= 8 * 2**20 and mem["peak"] < 9 * 2**20
+    assert 0 < mem["retained"] < 2**20
+    assert mem["method"].startswith("torch.profiler")
+
+
+def test_peak_memory_bad_inputs():
+    with pytest.raises(TypeError, match="callable"):
+        profiling.torch_peak_memory(42)
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        profiling.torch_peak_memory(lambda: None, device="meta")
+
+
+def test_peak_memory_setup_runs_before_the_measured_call(torch_mod):
+    calls = []
+    profiling.torch_peak_memory(lambda: calls.append("fn"), warmup=2, setup=lambda: calls.append("setup"))
+    assert calls == ["fn", "fn", "setup", "fn"]
