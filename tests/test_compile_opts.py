@@ -86,3 +86,13 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, torch_mod, torch_model
     for v in res["variants"].values():
         assert len(v["times_s"]) == 2 and v["compile_s"] > 0
         np.testing.assert_allclose(np.load(v["output"]), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_tolerance_scales_with_the_reference():
+    small = co.tolerance("float32", np.array([0.5, -0.2]))
+    assert small == {"atol": 1e-3, "min_cosine": 0.99999}
+    big = co.tolerance("bfloat16", np.array([100.0, -3.0]))
+    assert big["atol"] == pytest.approx(30.0) and big["min_cosine"] == 0.98
+    assert co.tolerance("float16", [1.0])["atol"] < co.tolerance("bfloat16", [1.0])["atol"]
+    with pytest.raises(ValueError, match="unknown precision"):
+        co.tolerance("int8", [1.0])

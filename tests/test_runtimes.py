@@ -127,3 +127,12 @@ def test_openvino_bad_arguments(tiny_onnx):
     if "GPU" not in runtimes.openvino_devices():
         with pytest.raises(runtimes.ProviderUnavailableError, match="not available"):
             runtimes.openvino_model(path, device="GPU")
+
+
+def test_trt_profile_covers_the_batch_range(tiny_onnx):
+    path, _, _ = tiny_onnx
+    prof = runtimes.trt_profile(path, 1, 4, 16)
+    assert prof == {"trt_profile_min_shapes": "input:1x3x8x8", "trt_profile_opt_shapes": "input:4x3x8x8",
+                    "trt_profile_max_shapes": "input:16x3x8x8"}
+    with pytest.raises(ValueError, match="min_batch"):
+        runtimes.trt_profile(path, 4, 2, 8)

@@ -1,4 +1,4 @@
-"""helpers.serving and helpers.serving_load against a REAL Triton server (the binary in nvidia-pytriton).
+"""helpers.serving, serving_client and serving_load against a REAL Triton server (the binary in nvidia-pytriton).
 
 One server per module (a tiny MobileNetV2 embedder in ONNX Runtime and OpenVINO), started on free
 loopback ports. The tests send good and bad requests, load a broken model, and check that no server
@@ -19,7 +19,7 @@ import types
 import numpy as np
 import pytest
 
-from helpers import serving, serving_load
+from helpers import serving, serving_client, serving_load
 from helpers import serving_repo as sr
 
 pytestmark = pytest.mark.slow
@@ -86,9 +86,9 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="startup_timeout"):
         serving.TritonServer(tmp_path, startup_timeout=0)
     with pytest.raises(ValueError, match="127.0.0.1"):
-        serving.http_request("10.1.2.3:8000", "GET", "/v2/health/ready")
+        serving_client.http_request("10.1.2.3:8000", "GET", "/v2/health/ready")
     with pytest.raises(ValueError, match="datatype"):
-        serving.infer_json_body({"x": np.array(["a"])})
+        serving_client.infer_json_body({"x": np.array(["a"])})
     port = serving.free_port()
     assert 0 < port < 65536
 
@@ -97,9 +97,9 @@ def test_bad_arguments(tmp_path):
 
 
 def test_health_and_metadata(server):
-    ready = serving.http_request(server.http_url, "GET", "/v2/health/ready")
+    ready = serving_client.http_request(server.http_url, "GET", "/v2/health/ready")
     assert ready.status_line == "HTTP/1.1 200 OK"
-    meta = serving.http_request(server.http_url, "GET", "/v2/models/tiny").json()
+    meta = serving_client.http_request(server.http_url, "GET", "/v2/models/tiny").json()
     assert meta["inputs"][0]["shape"] == [-1, 3, SIZE, SIZE] and meta["outputs"][0]["name"] == "embedding"
     states = {m["name"]: m.get("state") for m in server.repository_index()}
     assert states["tiny"] == "READY" and states["broken"] != "READY"
@@ -110,42 +110,42 @@ def test_http_grpc_and_json_clients_equal_local_inference(server, tiny):
     x = tiny.x[:3]
     want = tiny.local.run(x)
     # same ONNX Runtime, same file, one thread on both sides: equal up to float32 rounding
-    for got in (serving.infer_http(server.http_url, "tiny", {"image": x}, "embedding"),
-                serving.infer_grpc(server.grpc_url, "tiny", {"image": x}, "embedding"),
-                serving.infer_json(server.http_url, "tiny", {"image": x})["embedding"]):
+    for got in (serving_client.infer_http(server.http_url, "tiny", {"image": x}, "embedding"),
+                serving_client.infer_grpc(server.grpc_url, "tiny", {"image": x}, "embedding"),
+                serving_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"]):
         assert got.shape == (3, DIM)
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_binary_body_is_understood(server, tiny):
-    body, headers = serving.infer_binary_body({"image": tiny.x[:2]})
-    resp = serving.http_request(server.http_url, "POST", "/v2/models/tiny/infer", body=body, headers=headers)
+    body, headers = serving_client.infer_binary_body({"image": tiny.x[:2]})
+    resp = serving_client.http_request(server.http_url, "POST", "/v2/models/tiny/infer", body=body, headers=headers)
     assert resp.status == 200, resp.error_message()
     out = resp.json()["outputs"][0]
     got = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
     np.testing.assert_allclose(got, tiny.local.run(tiny.x[:2]), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="datatype"):
-        serving.infer_binary_body({"x": np.array(["a"])})
+        serving_client.infer_binary_body({"x": np.array(["a"])})
 
 
 def test_openvino_and_unbatched_models(server, tiny):
     x = tiny.x[:2]
-    ov = serving.infer_grpc(server.grpc_url, "tiny_ov", {"image": x}, "embedding")
+    ov = serving_client.infer_grpc(server.grpc_url, "tiny_ov", {"image": x}, "embedding")
     np.testing.assert_allclose(ov, tiny.local.run(x), atol=1e-4, rtol=0)  # OpenVINO f32 vs ONNX Runtime
-    fixed = serving.infer_http(server.http_url, "tiny_fixed", {"image": x}, "embedding")
+    fixed = serving_client.infer_http(server.http_url, "tiny_fixed", {"image": x}, "embedding")
     np.testing.assert_allclose(fixed, tiny.local.run(x), atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------------------------------- bad requests
 
 BAD = [  # (what, model, body builder, statuses, phrase in the error)
-    ("wrong shape", "tiny", lambda x: serving.infer_json_body({"image": x[:, :, :16]}), {400}, "unexpected shape"),
-    ("wrong dtype", "tiny", lambda x: serving.infer_json_body({"image": x.astype(np.float64)}), {400}, "data-type"),
-    ("data not matching dtype", "tiny", lambda x: serving.infer_json_body({"image": x}, datatype="INT32"), {400, 500}, "data"),
-    ("unknown model", "nope", lambda x: serving.infer_json_body({"image": x}), {404}, "unknown model"),
-    ("malformed body", "tiny", lambda x: serving.infer_json_body({"image": x})[:40], {400, 500}, "parse"),
-    ("unknown input", "tiny", lambda x: serving.infer_json_body({"pixels": x}), {400}, "unexpected inference input"),
-    ("batch too large", "tiny", lambda x: serving.infer_binary_body({"image": np.repeat(x, 5, axis=0)}), {400}, "batch-size"),
+    ("wrong shape", "tiny", lambda x: serving_client.infer_json_body({"image": x[:, :, :16]}), {400}, "unexpected shape"),
+    ("wrong dtype", "tiny", lambda x: serving_client.infer_json_body({"image": x.astype(np.float64)}), {400}, "data-type"),
+    ("data not matching dtype", "tiny", lambda x: serving_client.infer_json_body({"image": x}, datatype="INT32"), {400, 500}, "data"),
+    ("unknown model", "nope", lambda x: serving_client.infer_json_body({"image": x}), {404}, "unknown model"),
+    ("malformed body", "tiny", lambda x: serving_client.infer_json_body({"image": x})[:40], {400, 500}, "parse"),
+    ("unknown input", "tiny", lambda x: serving_client.infer_json_body({"pixels": x}), {400}, "unexpected inference input"),
+    ("batch too large", "tiny", lambda x: serving_client.infer_binary_body({"image": np.repeat(x, 5, axis=0)}), {400}, "batch-size"),
 ]
 
 
@@ -154,22 +154,22 @@ def test_bad_requests_get_clear_errors_and_server_keeps_serving(server, tiny, wh
     x = tiny.x[:1]
     request = body(x)
     data, headers = request if isinstance(request, tuple) else (request, None)
-    resp = serving.http_request(server.http_url, "POST", f"/v2/models/{model}/infer", body=data, headers=headers)
+    resp = serving_client.http_request(server.http_url, "POST", f"/v2/models/{model}/infer", body=data, headers=headers)
     assert resp.status in statuses, f"{what}: {resp.status_line} {resp.body[:200]!r}"
     assert phrase in resp.error_message().lower()
-    good = serving.infer_json(server.http_url, "tiny", {"image": x})["embedding"]
+    good = serving_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"]
     np.testing.assert_allclose(good, tiny.local.run(x), atol=1e-5, rtol=0)
     assert server.is_alive()
 
 
 def test_client_errors_are_exceptions_not_crashes(server, tiny):
-    with pytest.raises(serving.TritonRequestError) as info:
-        serving.infer_json(server.http_url, "nope", {"image": tiny.x[:1]})
+    with pytest.raises(serving_client.TritonRequestError) as info:
+        serving_client.infer_json(server.http_url, "nope", {"image": tiny.x[:1]})
     assert info.value.status == 404 and "unknown model" in info.value.message.lower()
     import tritonclient.grpc as grpcclient
 
     with pytest.raises(grpcclient.InferenceServerException) as gexc:
-        serving.infer_grpc(server.grpc_url, "tiny", {"image": tiny.x[:1, :, :8]}, "embedding")
+        serving_client.infer_grpc(server.grpc_url, "tiny", {"image": tiny.x[:1, :, :8]}, "embedding")
     assert "INVALID_ARGUMENT" in str(gexc.value.status())
 
 
@@ -177,18 +177,18 @@ def test_broken_model_load_reports_the_reason(server):
     with pytest.raises(serving.ServerStartError, match="tensorflow"):
         server.load_model("broken", timeout=60)
     assert server.is_alive()
-    assert serving.http_request(server.http_url, "GET", "/v2/models/tiny/ready").status == 200
+    assert serving_client.http_request(server.http_url, "GET", "/v2/models/tiny/ready").status == 200
 
 
 def test_model_stats_and_load_sweep(server, tiny):
-    before = serving.model_stats(server.http_url, "tiny")
+    before = serving_client.model_stats(server.http_url, "tiny")
     points = serving_load.load_sweep(server.grpc_url, "tiny", {"image": tiny.x[:1]}, "embedding", [1, 4],
                                      duration_s=0.5, warmup_s=0.1, progress=False)
     assert [p.concurrency for p in points] == [1, 4]
     for p in points:
         assert p.errors == 0 and len(p.latencies_s) > 0 and p.throughput > 0 and p.p99 >= p.p50 > 0
         assert set(p.as_dict()) >= {"concurrency", "throughput", "p50_ms", "p99_ms"}
-    after = serving.model_stats(server.http_url, "tiny")
+    after = serving_client.model_stats(server.http_url, "tiny")
     assert after["requests"] > before["requests"] and after["executions"] <= after["requests"]
     assert sum(after["batch_sizes"].values()) == after["executions"]
     http = serving_load.closed_loop(server.http_url, "tiny", {"image": tiny.x[:1]}, "embedding", concurrency=2,

@@ -7,6 +7,10 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.comparison` -- numerical comparison of outputs across frameworks
 - :mod:`helpers.models` -- ResNet and MobileNetV2 models in torchvision and flowvision, weight transfer
 - :mod:`helpers.data` -- a deterministic generated image dataset (no downloads)
+- :mod:`helpers.business` -- the team's original PyTorch business model (ResNet backbone + task head), plain PyTorch code
+- :mod:`helpers.migration` -- PyTorch -> OneFlow migration: import rewriting, mock_torch imports, missing-API scan
+- :mod:`helpers.alignment` -- precision alignment: one-call inference report (table + plot), aligned training in two frameworks
+- :mod:`helpers.graphs` -- OneFlow nn.Graph inference/training wrappers, TorchScript/torch.compile routes, compile vs steady-state timing
 - :mod:`helpers.ceiling` -- this machine's matmul peak and a model's FLOPs
 - :mod:`helpers.profiling` -- per-stage pipeline timing and PyTorch profiler tables
 - :mod:`helpers.export` -- ONNX export and verification in one call, graph simplification and op counts, OneFlow to ONNX
@@ -17,6 +21,7 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.ledger` -- the results ledger (JSON records of measurements)
 - :mod:`helpers.reported` -- the case studies' published figures
 - :mod:`helpers.serving` -- a real Triton server (bundled with nvidia-pytriton) started, queried and always stopped
+- :mod:`helpers.serving_client` -- raw HTTP (like curl), KServe v2 bodies and HTTP/gRPC clients for that server
 - :mod:`helpers.serving_repo` -- Triton model repositories and ``config.pbtxt`` checked with Triton's own schema
 - :mod:`helpers.serving_load` -- bounded loopback load sweeps (closed-loop clients, perf_analyzer) and their plot
 

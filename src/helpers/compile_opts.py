@@ -160,6 +160,34 @@ def oneflow_graph_ablation(
     return {"device": str(device), "oneflow_import_s": import_s, "mlir_env": mlir, "variants": rows}
 
 
+# ------------------------------------------------------------------------------- accuracy checks
+# Tolerances against the float32 eager output, per computing precision. ``atol`` is relative to the
+# output's scale (``max(1, max |reference|)``), so the same rule holds for any logit magnitude.
+TOLERANCES: dict[str, dict[str, float]] = {
+    # Same precision, different arithmetic order (fusion, folding, layout, another kernel): rounding of
+    # 24-bit mantissas compounded over up to ~100 layers stays near 1e-4; 1e-3 leaves 10x margin and is
+    # still a thousand times below a real bug (a wrong graph is off by the output's own scale).
+    "float32": {"atol": 1e-3, "min_cosine": 0.99999},
+    # fp16 keeps 11 significant bits: each rounding is up to 0.05% and a deep network compounds them.
+    "float16": {"atol": 5e-2, "min_cosine": 0.999},
+    # bf16 keeps only 8 significant bits (0.4% per rounding, 8x coarser than fp16): on a random-weight
+    # ResNet-101, whose logits are small differences of large sums, errors reach tens of percent of the
+    # logit scale, so the check is correspondingly loose; accuracy on a trained model is the real test.
+    "bfloat16": {"atol": 0.3, "min_cosine": 0.98},
+}
+
+
+def tolerance(precision: str, reference: Any) -> dict[str, float]:
+    """``assert_outputs_close`` keyword arguments for ``precision`` against the float32 ``reference``."""
+    if precision not in TOLERANCES:
+        raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(TOLERANCES)}")
+    from .comparison import to_numpy
+
+    scale = max(1.0, float(np.abs(to_numpy(reference)).max()))
+    tol = TOLERANCES[precision]
+    return {"atol": tol["atol"] * scale, "min_cosine": tol["min_cosine"]}
+
+
 # --------------------------------------------------------------------------------------- PyTorch
 def reduced_precision_dtype(device: Any) -> Any:
     """The autocast dtype worth using on ``device``: bfloat16 on CPU, float16 on CUDA."""

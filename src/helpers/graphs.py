@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from .benchmarking import Measurement, benchmark, synchronize
-from .environment import import_oneflow
+from .environment import import_oneflow, quiet_native_stderr
 from .models import framework_of
 
 TORCH_ROUTES = ("trace", "script", "freeze", "compile")
@@ -72,7 +72,8 @@ def _check_oneflow_module(model: Any) -> Any:
 def make_inference_graph(model: Any) -> Any:
     """A OneFlow ``nn.Graph`` that runs ``model`` forward (it compiles on its first call)."""
     _check_oneflow_module(model)
-    return _graph_classes()[0](model)
+    with quiet_native_stderr():  # the first graph of a process logs a harmless 'no CUDA driver' line on CPU
+        return _graph_classes()[0](model)
 
 
 def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> Any:
@@ -83,7 +84,8 @@ def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> Any:
     flow = _check_oneflow_module(model)
     if not isinstance(optimizer, flow.optim.Optimizer):
         raise TypeError(f"optimizer must be a oneflow.optim optimizer, got {type(optimizer).__module__}.{type(optimizer).__name__}")
-    return _graph_classes()[1](model, loss_fn if loss_fn is not None else flow.nn.CrossEntropyLoss(), optimizer)
+    with quiet_native_stderr():
+        return _graph_classes()[1](model, loss_fn if loss_fn is not None else flow.nn.CrossEntropyLoss(), optimizer)
 
 
 def is_graph(obj: Any) -> bool:

@@ -257,6 +257,7 @@ def run_two_process(
             return msg
 
     try:
+        launched = time.time()
         for p in procs:
             p.start()
         ready = 0
@@ -264,6 +265,7 @@ def run_two_process(
             kind, _, _ = get(startup_timeout_s, "starting the workers")
             ready += kind == "ready"
         t0 = time.time()
+        startup = t0 - launched
         go.set()
         events, outputs, done = [], {}, 0
         while done < workers:
@@ -285,7 +287,7 @@ def run_two_process(
                 p.join(timeout=5)
         shutil.rmtree(tmp, ignore_errors=True)
     return PipelineRun(f"{workers} processes + lock", events, outputs, wall, len(jpegs),
-                       {"workers": workers, "threads_per_worker": threads_per_worker})
+                       {"workers": workers, "threads_per_worker": threads_per_worker, "startup_s": startup})
 
 
 class JpegDataset:

@@ -13,6 +13,8 @@ An empty calibration set raises a clear error (there is nothing to choose the sc
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,13 +161,14 @@ def quantize_onnx(
     name = input_name or _input_name(model_in)
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                "percentile": CalibrationMethod.Percentile}
-    quantize_static(
-        str(model_in), str(dst), calibration_reader(x, name, batch_size),
-        quant_format=QuantFormat.QDQ, per_channel=per_channel,
-        activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
-        weight_type=QuantType.QInt8, calibrate_method=methods[method],
-        extra_options={"ActivationSymmetric": activation == "int8", "WeightSymmetric": True},
-    )
+    with contextlib.redirect_stdout(io.StringIO()):  # the histogram methods print progress lines
+        quantize_static(
+            str(model_in), str(dst), calibration_reader(x, name, batch_size),
+            quant_format=QuantFormat.QDQ, per_channel=per_channel,
+            activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
+            weight_type=QuantType.QInt8, calibrate_method=methods[method],
+            extra_options={"ActivationSymmetric": activation == "int8", "WeightSymmetric": True},
+        )
     return QuantReport(path=dst, tool="ONNX Runtime quantize_static (QDQ)", calibration_size=len(x),
                        per_channel=per_channel, activation=activation, seconds=time.perf_counter() - start,
                        op_counts=op_counts(dst), settings={"method": method, "preprocess": preprocess})

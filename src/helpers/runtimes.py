@@ -316,6 +316,31 @@ def create_session(
     return runner
 
 
+def trt_profile(path: str | Path, min_batch: int = 1, opt_batch: int = 8, max_batch: int = 32) -> dict[str, str]:
+    """TensorRT EP options declaring the batch range of a dynamic-batch model, so one engine serves all of it.
+
+    Without them the TensorRT EP rebuilds its engine (seconds to minutes) whenever a new batch size arrives.
+    Other dimensions are taken from the model and must be fixed.
+    """
+    import onnx
+
+    if not 1 <= min_batch <= opt_batch <= max_batch:
+        raise ValueError(f"need 1 <= min_batch <= opt_batch <= max_batch, got {min_batch}, {opt_batch}, {max_batch}")
+    model = onnx.load(str(_check_path(path)), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    shapes: dict[str, list[str]] = {"min": [], "opt": [], "max": []}
+    for v in model.graph.input:
+        if v.name in inits:
+            continue
+        dims = v.type.tensor_type.shape.dim
+        rest = [d.dim_value for d in dims[1:]]
+        if any(r <= 0 for r in rest):
+            raise ValueError(f"input {v.name!r} has dynamic dimensions besides the batch: {[d.dim_param or d.dim_value for d in dims]}")
+        for key, b in (("min", min_batch), ("opt", opt_batch), ("max", max_batch)):
+            shapes[key].append(f"{v.name}:" + "x".join(str(d) for d in [b, *rest]))
+    return {f"trt_profile_{key}_shapes": ",".join(val) for key, val in shapes.items()}
+
+
 def optimize_offline(src: str | Path, dst: str | Path, optimization: str = "basic") -> Path:
     """Let ONNX Runtime rewrite ``src`` at ``optimization`` level and save the result to ``dst``.
 

@@ -202,7 +202,13 @@ class GraphTask:
                              "an nn.Graph has static shapes: build one GraphTask per shape")
         with self._flow.no_grad():
             self.module.holder.zero_()
-        logits = self.graph(x)
+        if self.graph.is_compiled:
+            logits = self.graph(x)
+        else:  # the first call compiles; hide OneFlow's harmless "no CUDA driver" lines on CPU machines
+            from .environment import quiet_native_stderr
+
+            with quiet_native_stderr():
+                logits = self.graph(x)
         # SGD with lr=1 on a zero holder: holder = -grad, so |holder| = |grad| exactly.
         saliency = self.module.holder.detach().abs().max(dim=1)[0]
         return TaskResult(logits, saliency)

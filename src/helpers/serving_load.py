@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .benchmarking import _percentile
-from .serving import _NP_TO_TRITON, _check_loopback
+from .serving_client import NP_TO_TRITON, check_loopback
 
 MAX_CONCURRENCY = 64
 MAX_LEVELS = 12
@@ -70,7 +70,7 @@ def _client(protocol: str, url: str, model: str, inputs: Mapping[str, np.ndarray
     client = mod.InferenceServerClient(url=url)
     reqs = []
     for name, array in inputs.items():
-        inp = mod.InferInput(name, list(array.shape), _NP_TO_TRITON[array.dtype])
+        inp = mod.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
         if protocol == "grpc":
             inp.set_data_from_numpy(array)
         else:
@@ -83,7 +83,7 @@ def _client(protocol: str, url: str, model: str, inputs: Mapping[str, np.ndarray
 def closed_loop(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str, *, concurrency: int,
                 duration_s: float, warmup_s: float = 0.3, protocol: str = "grpc", label: str = "") -> LoadPoint:
     """``concurrency`` clients sending back-to-back requests for ``warmup_s + duration_s`` seconds."""
-    _check_loopback(url)
+    check_loopback(url)
     if protocol not in ("grpc", "http"):
         raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
     if not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
@@ -198,7 +198,7 @@ def perf_analyzer(url: str, model: str, concurrencies: Sequence[int], *, protoco
     ``stability_percent`` (at most ``max_trials`` windows); on a busy machine it may never agree, and
     then this raises ``RuntimeError`` with its message.
     """
-    _check_loopback(url)
+    check_loopback(url)
     if not concurrencies or len(concurrencies) > MAX_LEVELS or not all(1 <= c <= MAX_CONCURRENCY for c in concurrencies):
         raise ValueError(f"give 1..{MAX_LEVELS} concurrency levels in 1..{MAX_CONCURRENCY}")
     if not 100 <= measurement_ms <= 10_000:
@@ -234,8 +234,8 @@ def plot_load_sweep(results: Mapping[str, Sequence[LoadPoint]], title: str = "")
     for i, (label, pts) in enumerate(results.items()):
         c = [p.concurrency for p in pts]
         left.plot(c, [p.throughput for p in pts], "o-", color=f"C{i}", label=label)
-        right.plot(c, [p.p50 * 1e3 for p in pts], "o-", color=f"C{i}", label=f"{label}: p50")
-        right.plot(c, [p.p99 * 1e3 for p in pts], "s--", color=f"C{i}", alpha=0.6, label=f"{label}: p99")
+        right.plot(c, [p.p50 * 1e3 for p in pts], "o-", color=f"C{i}")
+        right.plot(c, [p.p99 * 1e3 for p in pts], "s--", color=f"C{i}", alpha=0.6)
     ticks = sorted({p.concurrency for pts in results.values() for p in pts})
     for ax, ylabel in ((left, "requests / s"), (right, "latency (ms)")):
         ax.set_xscale("log", base=2)
@@ -244,9 +244,8 @@ def plot_load_sweep(results: Mapping[str, Sequence[LoadPoint]], title: str = "")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     left.set_title("throughput")
-    right.set_title("latency per request")
+    right.set_title("latency per request: p50 (solid), p99 (dashed)")
     left.legend(fontsize=8)
-    right.legend(fontsize=7, ncol=2)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

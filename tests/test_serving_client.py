@@ -1,0 +1,67 @@
+"""helpers.serving_client without a server: request bodies, loopback-only addresses, response parsing.
+
+The same functions are exercised against a real Triton server in tests/test_serving.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import serving_client as sc
+
+
+def test_json_body_follows_kserve_v2():
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    body = json.loads(sc.infer_json_body({"image": x}))
+    assert body == {"inputs": [{"name": "image", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}]}
+    wrong = json.loads(sc.infer_json_body({"image": x}, datatype="FP64"))  # a deliberately wrong declaration
+    assert wrong["inputs"][0]["datatype"] == "FP64"
+    with pytest.raises(ValueError, match="no Triton datatype"):
+        sc.infer_json_body({"s": np.array(["a"])})
+
+
+def test_binary_body_has_header_then_raw_tensors():
+    a = np.ones((2, 3), np.float32)
+    b = np.arange(4, dtype=np.int64)
+    body, headers = sc.infer_binary_body({"a": a, "b": b})
+    n = int(headers["Inference-Header-Content-Length"])
+    header = json.loads(body[:n])
+    assert [i["parameters"]["binary_data_size"] for i in header["inputs"]] == [a.nbytes, b.nbytes]
+    assert body[n:] == a.tobytes() + b.tobytes()
+    assert [i["datatype"] for i in header["inputs"]] == ["FP32", "INT64"]
+    with pytest.raises(ValueError, match="no Triton datatype"):
+        sc.infer_binary_body({"s": np.array(["a"])})
+
+
+@pytest.mark.parametrize("url", ["10.0.0.5:8000", "example.com:8001", "127.0.0.1", "127.0.0.1:http", "0.0.0.0:8000"])
+def test_only_loopback_addresses(url):
+    with pytest.raises(ValueError, match="127.0.0.1:PORT"):
+        sc.check_loopback(url)
+    with pytest.raises(ValueError):
+        sc.http_request(url, "GET", "/v2/health/ready")
+
+
+def test_loopback_addresses_accepted_and_refused_connection_is_an_oserror():
+    assert sc.check_loopback("127.0.0.1:8000") == ("127.0.0.1", 8000)
+    assert sc.check_loopback("localhost:8001") == ("localhost", 8001)
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: bind, never listen
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(OSError):
+            sc.http_request(f"127.0.0.1:{port}", "GET", "/", timeout=2)
+
+
+def test_response_helpers():
+    ok = sc.HttpResponse(200, "OK", "HTTP/1.1", body=b'{"ready": true}')
+    assert ok.status_line == "HTTP/1.1 200 OK" and ok.json() == {"ready": True}
+    bad = sc.HttpResponse(400, "Bad Request", "HTTP/1.1", body=b'{"error": "unexpected shape"}')
+    assert bad.error_message() == "unexpected shape"
+    raw = sc.HttpResponse(500, "Internal Server Error", "HTTP/1.1", body=b"not json")
+    assert raw.error_message() == "not json"
+    err = sc.TritonRequestError(404, "unknown model")
+    assert err.status == 404 and "HTTP 404" in str(err)
