@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -269,10 +270,11 @@ def test_a_forgotten_server_is_stopped_when_garbage_collected(tiny):
     import gc
 
     srv = serving.TritonServer(tiny.repo, models=["tiny"]).start()
-    pids = srv.processes()
-    del srv  # no stop(), no with-block: the finalizer must stop it
+    pids, workdir = srv.processes(), srv._workdir
+    assert workdir.is_dir()
+    del srv  # no stop(), no with-block: the finalizer must stop it and delete its work folder
     gc.collect()
-    assert _wait_gone(pids) == []
+    assert _wait_gone(pids) == [] and not workdir.exists()
 
 
 CHILD = textwrap.dedent("""
@@ -283,6 +285,7 @@ CHILD = textwrap.dedent("""
     from helpers import serving
     state["srv"] = serving.TritonServer(sys.argv[1], models=["tiny"]).start()
     print(json.dumps(state["srv"].processes()), flush=True)
+    print("workdir", state["srv"]._workdir, flush=True)
     if sys.argv[2] == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)   # no atexit, no finally: only the parent-death signal is left
     raise RuntimeError("the notebook cell failed")  # uncaught: the atexit hook stops the server
@@ -299,9 +302,15 @@ def test_no_server_survives_its_python_process(tiny, tmp_path, how):
     assert lines, f"child did not start the server: {proc.stdout[-500:]} {proc.stderr[-1500:]}"
     pids = json.loads(lines[-1])
     assert len(pids) >= 2
-    if how == "exception":  # the helpers' atexit hook (not the parent-death signal) stopped it
+    workdir = Path(next(line for line in proc.stdout.splitlines() if line.startswith("workdir ")).split(" ", 1)[1])
+    if how == "exception":  # the helpers' atexit hook (not the parent-death signal) stopped it and cleaned up
         assert "alive after the exit hook: False" in proc.stdout
+        assert not workdir.exists()
     assert _wait_gone(pids) == [], f"processes survived the death of their parent ({how})"
+    if how == "sigkill":  # nothing ran in the killed process: the next server start removes its work folder
+        assert workdir.exists()
+        serving._remove_stale_workdirs()
+        assert not workdir.exists()
 
 
 # ------------------------------------------------------------------------------------- model.py pieces

@@ -11,8 +11,14 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.migration` -- PyTorch -> OneFlow migration: import rewriting, mock_torch imports, missing-API scan
 - :mod:`helpers.alignment` -- precision alignment: one-call inference report (table + plot), aligned training in two frameworks
 - :mod:`helpers.graphs` -- OneFlow nn.Graph inference/training wrappers, TorchScript/torch.compile routes, compile vs steady-state timing
+- :mod:`helpers.saliency_task` -- the forward->backward->forward task (input gradients) and its pruned variants, eager and nn.Graph
+- :mod:`helpers.graph_ops` -- op counts of compiled OneFlow graphs and torch.fx graphs, and their differences
+- :mod:`helpers.batching` -- batch sweeps, BatchNorm batch (in)dependence, GPU utilisation sampling
+- :mod:`helpers.pipeline` -- two-stage load/infer pipelines (serial, two processes + lock, DataLoader) with timelines
+- :mod:`helpers.compile_opts` -- OneFlow nn.Graph switches (AMP, conv search, fusions) and PyTorch equivalents, per-precision tolerances
+- :mod:`helpers.subprocess_bench` -- run a benchmark in a fresh Python process with its own environment (OneFlow MLIR passes)
 - :mod:`helpers.ceiling` -- this machine's matmul peak and a model's FLOPs
-- :mod:`helpers.profiling` -- per-stage pipeline timing and PyTorch profiler tables
+- :mod:`helpers.profiling` -- per-stage pipeline timing, PyTorch profiler tables and peak tensor memory
 - :mod:`helpers.export` -- ONNX export and verification in one call, graph simplification and op counts, OneFlow to ONNX
 - :mod:`helpers.runtimes` -- ONNX Runtime sessions on the best usable provider (TensorRT > CUDA > CPU) and OpenVINO, one Runner API
 - :mod:`helpers.quantization` -- INT8 post-training static quantization (ONNX Runtime QDQ, OpenVINO NNCF) and accuracy

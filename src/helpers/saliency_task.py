@@ -167,7 +167,8 @@ class GraphTask:
             def __init__(self) -> None:
                 super().__init__()
                 self.net = net
-                self.holder = nn.Parameter(flow.zeros(*input_shape))
+                weight = next(net.parameters())
+                self.holder = nn.Parameter(flow.zeros(*input_shape, dtype=weight.dtype, device=weight.device))
 
             def forward(self, x: Any) -> Any:
                 return self.net(x + self.holder)

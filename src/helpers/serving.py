@@ -134,6 +134,28 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
         return None
 
 
+def _cleanup(proc: subprocess.Popen, workdir: Path, grace_s: float) -> None:
+    """What the finalizer of a forgotten server does: stop its process group, delete its work folder."""
+    _kill_group(proc, grace_s)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+WORKDIR_PREFIX = "course-triton-"
+
+
+def _remove_stale_workdirs() -> None:
+    """Delete work folders left by servers whose Python process died without cleaning up (e.g. SIGKILL)."""
+    import psutil
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            owner = int(folder.name[len(WORKDIR_PREFIX):].split("-")[0])
+        except ValueError:
+            continue
+        if not psutil.pid_exists(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 @atexit.register
 def stop_all_servers() -> None:
     """Stop every server this process started and has not stopped (runs at interpreter exit)."""
@@ -276,7 +298,8 @@ class TritonServer:
         raise AssertionError("unreachable")
 
     def _launch(self, install: TritonInstallation) -> None:
-        self._workdir = Path(tempfile.mkdtemp(prefix="triton-"))
+        _remove_stale_workdirs()
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         backend_dir = self._workdir / "backends"
         (backend_dir / "python").mkdir(parents=True)
         for src in (*install.backend_files, install.stub):
@@ -292,7 +315,7 @@ class TritonServer:
                                          stdin=subprocess.DEVNULL, env=install.environment(), cwd=self._workdir,
                                          start_new_session=True, preexec_fn=_die_with_parent)
         _LIVE[id(self)] = self
-        self._finalizer = weakref.finalize(self, _kill_group, self.proc, 5.0)
+        self._finalizer = weakref.finalize(self, _cleanup, self.proc, self._workdir, 5.0)
 
     def error_lines(self, limit: int = 5) -> list[str]:
         """The server log's error lines (``E<date> ... "message"``), last ``limit`` of them."""
