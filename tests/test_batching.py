@@ -50,3 +50,17 @@ def test_gpu_utilisation_needs_nvidia_smi():
 def test_gpu_utilisation_bad_interval():
     with pytest.raises(ValueError, match="interval_s"):
         batching.GpuUtilisation(interval_s=0)
+
+
+def test_fastest_thread_count(torch_mod):
+    before = torch_mod.get_num_threads()
+    seen = []
+    best, times = batching.fastest_thread_count(lambda: seen.append(torch_mod.get_num_threads()), [1, 2],
+                                                warmup=1, repeats=2)
+    assert best in (1, 2) and set(times) == {1, 2} and all(len(m.times_s) == 2 for m in times.values())
+    assert set(seen) == {1, 2}  # each candidate really ran with its thread count
+    assert torch_mod.get_num_threads() == before  # restored
+    with pytest.raises(ValueError, match="positive thread counts"):
+        batching.fastest_thread_count(lambda: None, [0])
+    with pytest.raises(ValueError, match="positive thread counts"):
+        batching.fastest_thread_count(lambda: None, [])

@@ -111,6 +111,8 @@ def test_stuck_worker_times_out_instead_of_hanging(jpegs):
     assert time.time() - start < 90
 
 
+@pytest.mark.skipif(__import__("multiprocessing").get_start_method() != "fork",
+                    reason="the stuck loader is injected by monkeypatching, which only forked workers inherit")
 def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
     with pytest.raises(ValueError, match="cannot decode image"):
         pl.run_dataloader(TinyNet(), [b"not an image"] * 4, batch_size=2, image_size=SIZE, num_workers=1)

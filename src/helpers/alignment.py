@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .benchmarking import format_table
+from .benchmarking import format_table, synchronize
 from .comparison import Comparison, compare, to_numpy
 from .models import framework_of, load_numpy_state, nn_namespace, state_dict_numpy, transfer_weights
 
@@ -463,6 +463,7 @@ def train_run(
     _check_no_dropout(model)
     step = make_train_step(model, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
                            use_graph=use_graph)
+    fw = framework_of(model)
     loop: Any = order
     if progress:
         from tqdm.auto import tqdm
@@ -471,7 +472,8 @@ def train_run(
     losses, seconds = [], 0.0
     for idx in loop:
         start = time.perf_counter()
-        losses.append(step(x[idx], y[idx]))  # a Python float: the step has finished
+        losses.append(step(x[idx], y[idx]))
+        synchronize(fw)  # the loss is ready before the update is: wait for the whole step
         seconds += time.perf_counter() - start
     losses_arr = np.array(losses)
     if not np.isfinite(losses_arr).all():

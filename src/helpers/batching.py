@@ -118,3 +118,40 @@ class GpuUtilisation:
         if not self.samples:
             raise RuntimeError("no utilisation samples were collected (the workload was too short?)")
         return float(np.mean(self.samples))
+
+
+def fastest_thread_count(
+    fn: Any, candidates: Sequence[int] | None = None, *, warmup: int = 2, repeats: int = 5,
+) -> tuple[int, dict[int, Measurement]]:
+    """Time ``fn()`` with each PyTorch intra-op thread count in ``candidates`` (interleaved); return the fastest.
+
+    On a quiet machine more threads are usually faster; on a busy one (other processes on the same
+    cores) threads that must meet at every layer can be many times *slower* than one thread. The
+    thread count is restored afterwards. Default candidates: 1 and all cores.
+    """
+    import os
+
+    import torch
+
+    from .benchmarking import benchmark_interleaved
+
+    if candidates is None:
+        candidates = sorted({1, os.cpu_count() or 1})
+    candidates = list(candidates)
+    if not candidates or any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in candidates):
+        raise ValueError(f"candidates must be positive thread counts, got {candidates}")
+    saved = torch.get_num_threads()
+
+    def with_threads(t: int) -> Any:
+        def run() -> Any:
+            torch.set_num_threads(t)
+            return fn()
+        return run
+
+    try:
+        times = benchmark_interleaved({t: with_threads(t) for t in candidates}, framework="torch", warmup=warmup,
+                                      repeats=repeats)
+    finally:
+        torch.set_num_threads(saved)
+    best = min(times, key=lambda t: times[t].median)
+    return best, times

@@ -111,6 +111,11 @@ def torch_static(model: Any, example: Any, route: str) -> Any:
         raise TypeError(f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__name__}")
     if route == "freeze" and model.training:
         raise ValueError("torch.jit.freeze needs a model in eval mode: call model.eval() first")
+    if route == "compile" and not torch.cuda.is_available():
+        import logging
+
+        # Inductor's C++ path logs "No CUDA runtime is found" once on CPU-only machines: harmless.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     with torch.no_grad():
         if route == "trace":
             return torch.jit.trace(model, example)
