@@ -20,6 +20,7 @@ Every chapter imports what it needs from the small modules below:
 - :mod:`helpers.ceiling` -- this machine's matmul peak and a model's FLOPs
 - :mod:`helpers.profiling` -- per-stage pipeline timing, PyTorch profiler tables and peak tensor memory
 - :mod:`helpers.export` -- ONNX export and verification in one call, graph simplification and op counts, OneFlow to ONNX
+- :mod:`helpers.journey` -- the capstone: step factors from the ledger, waterfall, decision guide
 - :mod:`helpers.runtimes` -- ONNX Runtime sessions on the best usable provider (TensorRT > CUDA > CPU) and OpenVINO, one Runner API
 - :mod:`helpers.quantization` -- INT8 post-training static quantization (ONNX Runtime QDQ, OpenVINO NNCF) and accuracy
 - :mod:`helpers.training` -- a quick classifier-training recipe so accuracy means something (chapter 8)
