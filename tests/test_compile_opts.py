@@ -96,3 +96,18 @@ def test_tolerance_scales_with_the_reference():
     assert co.tolerance("float16", [1.0])["atol"] < co.tolerance("bfloat16", [1.0])["atol"]
     with pytest.raises(ValueError, match="unknown precision"):
         co.tolerance("int8", [1.0])
+
+
+def test_torch_compile_pins_the_thread_count(torch_mod):
+    import torch._inductor.config as inductor_config
+
+    net = torch_mod.nn.Sequential(torch_mod.nn.Linear(8, 4), torch_mod.nn.ReLU()).eval()
+    x = torch_mod.randn(2, 8)
+    compiled = co.torch_compile(net)
+    assert inductor_config.cpp.threads == torch_mod.get_num_threads()
+    with torch_mod.no_grad():
+        torch_mod.testing.assert_close(compiled(x), net(x))  # same maths, rounding only
+    with pytest.raises(ValueError, match="unknown torch.compile mode"):
+        co.torch_compile(net, mode="fastest")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        co.torch_compile(lambda t: t)

@@ -8,10 +8,15 @@
   identical initial weights, data order, optimizer and hyper-parameters; returns a
   :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
   ``.plot()`` and ``.assert_within(...)``;
-- :func:`make_train_step` -- the eager (or OneFlow ``nn.Graph``) SGD step both use.
+- :func:`train_run`, :func:`make_train_step`, :func:`batch_order`, :func:`perturb_weights`,
+  :func:`accuracy` -- its parts: one run over a fixed batch order, the eager (or OneFlow
+  ``nn.Graph``) SGD/Adam step, the seeded per-epoch shuffle, a float32-sized nudge of the weights
+  (to measure how chaotic training itself is) and held-out accuracy.
 
 Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
 modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
+Inputs are float batches (first axis = samples); they are fed to every model as float32, or as
+float64 to a float64 model (a float64 copy makes a good "exact" reference).
 """
 
 from __future__ import annotations

@@ -234,3 +234,25 @@ def to_channels_last(model: Any) -> Any:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"to_channels_last needs a torch.nn.Module, got {type(model).__name__}")
     return copy.deepcopy(model).to(memory_format=torch.channels_last)
+
+
+TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def torch_compile(model: Any, mode: str = "default") -> Any:
+    """``torch.compile(model, mode=mode)``, with TorchInductor's CPU kernels using PyTorch's *current* thread count.
+
+    Inductor writes its thread count into the C++ kernels it generates (``#pragma omp parallel
+    num_threads(N)``), and its on-disk cache can hand back kernels built for another count; on a
+    busy machine kernels with too many threads are many times slower. Setting
+    ``torch._inductor.config.cpp.threads`` pins it (and makes it part of the cache key).
+    """
+    import torch
+    import torch._inductor.config as inductor_config
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"torch_compile needs a torch.nn.Module, got {type(model).__name__}")
+    if mode not in TORCH_COMPILE_MODES:
+        raise ValueError(f"unknown torch.compile mode {mode!r}; use one of {', '.join(TORCH_COMPILE_MODES)}")
+    inductor_config.cpp.threads = torch.get_num_threads()
+    return torch.compile(model, mode=mode)
