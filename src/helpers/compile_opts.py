@@ -61,7 +61,10 @@ def build_inference_graph(model: Any, *, amp: bool = False, conv_search: bool = 
         def build(self, x: Any) -> Any:
             return self.model(x)
 
-    return InferenceGraph()
+    from .environment import quiet_native_stderr
+
+    with quiet_native_stderr():  # the first nn.Graph of a process prints a harmless "no CUDA driver" line on CPU
+        return InferenceGraph()
 
 
 def explicit_padding(model: Any) -> Any:

@@ -193,7 +193,10 @@ class GraphTask:
                     self.model(x)  # not returned; the compiler keeps it anyway (see the op counts)
                 return logits
 
-        self.graph = TaskGraph()
+        from .environment import quiet_native_stderr
+
+        with quiet_native_stderr():  # the first nn.Graph of a process prints a harmless "no CUDA driver" line on CPU
+            self.graph = TaskGraph()
         self._flow = flow
 
     def __call__(self, x: Any) -> TaskResult:
@@ -203,13 +206,7 @@ class GraphTask:
                              "an nn.Graph has static shapes: build one GraphTask per shape")
         with self._flow.no_grad():
             self.module.holder.zero_()
-        if self.graph.is_compiled:
-            logits = self.graph(x)
-        else:  # the first call compiles; hide OneFlow's harmless "no CUDA driver" lines on CPU machines
-            from .environment import quiet_native_stderr
-
-            with quiet_native_stderr():
-                logits = self.graph(x)
+        logits = self.graph(x)
         # SGD with lr=1 on a zero holder: holder = -grad, so |holder| = |grad| exactly.
         saliency = self.module.holder.detach().abs().max(dim=1)[0]
         return TaskResult(logits, saliency)
