@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
+import matplotlib
+import pytest
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("GLOG_minloglevel", "2")
-
-import pytest  # noqa: E402
+# Headless plots in this process only: an MPLBACKEND environment variable would also reach the
+# notebook kernels nbval starts in the same session, and their figures would vanish from the book.
+matplotlib.use("Agg")
 
 
 @pytest.fixture(autouse=True)
