@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,7 +142,7 @@ def quantize_onnx(
     usually enough for CNNs; ``entropy``/``percentile`` clip outliers but need more memory and time).
     With ``preprocess`` the model goes through :func:`preprocess_for_quantization` first.
     """
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import CalibrationMethod
 
     from .export import op_counts
 
@@ -161,17 +162,38 @@ def quantize_onnx(
     name = input_name or _input_name(model_in)
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                "percentile": CalibrationMethod.Percentile}
+    quiet = _PreprocessHintFilter() if not preprocess else None  # the caller chose to skip it: no need to nag
+    if quiet:
+        logging.getLogger().addFilter(quiet)
+    try:
+        _quantize_static(model_in, dst, x, name, batch_size, per_channel, activation, methods[method])
+    finally:
+        if quiet:
+            logging.getLogger().removeFilter(quiet)
+    return QuantReport(path=dst, tool="ONNX Runtime quantize_static (QDQ)", calibration_size=len(x),
+                       per_channel=per_channel, activation=activation, seconds=time.perf_counter() - start,
+                       op_counts=op_counts(dst), settings={"method": method, "preprocess": preprocess})
+
+
+class _PreprocessHintFilter(logging.Filter):
+    """Drops ONNX Runtime's 'please run pre-processing' warning (and only that one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-process" not in record.getMessage()
+
+
+def _quantize_static(model_in: Path, dst: Path, x: np.ndarray, name: str, batch_size: int, per_channel: bool,
+                     activation: str, method: Any) -> None:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
     with contextlib.redirect_stdout(io.StringIO()):  # the histogram methods print progress lines
         quantize_static(
             str(model_in), str(dst), calibration_reader(x, name, batch_size),
             quant_format=QuantFormat.QDQ, per_channel=per_channel,
             activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
-            weight_type=QuantType.QInt8, calibrate_method=methods[method],
+            weight_type=QuantType.QInt8, calibrate_method=method,
             extra_options={"ActivationSymmetric": activation == "int8", "WeightSymmetric": True},
         )
-    return QuantReport(path=dst, tool="ONNX Runtime quantize_static (QDQ)", calibration_size=len(x),
-                       per_channel=per_channel, activation=activation, seconds=time.perf_counter() - start,
-                       op_counts=op_counts(dst), settings={"method": method, "preprocess": preprocess})
 
 
 def quantize_openvino(
@@ -189,8 +211,6 @@ def quantize_openvino(
     activations. Returns the quantized ``openvino.Model`` (compile it with
     :func:`helpers.runtimes.openvino_model`) and a report; ``dst`` also saves it as OpenVINO IR.
     """
-    import logging
-
     import nncf
     import openvino as ov
 
