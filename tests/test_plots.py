@@ -123,3 +123,8 @@ def test_speed_accuracy(axes_cls):
         plots.plot_speed_accuracy([])
     with pytest.raises(ValueError, match="lacks"):
         plots.plot_speed_accuracy([{"label": "x", "speed": 1.0}])
+
+
+def test_speedups_reported_label(axes_cls):
+    ax = plots.plot_speedups(["a"], [2.0], [1.5], reported_label="earlier rough check")
+    assert "earlier rough check" in [t.get_text() for t in ax.get_legend().get_texts()]

@@ -152,7 +152,8 @@ def export_onnx(
 
 
 def export_and_verify(
-    model: Any, example_input: Any, path: str | Path, *, atol: float = 1e-4, min_cosine: float = 0.99999, **kwargs: Any
+    model: Any, example_input: Any, path: str | Path, *, atol: float = 1e-4, min_cosine: float = 0.99999,
+    rtol: float = 0.0, **kwargs: Any
 ) -> ExportReport:
     """:func:`export_onnx`, then run the file in ONNX Runtime (CPU) and assert it matches the model.
 
@@ -174,7 +175,8 @@ def export_and_verify(
             want = model.eval()(example_input)
     finally:
         model.train(was_training)  # verifying must not leave a model that was training in eval mode
-    cmp = assert_outputs_close(got, want, atol=atol, min_cosine=min_cosine, name=f"ONNX Runtime vs PyTorch ({report.path.name})")
+    cmp = assert_outputs_close(got, want, atol=atol, rtol=rtol, min_cosine=min_cosine,
+                               name=f"ONNX Runtime vs PyTorch ({report.path.name})")
     report.max_abs, report.cosine = cmp.max_abs, cmp.cosine
     return report
 
@@ -245,6 +247,7 @@ def export_oneflow_onnx(
     output_name: str = "output",
     opset: int = 13,
     atol: float = 1e-4,
+    rtol: float = 1e-4,
     min_cosine: float = 0.99999,
     expected_rank: int | None = 4,
 ) -> ExportReport:
@@ -253,8 +256,9 @@ def export_oneflow_onnx(
     A module is wrapped in an inference ``nn.Graph`` first (oneflow-onnx converts compiled graphs).
     The graph is traced at the example's batch size and the file keeps it: oneflow-onnx 0.6.2 bakes the
     traced batch into reshapes such as ResNet's flatten, so export one file per batch size you serve.
-    Inputs and outputs are renamed to ``input_name``/``output_name``; the tolerance is the same as
-    :func:`export_and_verify` (float32 accumulation-order noise).
+    Inputs and outputs are renamed to ``input_name``/``output_name``. The tolerance is float32
+    accumulation-order noise: ``atol + rtol * |expected|``, with a relative part because that noise
+    grows with the size of the values and the depth of the network (ResNet-101 logits move by ~1e-4).
     """
     import contextlib
     import io
@@ -305,7 +309,7 @@ def export_oneflow_onnx(
     onnx.checker.check_model(str(path))
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = sess.run([output_name], {input_name: example_input.numpy()})[0]
-    cmp = assert_outputs_close(got, want, atol=atol, min_cosine=min_cosine,
+    cmp = assert_outputs_close(got, want, atol=atol, rtol=rtol, min_cosine=min_cosine,
                                name=f"ONNX Runtime vs OneFlow nn.Graph ({path.name})")
     opset_used = next((o.version for o in model_proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     return ExportReport(path=path, opset=opset_used, input_name=input_name, output_name=output_name,

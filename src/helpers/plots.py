@@ -43,6 +43,7 @@ def plot_speedups(
     reported: Sequence[float | None] | None = None,
     ax: Any = None,
     title: str = "",
+    reported_label: str = "reported (case study)",
 ) -> Any:
     """Bars of measured speedups (x), with the case study's reported factor beside each where known."""
     if not labels:
@@ -57,7 +58,7 @@ def plot_speedups(
     ax.bar_label(bars, fmt="%.2fx", fontsize=8)
     if reported is not None:
         rep = [r if r is not None else 0 for r in reported]
-        rb = ax.bar(idx + width / 2, rep, width, label="reported (case study)", color="C1", alpha=0.7)
+        rb = ax.bar(idx + width / 2, rep, width, label=reported_label, color="C1", alpha=0.7)
         ax.bar_label(rb, labels=[f"{r:.2f}x" if r else "" for r in rep], fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(idx, labels, rotation=15, ha="right")
@@ -188,7 +189,7 @@ def plot_grouped_bars(
         raise ValueError("nothing to plot: give at least one group with one value")
     plt = _plt()
     series = list(dict.fromkeys(k for g in groups.values() for k in g))
-    ax = ax or plt.subplots(figsize=(max(7, 1.2 * len(groups) * len(series) / 2), 3.8))[1]
+    ax = ax or plt.subplots(figsize=(min(12, max(7, 0.3 * len(groups) * len(series) + 2)), 3.8))[1]
     idx = np.arange(len(groups))
     width = 0.8 / len(series)
     for i, name in enumerate(series):
@@ -197,7 +198,8 @@ def plot_grouped_bars(
         ax.bar_label(bars, fmt=fmt, fontsize=7)
     if reference is not None:
         ax.axhline(reference, color="black", ls="--", lw=1, label=reference_label)
-    ax.set_xticks(idx, list(groups))
+    many = len(groups) > 5
+    ax.set_xticks(idx, list(groups), rotation=30 if many else 0, ha="right" if many else "center")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
@@ -206,7 +208,7 @@ def plot_grouped_bars(
 
 def plot_speed_accuracy(
     points: Sequence[Mapping[str, Any]], *, ax: Any = None, title: str = "", xlabel: str = "throughput (images/s)",
-    ylabel: str = "held-out accuracy",
+    ylabel: str = "held-out accuracy", logx: bool = True,
 ) -> Any:
     """Scatter of speed (x) against accuracy (y), one labelled point per variant (``label``, ``speed``, ``accuracy``).
 
@@ -220,11 +222,19 @@ def plot_speed_accuracy(
             raise ValueError(f"point {p!r} lacks {sorted(missing)}")
     plt = _plt()
     ax = ax or plt.subplots(figsize=(7, 4))[1]
+    offsets = [(6, 5), (6, -12), (6, 16), (6, -23)]  # staggered, so labels of coinciding points stay readable
     for i, p in enumerate(points):
-        ax.scatter([p["speed"]], [p["accuracy"]], s=60, color=f"C{i}", zorder=3)
-        ax.annotate(p["label"], (p["speed"], p["accuracy"]), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    ax.set_xlabel(xlabel)
+        ax.scatter([p["speed"]], [p["accuracy"]], s=60, color=f"C{i}", zorder=3, label=p["label"])
+        ax.annotate(p["label"], (p["speed"], p["accuracy"]), textcoords="offset points", xytext=offsets[i % len(offsets)],
+                    fontsize=8, color=f"C{i}")
+    accs = [float(p["accuracy"]) for p in points]
+    lo, hi = min(accs), max(accs)
+    pad = max(0.05 - (hi - lo) / 2, 0.01)  # at least a 10-point window: tiny differences should look tiny
+    ax.set_ylim(lo - pad, hi + pad)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel + (" (log scale)" if logx else ""))
     ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both")
     ax.set_title(title)
     return ax
