@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.course-installed
 MODE ?=
-RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0
+RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE
 
 # Python 3.10 (OneFlow 0.9.0 has wheels for 3.7-3.10 only): PATH first, then pyenv's versions folder.
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
