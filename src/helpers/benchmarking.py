@@ -144,6 +144,16 @@ class _RssSampler:
         self.peak = max(self.peak, self._proc.memory_info().rss)
 
 
+def _check_counts(repeats: int, warmup: int, items: int) -> None:
+    """Clear errors for impossible repetition, warm-up or item counts."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive int, got {repeats!r}: at least one timed call is needed")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    if not isinstance(items, int) or items < 1:
+        raise ValueError(f"items must be a positive int, got {items!r}")
+
+
 def benchmark(
     fn: Callable[[], Any],
     *,
@@ -167,12 +177,7 @@ def benchmark(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive int, got {repeats!r}: at least one timed call is needed")
-    if not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
-    if not isinstance(items, int) or items < 1:
-        raise ValueError(f"items must be a positive int, got {items!r}")
+    _check_counts(repeats, warmup, items)
     synchronize(framework)  # validates the name too
     for _ in range(warmup):
         fn()
@@ -288,12 +293,7 @@ def benchmark_interleaved(
     for label, fn in fns.items():
         if not callable(fn):
             raise TypeError(f"variant {label!r} is not callable ({type(fn).__name__})")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive int, got {repeats!r}: at least one timed call is needed")
-    if not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
-    if not isinstance(items, int) or items < 1:
-        raise ValueError(f"items must be a positive int, got {items!r}")
+    _check_counts(repeats, warmup, items)
     if isinstance(framework, str):
         fws = {label: framework for label in fns}
     else:
