@@ -59,8 +59,11 @@ test-unit: setup
 test-notebooks: setup
 	$(RUN_ENV) $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=900
 
+# Repository links and launch buttons come from COURSE_REPO_URL (else the origin remote), COURSE_REPO_BRANCH,
+# COURSE_JUPYTERHUB_URL and COURSE_BINDERHUB_URL: see tools/book_config.py.
 book: setup
-	$(RUN_ENV) $(VENV)/bin/jupyter-book build . --path-output .
+	$(PY) tools/book_config.py _build/_config.yml
+	$(RUN_ENV) $(VENV)/bin/jupyter-book build . --path-output . --config _build/_config.yml
 	@echo "Book rendered: open _build/html/index.html"
 
 # Full-mode reference run for readers with a GPU: executes every chapter (MODE=full by default) and
@@ -68,7 +71,7 @@ book: setup
 bench: setup
 	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.ledger slug 2>/dev/null | tail -1); \
 	echo "Reference run into results/reference/$$slug"; \
-	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$(CURDIR)/results/reference/$$slug PYTHONHASHSEED=0 \
+	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$(CURDIR)/results/reference/$$slug PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
 	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider
 	@echo "Commit results/reference/ to publish these figures in the book."
 

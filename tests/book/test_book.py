@@ -42,15 +42,25 @@ def toc_pages() -> list[str]:
 PAGES = toc_pages()
 
 
-@pytest.fixture(scope="session")
-def built_book() -> Path:
-    env = dict(os.environ)
+def build_book(output: Path, env: dict[str, str]) -> str:
+    """Build the book as ``make book`` does (tools/book_config.py, then jupyter-book); return the log."""
+    config = output / "_build" / "_config.yml"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "book_config.py"), str(config)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, f"book configuration failed: {proc.stderr}"
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "--path-output", "."],
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "--path-output", str(output),
+         "--config", str(config)],
         cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "build succeeded" in log, f"book build failed:\n{log[-4000:]}"
+    return log
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    log = build_book(ROOT, dict(os.environ))
     executed = re.findall(r"Executing notebook|Executed notebook", log)
     if executed:
         print(f"note: the build executed {len(executed)} notebook(s) that the nbval run had not cached")
@@ -136,3 +146,42 @@ def test_internal_links_resolve(built_book: Path) -> None:
             elif url.fragment and target.suffix == ".html" and url.fragment not in _anchors(target.read_text()):
                 problems.append(f"{page}: {href} -> missing anchor #{url.fragment}")
     assert not problems, "broken internal links:\n" + "\n".join(problems[:30])
+
+
+CHAPTERS = [p for p in PAGES if p.startswith("notebooks/")]
+
+
+def test_solutions_start_hidden(built_book: Path, browser) -> None:
+    """Every chapter ends with exercises whose solutions sit behind a toggle, closed until clicked."""
+    problems = []
+    for page in CHAPTERS:
+        browser.get((built_book / f"{page}.html").as_uri())
+        state = browser.execute_script(
+            "return Array.from(document.querySelectorAll('main .admonition.dropdown')).map(d => {"
+            "  const body = Array.from(d.children).filter(c => !c.classList.contains('admonition-title'));"
+            "  return [d.querySelector('.admonition-title').innerText,"
+            "          body.some(c => c.offsetParent !== null && c.offsetHeight > 0)]; });")
+        solutions = [(title, shown) for title, shown in state if "Solution" in title]
+        if not solutions:
+            problems.append(f"{page}: no solution toggles")
+        problems += [f"{page}: '{title}' is open on load" for title, shown in solutions if shown]
+    assert not problems, "\n".join(problems)
+
+
+def test_chapters_offer_the_notebook_download(built_book: Path) -> None:
+    for page in CHAPTERS:
+        html = (built_book / f"{page}.html").read_text()
+        assert f"_sources/{page}.ipynb" in html, f"{page}: no download-as-.ipynb link"
+        assert "executablebooks/jupyter-book" not in html, f"{page}: links to Jupyter Book's repository"
+
+
+def test_repository_and_launch_buttons(tmp_path: Path) -> None:
+    """With a repository and a JupyterHub configured, chapter pages link to both (nbgitpuller)."""
+    env = dict(os.environ, COURSE_REPO_URL="git@github.com:example-org/fast-course.git",
+               COURSE_REPO_BRANCH="main", COURSE_JUPYTERHUB_URL="https://hub.example.org/")
+    build_book(tmp_path, env)
+    page = (tmp_path / "_build" / "html" / "notebooks" / "03_dynamic_to_static.html").read_text()
+    assert 'href="https://github.com/example-org/fast-course"' in page
+    assert "https://github.com/example-org/fast-course/edit/main/notebooks/03_dynamic_to_static.ipynb" in page
+    assert ("https://hub.example.org/hub/user-redirect/git-pull?repo=https%3A//github.com/example-org/fast-course"
+            "&urlpath=lab/tree/fast-course/notebooks/03_dynamic_to_static.ipynb&branch=main") in page
