@@ -107,3 +107,20 @@ def test_measure_static_bad_inputs():
         graphs.measure_static(lambda: (lambda: 1), label="x", framework="jax")
     fn, meas = graphs.measure_static(lambda: (lambda: 1), label="plain", framework="none", warmup=0, repeats=2)
     assert fn() == 1 and meas.compile_s >= 0
+
+
+def test_trace_reports_its_warnings_on_stdout(capsys):
+    import torch
+
+    class Checked(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[1] != 3:  # read while tracing: trace decides it once and warns
+                raise ValueError("need 3 channels")
+            return x * 2
+
+    x = torch.ones(2, 3)
+    traced = graphs.torch_static(Checked(), x, "trace")
+    out = capsys.readouterr().out
+    assert out.count("trace warned at test_graphs.py:") == 1, out
+    assert "`if x.shape[1] != 3:" in out and "Python boolean" in out
+    torch.testing.assert_close(traced(x), x * 2)

@@ -118,12 +118,39 @@ def torch_static(model: Any, example: Any, route: str) -> Any:
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     with torch.no_grad():
         if route == "trace":
-            return torch.jit.trace(model, example)
+            return _trace_and_report(model, example)
         if route == "script":
             return torch.jit.script(model)
         if route == "freeze":
             return torch.jit.freeze(torch.jit.script(model))
     return torch.compile(model)
+
+
+def _trace_and_report(model, example):
+    """``torch.jit.trace``, printing each TracerWarning as one line (the code it is about included).
+
+    Trace warns when Python control flow reads a tensor: the branch is decided once, while tracing,
+    and not recorded. Printed to stdout, the warning stays visible in the rendered book."""
+    import linecache
+    import warnings
+    from pathlib import Path
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = torch.jit.trace(model, example)
+    seen = set()
+    for w in caught:
+        if not issubclass(w.category, torch.jit.TracerWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        if (w.filename, w.lineno) in seen:
+            continue
+        seen.add((w.filename, w.lineno))
+        code = linecache.getline(w.filename, w.lineno).strip()
+        print(f"trace warned at {Path(w.filename).name}:{w.lineno} `{code}`: {str(w.message).split('. ')[0]}.")
+    return traced
 
 
 @dataclass
