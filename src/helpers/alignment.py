@@ -55,9 +55,9 @@ def _device_of(model: Any, framework: str) -> Any:
                 return next(iter(params())).device
             except (StopIteration, TypeError, AttributeError):
                 continue
-    from .environment import flow_device, torch_device
+    from .environment import paired_devices
 
-    return torch_device() if framework == "torch" else flow_device()
+    return paired_devices()[0 if framework == "torch" else 1]
 
 
 def _float_dtype_of(model: Any) -> type:

@@ -106,15 +106,45 @@ def torch_device(name: str = "auto") -> "Any":
 
 
 def flow_device(name: str = "auto") -> "Any":
-    """A ``oneflow.device`` with the same rules as :func:`torch_device`."""
+    """A ``oneflow.device`` with the same rules as :func:`torch_device`.
+
+    OneFlow 0.9.0 has no code for GPUs newer than compute capability 8.x (H100/H200 and later):
+    there ``auto`` picks the CPU and prints why once, and an explicit ``cuda`` raises the reason.
+    """
     flow = import_oneflow()
     name = _check_device_name(name)
     cuda = bool(flow.cuda.is_available())
+    problem = _oneflow_gpu_problem() if cuda else None
     if name == "auto":
-        return flow.device("cuda" if cuda else "cpu")
+        if problem:
+            _say_once(problem)
+        return flow.device("cuda" if cuda and not problem else "cpu")
     if name.startswith("cuda") and not cuda:
         raise RuntimeError(f"device {name!r} requested but OneFlow sees no CUDA GPU; use 'cpu' or 'auto'")
+    if name.startswith("cuda") and problem:
+        raise RuntimeError(problem)
     return flow.device(name)
+
+
+def paired_devices() -> tuple[Any, Any]:
+    """``(torch.device, oneflow.device)`` of the same kind, for chapters that compare the two frameworks.
+
+    Both CUDA when OneFlow can use the GPU, otherwise both CPU (printing why), so that a
+    PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
+    fdev = flow_device()
+    return torch_device(fdev.type), fdev
+
+
+@lru_cache(maxsize=1)
+def _oneflow_gpu_problem() -> str | None:
+    from .cuda_compat import oneflow_gpu_problem
+
+    return oneflow_gpu_problem()
+
+
+@lru_cache(maxsize=None)
+def _say_once(message: str) -> None:
+    print(f"NOTE: {message}")
 
 
 _HARMLESS = ("libibverbs not available", "CUDA driver version is insufficient", "gpuGetDeviceCount")
@@ -252,6 +282,7 @@ def environment_report() -> dict[str, Any]:
         "cpu_features": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"}),
     }
     report.update(_gpu_info())
+    report["oneflow_gpu"] = None if report["gpu"] is None else ("no: " + p if (p := _oneflow_gpu_problem()) else "yes")
     report["libraries"] = {name: _version(name) for name in LIBRARIES}
     return report
 
@@ -280,6 +311,8 @@ def print_environment_report() -> None:
         for line in lines[1:]:
             print(" " * (width + 1) + line)
 
+    if rep.get("oneflow_gpu"):
+        wrapped("oneflow gpu", rep["oneflow_gpu"])
     wrapped("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
     s = asdict(sizes(rep["mode"]))
     wrapped("sizes", ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode"))
