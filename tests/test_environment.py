@@ -108,3 +108,16 @@ def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):
             raise RuntimeError("inside")
     os.write(2, b"after\n")
     assert "after" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("mode", env.MODES)
+def test_sizes_fit_what_the_chapters_assume(mode):
+    """Full mode has never run in CI: check its sizes satisfy what the chapters index and build."""
+    s = env.sizes(mode)
+    assert 1 in s.batch_sweep and s.batch_size in s.batch_sweep  # chapters 0 and 5 look these up in sweeps
+    assert list(s.batch_sweep) == sorted(set(s.batch_sweep))
+    assert max(s.batch_sweep) <= 64  # the TensorRT profiles of chapters 7-8 stop at batch 64
+    assert s.image_size % 32 == 0  # ResNet and MobileNetV2 downsample by 32
+    assert s.train_images // 4 >= s.batch_size and s.val_images // 4 >= s.batch_size  # chapter 1's splits
+    assert 0 < s.warmup < s.repeats
+    assert s.arch in ("resnet18", "resnet34", "resnet50", "resnet101")
