@@ -62,7 +62,7 @@ test-notebooks: setup
 # Repository links and launch buttons come from COURSE_REPO_URL (else the origin remote), COURSE_REPO_BRANCH,
 # COURSE_JUPYTERHUB_URL and COURSE_BINDERHUB_URL: see tools/book_config.py.
 book: setup
-	$(PY) tools/book_config.py _build/_config.yml
+	$(RUN_ENV) $(PY) tools/book_config.py _build/_config.yml
 	$(RUN_ENV) $(VENV)/bin/jupyter-book build . --path-output . --config _build/_config.yml
 	@echo "Book rendered: open _build/html/index.html"
 

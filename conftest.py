@@ -4,6 +4,10 @@
 cells passing, the outputs nbval collected are stored in Jupyter Book's execution cache
 (`_build/.jupyter_cache`), so the book build that follows (`tests/book/`, and `make book`)
 renders those outputs instead of executing the notebooks a second time.
+
+Jupyter Book keys its cache on the code cells only, so each mode has its own cache folder
+(`_build/.jupyter_cache/quick`, `.../full`): a book built in one mode never shows outputs
+executed in the other.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-CACHE = ROOT / "_build" / ".jupyter_cache"
+
+
+def _cache_dir() -> Path:
+    """The execution cache of the current mode (tools/book_config.py points the book at the same one)."""
+    from helpers.environment import get_mode
+
+    return ROOT / "_build" / ".jupyter_cache" / get_mode()
+
 _runs: dict[str, dict[str, Any]] = {}
 
 
@@ -57,8 +68,9 @@ def _cache_executed(path: Path, run: dict[str, Any]) -> None:
     for n, cell in enumerate(code):
         cell.outputs = [nbformat.from_dict(o) for o in run["outputs"][n]]
         cell.execution_count = n + 1
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    cache = get_cache(str(CACHE))
+    cache_dir = _cache_dir()
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    cache = get_cache(str(cache_dir))
     cache.cache_notebook_bundle(
         CacheBundleIn(nb, str(path), data={"execution_seconds": time.time() - run["start"]}),
         check_validity=False, overwrite=True,

@@ -70,3 +70,21 @@ def test_cli_reports_errors(tmp_path: Path, monkeypatch, capsys) -> None:
     assert book_config.main([str(tmp_path / "c.yml")]) == 1
     assert "COURSE_REPO_URL" in capsys.readouterr().err
     assert not (tmp_path / "c.yml").exists()
+
+
+def test_one_execution_cache_per_mode(monkeypatch) -> None:
+    monkeypatch.setattr(book_config, "_git", lambda *a: "")
+    assert book_config.book_config({"COURSE_MODE": "quick"})["execute"]["cache"] == "_build/.jupyter_cache/quick"
+    assert book_config.book_config({"COURSE_MODE": " FULL"})["execute"]["cache"] == "_build/.jupyter_cache/full"
+    with pytest.raises(book_config.BookConfigError, match="COURSE_MODE='turbo'"):
+        book_config.book_config({"COURSE_MODE": "turbo"})
+
+
+def test_conftest_caches_where_the_book_reads(monkeypatch) -> None:
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    for mode in ("quick", "full"):
+        monkeypatch.setenv("COURSE_MODE", mode)
+        monkeypatch.setattr(book_config, "_git", lambda *a: "")
+        assert conftest._cache_dir() == ROOT / book_config.book_config({"COURSE_MODE": mode})["execute"]["cache"]

@@ -10,7 +10,9 @@ script, which reads ``_config.yml`` and adds, when known:
   shared GPU hub: the button clones the repository into the participant's server with nbgitpuller
   and opens the chapter in JupyterLab;
 - a BinderHub launch button (``COURSE_BINDERHUB_URL``), for a BinderHub with enough memory for
-  the environment (public mybinder.org has too little; see book/how_to_use.md).
+  the environment (public mybinder.org has too little; see book/how_to_use.md);
+- the execution cache of the current mode (``_build/.jupyter_cache/<mode>``), the folder the test
+  run (conftest.py) stores its executed notebooks in.
 
 Without a repository URL the book has no repository buttons and no launch buttons (a launch
 button needs a repository to pull from); every page keeps its download-as-.ipynb button.
@@ -45,6 +47,19 @@ def _git(*args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def _mode(env: dict[str, str]) -> str:
+    """The course mode for this build: COURSE_MODE if set, else what helpers.environment decides."""
+    given = env.get("COURSE_MODE", "").strip().lower()
+    if given:
+        if given not in ("quick", "full"):
+            raise BookConfigError(f"COURSE_MODE={given!r} is not a mode; use quick or full")
+        return given
+    sys.path.insert(0, str(ROOT / "src"))
+    from helpers.environment import get_mode
+
+    return get_mode()
+
+
 def normalise_repo_url(url: str) -> str | None:
     """Browser URL of a git remote (``git@host:org/repo.git`` -> ``https://host/org/repo``).
 
@@ -72,6 +87,9 @@ def book_config(env: dict[str, str] | None = None, base: Path = ROOT / "_config.
     """The configuration dict for this build: ``base`` plus repository and launch settings from ``env``."""
     env = dict(os.environ if env is None else env)
     config = yaml.safe_load(base.read_text())
+    # One execution cache per mode: Jupyter Book keys cached outputs on the code alone, so a quick-mode
+    # cache must never be rendered in a full-mode build (conftest.py writes nbval's runs to the same folder).
+    config.setdefault("execute", {})["cache"] = f"_build/.jupyter_cache/{_mode(env)}"
     html = config.setdefault("html", {})
 
     given = env.get("COURSE_REPO_URL", "").strip()
