@@ -49,15 +49,15 @@ def _git(*args: str) -> str:
 
 def _mode(env: dict[str, str]) -> str:
     """The course mode for this build: COURSE_MODE if set, else what helpers.environment decides."""
-    given = env.get("COURSE_MODE", "").strip().lower()
-    if given:
-        if given not in ("quick", "full"):
-            raise BookConfigError(f"COURSE_MODE={given!r} is not a mode; use quick or full")
-        return given
     sys.path.insert(0, str(ROOT / "src"))
-    from helpers.environment import get_mode
+    from helpers.environment import MODE_ENV, MODES, get_mode
 
-    return get_mode()
+    given = env.get(MODE_ENV, "").strip().lower()
+    if not given:
+        return get_mode()
+    if given not in MODES:
+        raise BookConfigError(f"{MODE_ENV}={given!r} is not a mode; use {' or '.join(MODES)}")
+    return given
 
 
 def normalise_repo_url(url: str) -> str | None:

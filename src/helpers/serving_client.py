@@ -129,37 +129,35 @@ def infer_json(url: str, model: str, inputs: Mapping[str, np.ndarray], timeout: 
             for o in resp.json()["outputs"]}
 
 
+def _infer_with(client_module: Any, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str,
+                **binary: bool) -> np.ndarray:
+    """One inference with a ``tritonclient`` protocol module (``tritonclient.http`` or ``.grpc``)."""
+    client = client_module.InferenceServerClient(url=url)
+    try:
+        reqs = []
+        for name, array in inputs.items():
+            array = np.asarray(array)
+            inp = client_module.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
+            inp.set_data_from_numpy(array, **binary)
+            reqs.append(inp)
+        result = client.infer(model, reqs, outputs=[client_module.InferRequestedOutput(output, **binary)])
+        return result.as_numpy(output)
+    finally:
+        client.close()
+
+
 def infer_http(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
     """One inference with ``tritonclient.http`` (binary tensors); returns ``output`` as NumPy."""
     import tritonclient.http as httpclient
 
-    client = httpclient.InferenceServerClient(url=url)
-    try:
-        reqs = []
-        for name, array in inputs.items():
-            inp = httpclient.InferInput(name, list(array.shape), NP_TO_TRITON[np.asarray(array).dtype])
-            inp.set_data_from_numpy(np.asarray(array), binary_data=True)
-            reqs.append(inp)
-        result = client.infer(model, reqs, outputs=[httpclient.InferRequestedOutput(output, binary_data=True)])
-        return result.as_numpy(output)
-    finally:
-        client.close()
+    return _infer_with(httpclient, url, model, inputs, output, binary_data=True)
 
 
 def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
     """One inference with ``tritonclient.grpc``; returns ``output`` as NumPy."""
     import tritonclient.grpc as grpcclient
 
-    client = grpcclient.InferenceServerClient(url=url)
-    try:
-        reqs = []
-        for name, array in inputs.items():
-            inp = grpcclient.InferInput(name, list(array.shape), NP_TO_TRITON[np.asarray(array).dtype])
-            inp.set_data_from_numpy(np.asarray(array))
-            reqs.append(inp)
-        return client.infer(model, reqs, outputs=[grpcclient.InferRequestedOutput(output)]).as_numpy(output)
-    finally:
-        client.close()
+    return _infer_with(grpcclient, url, model, inputs, output)
 
 
 def model_stats(url: str, model: str) -> dict[str, float]:
