@@ -34,6 +34,7 @@ $(PY):
 	$(PYTHON310) -m venv $(VENV)
 
 $(STAMP): requirements.txt pyproject.toml | $(PY)
+	@bash tools/check_disk.sh $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check "pip<25" "setuptools<81" wheel
 	$(PIP) install --disable-pip-version-check -r requirements.txt
 	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: build it with our setuptools<81.

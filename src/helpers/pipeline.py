@@ -230,8 +230,12 @@ def run_two_process(
     next_batch = ctx.Value("i", 0)
     tmp = tempfile.mkdtemp(prefix="pipeline-")
     payload = f"{tmp}/payload.pkl"
-    with open(payload, "wb") as fh:
-        pickle.dump((model.eval().cpu(), list(jpegs)), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        with open(payload, "wb") as fh:
+            pickle.dump((model.eval().cpu(), list(jpegs)), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     procs = [
         ctx.Process(target=_case_study_worker, daemon=True, name=f"pipeline-worker-{w}",
                     args=(w, payload, batches, image_size, str(device), threads_per_worker, lock, next_batch, go, out_q))

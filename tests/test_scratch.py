@@ -1,0 +1,46 @@
+"""Scratch folders: made empty, removed on request or when the process that made them exits."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import scratch
+
+
+def test_scratch_dir_is_new_empty_and_removable() -> None:
+    p = scratch.scratch_dir("unit-")
+    assert p.is_dir() and p.name.startswith("unit-") and not any(p.iterdir())
+    (p / "f.bin").write_bytes(b"x" * 10)
+    assert p in scratch.live_scratch()
+    scratch.remove_scratch(p)
+    assert not p.exists() and p not in scratch.live_scratch()
+
+
+@pytest.mark.parametrize("prefix", ["", "../up", "a/b", "x" * 41, 3])
+def test_bad_prefix_is_refused(prefix) -> None:
+    with pytest.raises(ValueError, match="scratch prefix"):
+        scratch.scratch_dir(prefix)
+
+
+def test_remove_refuses_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not made by scratch_dir"):
+        scratch.remove_scratch(tmp_path)
+    assert tmp_path.exists()
+
+
+def test_folder_is_removed_when_the_process_exits() -> None:
+    code = "from helpers.scratch import scratch_dir\np = scratch_dir('exit-')\n(p / 'a').write_text('x')\nprint(p)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    made = Path(out.stdout.strip())
+    assert made.name.startswith("exit-")
+    assert not made.exists(), "the scratch folder outlived its process"
+
+
+def test_a_forked_child_does_not_remove_its_parents_folder() -> None:
+    code = ("import os, sys\nfrom helpers.scratch import scratch_dir\np = scratch_dir('fork-')\n"
+            "pid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\nprint(p.exists())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "True"
