@@ -4,6 +4,7 @@
 #   make lab    JupyterLab on the course
 #   make setup  only the environment (idempotent)
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
+#   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
 
 SHELL := /bin/bash
@@ -19,10 +20,10 @@ RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=P
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help setup book test test-unit test-notebooks lab bench clean check
+.PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check
 
 help:
-	@sed -n '2,7p' Makefile | sed 's/^# //'
+	@sed -n '2,8p' Makefile | sed 's/^# //'
 
 $(PY):
 	@if [ -z "$(PYTHON310)" ]; then \
@@ -83,4 +84,8 @@ check:
 	python3 ../shared/tools/course_check.py .
 
 clean:
-	rm -rf _build results/local
+	rm -rf _build results/local notebooks/artifacts
+
+# gives back the ~13 GB environment too (the next make target re-creates it)
+distclean: clean
+	rm -rf $(VENV)
