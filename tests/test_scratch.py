@@ -1,6 +1,7 @@
 """Scratch folders: made empty, removed on request or when the process that made them exits."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from helpers import scratch
 
 def test_scratch_dir_is_new_empty_and_removable() -> None:
     p = scratch.scratch_dir("unit-")
-    assert p.is_dir() and p.name.startswith("unit-") and not any(p.iterdir())
+    assert p.is_dir() and "-unit-" in p.name and not any(p.iterdir())
     (p / "f.bin").write_bytes(b"x" * 10)
     assert p in scratch.live_scratch()
     scratch.remove_scratch(p)
@@ -35,7 +36,7 @@ def test_folder_is_removed_when_the_process_exits() -> None:
     code = "from helpers.scratch import scratch_dir\np = scratch_dir('exit-')\n(p / 'a').write_text('x')\nprint(p)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     made = Path(out.stdout.strip())
-    assert made.name.startswith("exit-")
+    assert "-exit-" in made.name
     assert not made.exists(), "the scratch folder outlived its process"
 
 
@@ -44,3 +45,22 @@ def test_a_forked_child_does_not_remove_its_parents_folder() -> None:
             "pid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\nprint(p.exists())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "True"
+
+
+def test_a_killed_process_folder_is_swept_by_the_next_call() -> None:
+    code = "from helpers.scratch import scratch_dir\nimport os\np = scratch_dir('killed-')\nprint(p, flush=True)\nos.kill(os.getpid(), 9)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -9
+    left = Path(out.stdout.strip())
+    assert left.is_dir(), "a SIGKILLed process cannot clean up; the folder is expected to be left"
+    mine = scratch.scratch_dir("sweeper-")
+    assert not left.exists(), "the next scratch_dir call should remove a dead process's folder"
+    assert mine.is_dir()
+    scratch.remove_scratch(mine)
+
+
+def test_a_live_process_folder_is_kept() -> None:
+    ours = scratch.scratch_dir("live-")
+    assert ours.name.startswith(f"{os.getpid()}-live-") and ours.parent == scratch.scratch_root()
+    assert ours not in scratch.sweep_stale() and ours.is_dir()
+    scratch.remove_scratch(ours)

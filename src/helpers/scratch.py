@@ -3,7 +3,10 @@
 A chapter that writes a 40 MB checkpoint into ``tempfile.mkdtemp()`` and forgets it leaves one such
 folder behind per run; on a shared machine (a workshop hub, a CI runner) they add up. A folder from
 :func:`scratch_dir` is removed when the Python process that made it exits (the notebook's kernel
-shuts down, a test session ends), or earlier with :func:`remove_scratch`.
+shuts down, a test session ends), or earlier with :func:`remove_scratch`. A kernel that is killed
+(nbval stops kernels with SIGKILL; so does a crash) cannot clean up, so each folder carries its
+process id in its name (``<tmp>/inference-course-scratch/<pid>-<prefix>…``) and the next
+:func:`scratch_dir` call, in any process, removes the folders of processes that no longer exist.
 """
 from __future__ import annotations
 
@@ -16,16 +19,50 @@ from pathlib import Path
 
 _LIVE: set[Path] = set()
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+_OWNED = re.compile(r"^(\d+)-")
+
+
+def scratch_root() -> Path:
+    """The folder every scratch folder lives in: ``inference-course-scratch`` under the system temp dir."""
+    return Path(tempfile.gettempdir()) / "inference-course-scratch"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_stale() -> list[Path]:
+    """Remove the scratch folders whose process is gone (killed kernels); returns what was removed."""
+    root = scratch_root()
+    removed = []
+    if not root.is_dir():
+        return removed
+    for child in root.iterdir():
+        m = _OWNED.match(child.name)
+        if child.is_dir() and m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
 
 
 def scratch_dir(prefix: str) -> Path:
     """A new empty folder under the system temp dir, removed at interpreter exit.
 
-    ``prefix`` names it (``ch01-`` gives ``/tmp/ch01-abc123``); letters, digits, ``_.-`` only.
+    ``prefix`` names it (``ch01-`` gives ``/tmp/inference-course-scratch/4242-ch01-abc123``);
+    letters, digits, ``_.-`` only. Folders left by processes that no longer exist are removed first.
     """
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
         raise ValueError(f"scratch prefix must be 1-40 letters, digits, '_', '.' or '-', got {prefix!r}")
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    sweep_stale()
+    root = scratch_root()
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{prefix}", dir=root))
     _LIVE.add(path)
     return path
 
