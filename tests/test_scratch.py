@@ -18,6 +18,7 @@ def test_scratch_dir_is_new_empty_and_removable() -> None:
     assert p in scratch.live_scratch()
     scratch.remove_scratch(p)
     assert not p.exists() and p not in scratch.live_scratch()
+    scratch.remove_scratch(p)  # a second removal (stop() after a finalizer) is harmless
 
 
 @pytest.mark.parametrize("prefix", ["", "../up", "a/b", "x" * 41, 3])

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import serving, serving_client, serving_load
+from helpers import scratch, serving, serving_client, serving_load
 from helpers import serving_repo as sr
 
 pytestmark = pytest.mark.slow
@@ -309,7 +309,7 @@ def test_no_server_survives_its_python_process(tiny, tmp_path, how):
     assert _wait_gone(pids) == [], f"processes survived the death of their parent ({how})"
     if how == "sigkill":  # nothing ran in the killed process: the next server start removes its work folder
         assert workdir.exists()
-        serving._remove_stale_workdirs()
+        scratch.sweep_stale()
         assert not workdir.exists()
 
 

@@ -28,8 +28,9 @@ if [ "$same_fs" = 1 ]; then
   fi
 else
   tmp_free=$(free_gb "$tmp")
-  if [ "$venv_free" -lt $(( need > 6 ? need - 6 : 0 )) ] || [ "${tmp_free:-0}" -lt 6 ]; then
-    echo "ERROR: not enough free disk: ${venv_free} GB where $venv lives (about $(( need > 6 ? need - 6 : 0 )) GB needed)"
+  venv_need=$(( need > 6 ? need - 6 : 0 ))  # the ~6 GB of downloaded wheels go to TMPDIR instead
+  if [ "$venv_free" -lt "$venv_need" ] || [ "${tmp_free:-0}" -lt 6 ]; then
+    echo "ERROR: not enough free disk: ${venv_free} GB where $venv lives (about ${venv_need} GB needed)"
     echo "       and ${tmp_free:-?} GB in TMPDIR=$tmp (about 6 GB needed for the downloaded wheels)."
     echo "       Free some space, or choose other folders: TMPDIR=/bigdisk/tmp make setup VENV=/bigdisk/venv."
     exit 1

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import scratch
 from .data import decode_image, encode_jpeg, make_images, normalize, resize
 
 
@@ -217,8 +218,6 @@ def run_two_process(
     """
     import multiprocessing as mp
     import pickle
-    import shutil
-    import tempfile
 
     batches = _check_common(jpegs, batch_size, image_size)
     _check_workers(workers, "workers")
@@ -228,14 +227,8 @@ def run_two_process(
     ctx = mp.get_context("spawn")
     lock, go, out_q = ctx.Lock(), ctx.Event(), ctx.Queue()
     next_batch = ctx.Value("i", 0)
-    tmp = tempfile.mkdtemp(prefix="pipeline-")
+    tmp = scratch.scratch_dir("pipeline-")  # removed below, or by the next scratch_dir call if this kernel is killed
     payload = f"{tmp}/payload.pkl"
-    try:
-        with open(payload, "wb") as fh:
-            pickle.dump((model.eval().cpu(), list(jpegs)), fh, protocol=pickle.HIGHEST_PROTOCOL)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     procs = [
         ctx.Process(target=_case_study_worker, daemon=True, name=f"pipeline-worker-{w}",
                     args=(w, payload, batches, image_size, str(device), threads_per_worker, lock, next_batch, go, out_q))
@@ -261,6 +254,8 @@ def run_two_process(
             return msg
 
     try:
+        with open(payload, "wb") as fh:
+            pickle.dump((model.eval().cpu(), list(jpegs)), fh, protocol=pickle.HIGHEST_PROTOCOL)
         launched = time.time()
         for p in procs:
             p.start()
@@ -289,7 +284,7 @@ def run_two_process(
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-        shutil.rmtree(tmp, ignore_errors=True)
+        scratch.remove_scratch(tmp)
     return PipelineRun(f"{workers} processes + lock", events, outputs, wall, len(jpegs),
                        {"workers": workers, "threads_per_worker": threads_per_worker, "startup_s": startup})
 

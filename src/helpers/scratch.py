@@ -27,25 +27,23 @@ def scratch_root() -> Path:
     return Path(tempfile.gettempdir()) / "inference-course-scratch"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
+def _owned_by(folder: Path) -> int | None:
+    """The process id a scratch folder's name starts with (None for anything else)."""
+    m = _OWNED.match(folder.name)
+    return int(m.group(1)) if m and folder.parent == scratch_root() else None
 
 
 def sweep_stale() -> list[Path]:
     """Remove the scratch folders whose process is gone (killed kernels); returns what was removed."""
+    import psutil
+
     root = scratch_root()
     removed = []
     if not root.is_dir():
         return removed
     for child in root.iterdir():
-        m = _OWNED.match(child.name)
-        if child.is_dir() and m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+        owner = _owned_by(child)
+        if child.is_dir() and owner is not None and owner != os.getpid() and not psutil.pid_exists(owner):
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed
@@ -68,9 +66,9 @@ def scratch_dir(prefix: str) -> Path:
 
 
 def remove_scratch(path: str | Path) -> None:
-    """Remove a folder made by :func:`scratch_dir` now (idempotent); refuses any other path."""
+    """Remove a folder made by :func:`scratch_dir` in this process now (idempotent); refuses any other path."""
     p = Path(path)
-    if p not in _LIVE:
+    if _owned_by(p) != os.getpid():
         raise ValueError(f"{p} was not made by scratch_dir in this process; refusing to delete it")
     shutil.rmtree(p, ignore_errors=True)
     _LIVE.discard(p)

@@ -27,13 +27,13 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from . import scratch
 from .serving_client import LOOPBACK, TritonRequestError, http_request
 
 
@@ -137,23 +137,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
 def _cleanup(proc: subprocess.Popen, workdir: Path, grace_s: float) -> None:
     """What the finalizer of a forgotten server does: stop its process group, delete its work folder."""
     _kill_group(proc, grace_s)
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
-WORKDIR_PREFIX = "course-triton-"
-
-
-def _remove_stale_workdirs() -> None:
-    """Delete work folders left by servers whose Python process died without cleaning up (e.g. SIGKILL)."""
-    import psutil
-
-    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
-        try:
-            owner = int(folder.name[len(WORKDIR_PREFIX):].split("-")[0])
-        except ValueError:
-            continue
-        if not psutil.pid_exists(owner):
-            shutil.rmtree(folder, ignore_errors=True)
+    scratch.remove_scratch(workdir)
 
 
 @atexit.register
@@ -298,8 +282,8 @@ class TritonServer:
         raise AssertionError("unreachable")
 
     def _launch(self, install: TritonInstallation) -> None:
-        _remove_stale_workdirs()
-        self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+        # a scratch folder: removed by stop(), at exit, or (after a SIGKILL) by the next scratch_dir call
+        self._workdir = scratch.scratch_dir("triton-")
         backend_dir = self._workdir / "backends"
         (backend_dir / "python").mkdir(parents=True)
         for src in (*install.backend_files, install.stub):
@@ -363,7 +347,7 @@ class TritonServer:
         if self._workdir is not None:
             self._final_log = self.log()
             self._log_path = None
-            shutil.rmtree(self._workdir, ignore_errors=True)
+            scratch.remove_scratch(self._workdir)
             self._workdir = None
         return code
 
@@ -409,6 +393,6 @@ def pytriton_config(log_file: str | Path | None = None) -> Any:
     current = os.environ.get("LD_LIBRARY_PATH", "")
     if lib not in current.split(os.pathsep):
         os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [lib, current]))
-    log = Path(log_file) if log_file is not None else Path(tempfile.mkdtemp(prefix="pytriton-")) / "server.log"
+    log = Path(log_file) if log_file is not None else scratch.scratch_dir("pytriton-") / "server.log"
     return TritonConfig(http_address=LOOPBACK, http_port=free_port(), grpc_address=LOOPBACK, grpc_port=free_port(),
                         allow_metrics=False, metrics_port=free_port(), log_file=log, exit_timeout_secs=5)
