@@ -3,6 +3,7 @@
 #   make test   create the environment if missing, unit tests + every notebook executed by nbval
 #   make lab    JupyterLab on the course
 #   make setup  only the environment (idempotent)
+#   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
@@ -23,7 +24,7 @@ PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python
 .PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check
 
 help:
-	@sed -n '2,8p' Makefile | sed 's/^# //'
+	@sed -n '2,9p' Makefile | sed 's/^# //'
 
 $(PY):
 	@if [ -z "$(PYTHON310)" ]; then \
@@ -73,7 +74,7 @@ book: setup
 # Full-mode reference run for readers with a GPU: executes every chapter (MODE=full by default) and
 # writes the ledger to results/reference/<machine>-<mode>/, which the book shows beside the reader's own.
 bench: setup
-	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.ledger slug 2>/dev/null | tail -1); \
+	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.core.ledger slug 2>/dev/null | tail -1); \
 	echo "Reference run into results/reference/$$slug"; \
 	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$(CURDIR)/results/reference/$$slug PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
 	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider
@@ -82,8 +83,13 @@ bench: setup
 lab: setup
 	$(RUN_ENV) $(VENV)/bin/jupyter lab notebooks
 
-check:
-	python3 ../shared/tools/course_check.py .
+# Style and single-source checks (also run by .ci/run): ruff lint + format over the package, tests, tools and
+# the notebooks' code cells (notebook lines <= 100 characters), and #@save cells equal to the package.
+check: setup
+	$(VENV)/bin/ruff check src tests tools notebooks conftest.py
+	$(VENV)/bin/ruff format --check src tests tools notebooks conftest.py
+	$(PY) tools/save_cells.py --check
+	@if [ -f ../shared/tools/course_check.py ]; then python3 ../shared/tools/course_check.py .; fi
 
 clean:
 	rm -rf _build results/local notebooks/artifacts

@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parent
 
 def _cache_dir() -> Path:
     """The execution cache of the current mode (tools/book_config.py points the book at the same one)."""
-    from helpers.environment import get_mode
+    from helpers.core.environment import get_mode
 
     return ROOT / "_build" / ".jupyter_cache" / get_mode()
+
 
 _runs: dict[str, dict[str, Any]] = {}
 
@@ -40,7 +41,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any):  # noqa: ANN201 - p
     report = outcome.get_result()
     if not _is_nb_cell(item) or report.when != "call":
         return
-    run = _runs.setdefault(str(item.parent.fspath), {"outputs": {}, "ok": True, "start": time.time()})
+    run = _runs.setdefault(
+        str(item.parent.fspath), {"outputs": {}, "ok": True, "start": time.time()}
+    )
     run["ok"] = run["ok"] and report.passed
     run["outputs"][item.cell_num] = list(getattr(item, "test_outputs", None) or [])
 
@@ -73,5 +76,6 @@ def _cache_executed(path: Path, run: dict[str, Any]) -> None:
     cache = get_cache(str(cache_dir))
     cache.cache_notebook_bundle(
         CacheBundleIn(nb, str(path), data={"execution_seconds": time.time() - run["start"]}),
-        check_validity=False, overwrite=True,
+        check_validity=False,
+        overwrite=True,
     )

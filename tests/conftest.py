@@ -39,6 +39,6 @@ def torch_mod():
 
 @pytest.fixture(scope="session")
 def flow():
-    from helpers.environment import import_oneflow
+    from helpers.core.environment import import_oneflow
 
     return import_oneflow()

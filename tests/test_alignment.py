@@ -1,4 +1,4 @@
-"""helpers.alignment: the one-call inference report and aligned training in two frameworks."""
+"""helpers.porting.alignment: the one-call inference report and aligned training in two frameworks."""
 
 from __future__ import annotations
 
@@ -7,13 +7,20 @@ import copy
 import numpy as np
 import pytest
 
-from helpers import alignment, models
+from helpers.porting import alignment
+from helpers.workload import models
 
 
 def tiny_net(framework: str, classes: int = 4, dropout: float = 0.0):
     """A small conv net (conv, BatchNorm, ReLU, pool, linear) built the same way in either framework."""
     _, nn, _ = models.nn_namespace(framework)
-    layers = [nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    layers = [
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    ]
     if dropout:
         layers.append(nn.Dropout(dropout))
     layers.append(nn.Linear(8, classes))
@@ -36,7 +43,9 @@ def test_report_of_aligned_pair(pair, torch_mod):
     ref, cand = pair
     x = _x()
     ref64 = copy.deepcopy(ref).double()
-    rep = alignment.alignment_report(ref64, {"torch32": ref, "oneflow": cand}, x, reference_name="float64", batch_size=5)
+    rep = alignment.alignment_report(
+        ref64, {"torch32": ref, "oneflow": cand}, x, reference_name="float64", batch_size=5
+    )
     assert rep.samples == 12 and [r.name for r in rep.rows] == ["torch32", "oneflow"]
     for row in rep.rows:
         assert 0 < row.comparison.max_abs < 1e-5  # float32 vs float64: rounding only
@@ -44,7 +53,9 @@ def test_report_of_aligned_pair(pair, torch_mod):
         assert row.abs_errors.shape == (12 * 4,) and row.p99_abs <= row.comparison.max_abs
     rep.assert_close(atol=1e-5, min_cosine=0.999999, min_topk={1: 1.0})
     text = rep.table()
-    assert "12 samples" in text and "torch32" in text and "top1_agree" in text and "top5" not in text
+    assert (
+        "12 samples" in text and "torch32" in text and "top1_agree" in text and "top5" not in text
+    )
     assert rep["oneflow"].name == "oneflow"
     with pytest.raises(KeyError, match="no candidate named 'jax'"):
         rep["jax"]
@@ -59,7 +70,10 @@ def test_report_single_candidate_and_numpy_function(pair):
     assert rep.rows[0].name == "candidate"
     assert rep.rows[0].comparison.max_abs == pytest.approx(1e-3, rel=1e-3)
     rep.assert_close(atol=2e-3)
-    with pytest.raises(AssertionError, match=r"candidate: max abs error 0.001 exceeds atol=0.0001 \+ rtol=0\*max\|ref\|"):
+    with pytest.raises(
+        AssertionError,
+        match=r"candidate: max abs error 0.001 exceeds atol=0.0001 \+ rtol=0\*max\|ref\|",
+    ):
         rep.assert_close(atol=1e-4)
     with pytest.raises(ValueError, match="non-negative"):
         rep.assert_close(atol=-1)
@@ -68,7 +82,9 @@ def test_report_single_candidate_and_numpy_function(pair):
 def test_report_says_when_output_shapes_differ(torch_mod, flow):
     ref = tiny_net("torch", classes=4).eval()
     other = tiny_net("oneflow", classes=6).eval()
-    with pytest.raises(ValueError, match=r"outputs differ in shape: PyTorch gives \(3, 4\), OneFlow gives \(3, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"outputs differ in shape: PyTorch gives \(3, 4\), OneFlow gives \(3, 6\)"
+    ):
         alignment.alignment_report(ref, {"OneFlow": other}, _x(3), reference_name="PyTorch")
 
 
@@ -106,7 +122,7 @@ _TupleNet.__module__ = "torch.fake"
 
 
 def test_report_runs_oneflow_graph(pair, flow):
-    from helpers import graphs
+    from helpers.compiling import graphs
 
     ref, cand = pair
     graph = graphs.make_inference_graph(cand)
@@ -140,11 +156,23 @@ def test_train_aligned_torch_vs_oneflow(torch_mod, flow, optimizer):
     x = _x(32, seed=1)
     y = (np.arange(32) % 4).astype(np.int64)
     ref, cand = tiny_net("torch"), tiny_net("oneflow")
-    run = alignment.train_aligned(ref, cand, x, y, steps=6, batch_size=8, optimizer=optimizer, lr=0.01,
-                                  val=(x[:16], y[:16]), progress=False)
+    run = alignment.train_aligned(
+        ref,
+        cand,
+        x,
+        y,
+        steps=6,
+        batch_size=8,
+        optimizer=optimizer,
+        lr=0.01,
+        val=(x[:16], y[:16]),
+        progress=False,
+    )
     assert run.reference.name == "torch" and run.candidate.name == "oneflow"
     assert run.batch_order.shape == (6, 8) and run.differences.shape == (6,)
-    assert abs(run.differences[0]) < 1e-5  # same init, same batch: the first loss agrees to float32 rounding
+    assert (
+        abs(run.differences[0]) < 1e-5
+    )  # same init, same batch: the first loss agrees to float32 rounding
     run.assert_within(first_step=1e-5, smoothed_bound=1e-3, window=3, max_accuracy_gap=0.2)
     assert run.prediction_agreement is not None and 0 <= run.prediction_agreement <= 1
     assert "per-step |loss difference|" in run.table()
@@ -157,33 +185,81 @@ def test_train_aligned_graph_and_reused_reference(flow):
     x, y = _x(16, seed=2), (np.arange(16) % 4).astype(np.int64)
     eager, start = tiny_net("oneflow"), tiny_net("oneflow")
     models.transfer_weights(eager, start)
-    run = alignment.train_aligned(eager, tiny_net("oneflow"), x, y, steps=4, batch_size=8, lr=0.05,
-                                  names=("eager", "graph"), use_graph=(False, True), progress=False)
+    run = alignment.train_aligned(
+        eager,
+        tiny_net("oneflow"),
+        x,
+        y,
+        steps=4,
+        batch_size=8,
+        lr=0.05,
+        names=("eager", "graph"),
+        use_graph=(False, True),
+        progress=False,
+    )
     run.assert_within(first_step=1e-6, smoothed_bound=1e-4, window=2)
-    nudged = alignment.train_aligned(run.reference, start, x, y, steps=4, batch_size=8, lr=0.05, copy_init=False,
-                                     perturb=1e-6, names=("eager", "nudged"), progress=False)
+    nudged = alignment.train_aligned(
+        run.reference,
+        start,
+        x,
+        y,
+        steps=4,
+        batch_size=8,
+        lr=0.05,
+        copy_init=False,
+        perturb=1e-6,
+        names=("eager", "nudged"),
+        progress=False,
+    )
     assert np.array_equal(nudged.reference.losses, run.reference.losses)  # reused, not retrained
     assert nudged.candidate.name == "nudged"
     with pytest.raises(ValueError, match="was trained with"):
-        alignment.train_aligned(run.reference, tiny_net("oneflow"), x, y, steps=5, batch_size=8, lr=0.05,
-                                copy_init=False, names=("eager", "x"), progress=False)
+        alignment.train_aligned(
+            run.reference,
+            tiny_net("oneflow"),
+            x,
+            y,
+            steps=5,
+            batch_size=8,
+            lr=0.05,
+            copy_init=False,
+            names=("eager", "x"),
+            progress=False,
+        )
     with pytest.raises(ValueError, match="no weights to copy"):
-        alignment.train_aligned(run.reference, tiny_net("oneflow"), x, y, steps=4, batch_size=8, lr=0.05,
-                                progress=False)
+        alignment.train_aligned(
+            run.reference, tiny_net("oneflow"), x, y, steps=4, batch_size=8, lr=0.05, progress=False
+        )
 
 
 def test_train_aligned_bad_inputs(torch_mod, flow):
     x, y = _x(8), np.zeros(8, np.int64)
     with pytest.raises(ValueError, match="8 inputs but 7 labels"):
-        alignment.train_aligned(tiny_net("torch"), tiny_net("oneflow"), x, y[:7], steps=1, batch_size=4)
+        alignment.train_aligned(
+            tiny_net("torch"), tiny_net("oneflow"), x, y[:7], steps=1, batch_size=4
+        )
     with pytest.raises(ValueError, match="dropout masks"):
-        alignment.train_aligned(tiny_net("torch", dropout=0.5), tiny_net("oneflow", dropout=0.5), x, y, steps=1,
-                                batch_size=4)
+        alignment.train_aligned(
+            tiny_net("torch", dropout=0.5),
+            tiny_net("oneflow", dropout=0.5),
+            x,
+            y,
+            steps=1,
+            batch_size=4,
+        )
     with pytest.raises(ValueError, match="different names"):
-        alignment.train_aligned(tiny_net("torch"), tiny_net("torch"), x, y, steps=1, batch_size=4, progress=False)
+        alignment.train_aligned(
+            tiny_net("torch"), tiny_net("torch"), x, y, steps=1, batch_size=4, progress=False
+        )
     with pytest.raises(KeyError, match="missing"):  # different architectures cannot share an init
-        alignment.train_aligned(tiny_net("torch"), models.nn_namespace("oneflow")[1].Linear(3, 4), x, y, steps=1,
-                                batch_size=4)
+        alignment.train_aligned(
+            tiny_net("torch"),
+            models.nn_namespace("oneflow")[1].Linear(3, 4),
+            x,
+            y,
+            steps=1,
+            batch_size=4,
+        )
 
 
 def test_assert_within_reports_divergence():
@@ -192,14 +268,19 @@ def test_assert_within_reports_divergence():
     run = alignment.TrainingAlignment(curve, other, np.zeros((4, 1), int))
     np.testing.assert_allclose(run.differences, [0, 0.4, 0.8, 1.0])
     np.testing.assert_allclose(run.smoothed_differences(2), [0.2, 0.6, 0.9])
-    with pytest.raises(AssertionError, match=r"moving averages of the losses differ by 0.9.*accuracies 50.0% and 20.0%"):
+    with pytest.raises(
+        AssertionError,
+        match=r"moving averages of the losses differ by 0.9.*accuracies 50.0% and 20.0%",
+    ):
         run.assert_within(smoothed_bound=0.5, window=2, max_accuracy_gap=0.1)
     run.assert_within(smoothed_bound=1.0, window=2, first_step=1e-9)
     with pytest.raises(ValueError, match="positive"):
         run.assert_within(smoothed_bound=0)
     with pytest.raises(ValueError, match="window must be a positive int"):
         run.smoothed_differences(0)
-    no_acc = alignment.TrainingAlignment(alignment.TrainingCurve("a", curve.losses, None, None, 1.0), other, run.batch_order)
+    no_acc = alignment.TrainingAlignment(
+        alignment.TrainingCurve("a", curve.losses, None, None, 1.0), other, run.batch_order
+    )
     with pytest.raises(AssertionError, match="accuracies were not measured"):
         no_acc.assert_within(smoothed_bound=5, max_accuracy_gap=0.1)
 
@@ -210,7 +291,11 @@ def test_perturb_weights_and_accuracy(torch_mod):
     b = copy.deepcopy(a)
     alignment.perturb_weights(b, 1e-3, seed=0)
     wa, wb = models.state_dict_numpy(a), models.state_dict_numpy(b)
-    rel = max(float(np.abs(wb[k] - wa[k]).max() / (np.abs(wa[k]).max() + 1e-12)) for k in wa if wa[k].dtype.kind == "f")
+    rel = max(
+        float(np.abs(wb[k] - wa[k]).max() / (np.abs(wa[k]).max() + 1e-12))
+        for k in wa
+        if wa[k].dtype.kind == "f"
+    )
     assert 0 < rel < 1e-2
     assert np.array_equal(wa["1.num_batches_tracked"], wb["1.num_batches_tracked"])
     with pytest.raises(ValueError, match="scale must be positive"):

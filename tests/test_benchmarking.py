@@ -1,14 +1,14 @@
-"""helpers.benchmarking: timing, synchronisation, Measurement statistics, comparison tables."""
+"""helpers.core.benchmarking: timing, synchronisation, Measurement statistics, comparison tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.benchmarking import (
+from helpers.core.benchmarking import (
     Measurement,
     benchmark,
-    compare,
     compare_rows,
+    compare_table,
     format_table,
     speedup,
     synchronize,
@@ -22,7 +22,9 @@ def _ms(values):
 
 def test_benchmark_counts_warmup_and_repeats():
     calls = []
-    m = benchmark(lambda: calls.append(1), label="noop", framework="none", warmup=2, repeats=5, items=4)
+    m = benchmark(
+        lambda: calls.append(1), label="noop", framework="none", warmup=2, repeats=5, items=4
+    )
     assert len(calls) == 7
     assert len(m.times_s) == 5 and m.warmup == 2 and m.items == 4
     assert m.label == "noop" and m.framework == "none"
@@ -68,7 +70,9 @@ def test_benchmark_oneflow_sync_path(flow):
 
 
 def test_track_memory_records_a_peak():
-    m = benchmark(lambda: bytearray(1 << 20), framework="none", warmup=0, repeats=2, track_memory=True)
+    m = benchmark(
+        lambda: bytearray(1 << 20), framework="none", warmup=0, repeats=2, track_memory=True
+    )
     assert m.peak_memory_bytes is not None and m.peak_memory_bytes >= 0
     assert m.memory_kind in ("cpu rss increase", "cuda allocated")
 
@@ -126,14 +130,14 @@ def test_compare_table_contains_labels_and_speedups():
     rows = compare_rows([base, fast])
     assert [r["label"] for r in rows] == ["eager-baseline", "static-graph"]
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(2.0)
-    table = compare([base, fast])
+    table = compare_table([base, fast])
     lines = table.splitlines()
     assert len(lines) == 4 and set(lines[1]) <= {"-", " "}
     assert "eager-baseline" in table and "static-graph" in table and "2.00" in table
     # an explicit baseline
     assert compare_rows([base, fast], baseline=fast)[0]["speedup"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="nothing to compare"):
-        compare([])
+        compare_table([])
 
 
 def test_format_table_alignment_and_empty():
@@ -146,7 +150,7 @@ def test_format_table_alignment_and_empty():
 
 
 def test_benchmark_interleaved_round_robin_order():
-    from helpers.benchmarking import benchmark_interleaved
+    from helpers.core.benchmarking import benchmark_interleaved
 
     order = []
     fns = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
@@ -158,7 +162,7 @@ def test_benchmark_interleaved_round_robin_order():
 
 
 def test_benchmark_interleaved_bad_inputs():
-    from helpers.benchmarking import benchmark_interleaved
+    from helpers.core.benchmarking import benchmark_interleaved
 
     with pytest.raises(ValueError, match="nothing to benchmark"):
         benchmark_interleaved({})

@@ -1,33 +1,37 @@
-"""helpers.business: the team's original PyTorch model, training loop and serving helpers."""
+"""helpers.workload.team_model: the team's original PyTorch model, training loop and serving helpers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import business
+from helpers.workload import team_model
 
 
 @pytest.fixture(scope="module")
 def model(torch_mod):
     torch_mod.manual_seed(0)
-    return business.BusinessModel("resnet18", num_classes=5, hidden=16).eval()
+    return team_model.BusinessModel("resnet18", num_classes=5, hidden=16).eval()
 
 
 def test_model_structure_and_output(torch_mod, model):
     assert isinstance(model.backbone.fc, torch_mod.nn.Identity)
     assert model.head.fc1.in_features == 512 and model.head.fc2.out_features == 5
     keys = model.state_dict().keys()
-    assert "backbone.conv1.weight" in keys and "head.fc2.bias" in keys and "backbone.fc.weight" not in keys
+    assert (
+        "backbone.conv1.weight" in keys
+        and "head.fc2.bias" in keys
+        and "backbone.fc.weight" not in keys
+    )
     out = model(torch_mod.zeros(2, 3, 32, 32))
     assert tuple(out.shape) == (2, 5)
 
 
 def test_bad_arguments_and_inputs(torch_mod, model):
     with pytest.raises(ValueError, match="unknown backbone 'vgg16'"):
-        business.BusinessModel("vgg16")
+        team_model.BusinessModel("vgg16")
     with pytest.raises(ValueError, match="num_classes and hidden"):
-        business.BusinessModel("resnet18", num_classes=0)
+        team_model.BusinessModel("resnet18", num_classes=0)
     with pytest.raises(ValueError, match=r"\(batch, 3, height, width\)"):
         model(torch_mod.zeros(3, 32, 32))
     with pytest.raises(ValueError, match=r"\(batch, 3, height, width\)"):
@@ -35,26 +39,26 @@ def test_bad_arguments_and_inputs(torch_mod, model):
 
 
 def test_predict_gives_probabilities(torch_mod, model):
-    p = business.predict(model, torch_mod.randn(3, 3, 32, 32))
+    p = team_model.predict(model, torch_mod.randn(3, 3, 32, 32))
     assert tuple(p.shape) == (3, 5) and not p.requires_grad
     np.testing.assert_allclose(p.sum(dim=1).numpy(), 1.0, atol=1e-6)
 
 
 def test_train_steps_lowers_the_loss_on_a_fixed_batch(torch_mod):
     torch_mod.manual_seed(1)
-    m = business.BusinessModel("resnet18", num_classes=2, hidden=8, dropout=0.0)
+    m = team_model.BusinessModel("resnet18", num_classes=2, hidden=8, dropout=0.0)
     x = torch_mod.randn(4, 3, 32, 32)
     y = torch_mod.tensor([0, 1, 0, 1])
-    losses = business.train_steps(m, x, y, steps=12, batch_size=4, lr=0.02)
+    losses = team_model.train_steps(m, x, y, steps=12, batch_size=4, lr=0.02)
     assert len(losses) == 12 and all(isinstance(v, float) for v in losses)
     assert losses[-1] < losses[0]  # memorising four images: the loss must fall
     assert not m.training  # the loop hands the model back in eval mode
     with pytest.raises(ValueError, match="4 images but 3 labels"):
-        business.train_steps(m, x, y[:3], steps=1)
+        team_model.train_steps(m, x, y[:3], steps=1)
     with pytest.raises(ValueError, match="steps and batch_size"):
-        business.train_steps(m, x, y, steps=0)
+        team_model.train_steps(m, x, y, steps=0)
 
 
 def test_compile_for_serving_wraps_lazily(torch_mod, model):
-    compiled = business.compile_for_serving(model)  # compiles on the first call only: cheap here
+    compiled = team_model.compile_for_serving(model)  # compiles on the first call only: cheap here
     assert compiled is not model and callable(compiled)

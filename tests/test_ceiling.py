@@ -1,46 +1,48 @@
-"""helpers.ceiling: matmul peak, FLOP counting and percent of peak."""
+"""helpers.perf.roofline: matmul peak, FLOP counting and percent of peak."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import ceiling
+from helpers.perf import roofline
 
 
 def test_count_flops_of_linear(torch_mod):
     batch, n_in, n_out = 4, 16, 8
     layer = torch_mod.nn.Linear(n_in, n_out)
-    assert ceiling.count_flops(layer, torch_mod.randn(batch, n_in)) == 2 * n_in * n_out * batch
+    assert roofline.count_flops(layer, torch_mod.randn(batch, n_in)) == 2 * n_in * n_out * batch
 
 
 def test_count_flops_scales_with_batch_and_rejects_non_torch(torch_mod):
-    net = torch_mod.nn.Sequential(torch_mod.nn.Linear(8, 8), torch_mod.nn.ReLU(), torch_mod.nn.Linear(8, 2))
-    one = ceiling.count_flops(net, torch_mod.randn(1, 8))
+    net = torch_mod.nn.Sequential(
+        torch_mod.nn.Linear(8, 8), torch_mod.nn.ReLU(), torch_mod.nn.Linear(8, 2)
+    )
+    one = roofline.count_flops(net, torch_mod.randn(1, 8))
     assert one == 2 * (8 * 8 + 8 * 2)
-    assert ceiling.count_flops(net, torch_mod.randn(3, 8)) == 3 * one
+    assert roofline.count_flops(net, torch_mod.randn(3, 8)) == 3 * one
     with pytest.raises(TypeError, match="torch.nn.Module"):
-        ceiling.count_flops(lambda x: x, torch_mod.randn(1))
+        roofline.count_flops(lambda x: x, torch_mod.randn(1))
 
 
 def test_percent_of_peak_arithmetic():
     # 1e9 FLOPs in 0.1 s = 10 GFLOP/s, against a 100 GFLOP/s peak = 10 %
-    assert ceiling.percent_of_peak(1e9, 0.1, 100.0) == pytest.approx(10.0)
-    assert ceiling.percent_of_peak(4e9, 2.0, 2.0) == pytest.approx(100.0)
+    assert roofline.percent_of_peak(1e9, 0.1, 100.0) == pytest.approx(10.0)
+    assert roofline.percent_of_peak(4e9, 2.0, 2.0) == pytest.approx(100.0)
     with pytest.raises(ValueError, match="positive"):
-        ceiling.percent_of_peak(1e9, 0.0, 100.0)
+        roofline.percent_of_peak(1e9, 0.0, 100.0)
     with pytest.raises(ValueError, match="positive"):
-        ceiling.percent_of_peak(1e9, 1.0, -5.0)
+        roofline.percent_of_peak(1e9, 1.0, -5.0)
 
 
 def test_matmul_peak_small_n_is_positive(torch_mod):
-    gflops = ceiling.matmul_peak_gflops(n=64, repeats=2, device="cpu")
+    gflops = roofline.matmul_peak_gflops(n=64, repeats=2, device="cpu")
     assert gflops > 0
 
 
 def test_matmul_peak_bad_arguments():
     with pytest.raises(ValueError, match="dtype"):
-        ceiling.matmul_peak_gflops(dtype="int8", n=64)
+        roofline.matmul_peak_gflops(dtype="int8", n=64)
     with pytest.raises(ValueError, match="n must"):
-        ceiling.matmul_peak_gflops(n=8)
+        roofline.matmul_peak_gflops(n=8)
     with pytest.raises(ValueError, match="float16"):
-        ceiling.matmul_peak_gflops(dtype="float16", n=64, device="cpu")
+        roofline.matmul_peak_gflops(dtype="float16", n=64, device="cpu")

@@ -1,16 +1,22 @@
-"""helpers.comparison: to_numpy, compare, top-k agreement and assert_outputs_close."""
+"""helpers.core.comparison: to_numpy, compare, top-k agreement and assert_outputs_close."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers.comparison import assert_outputs_close, compare, to_numpy, topk_agreement
+from helpers.core.comparison import assert_outputs_close, compare, to_numpy, topk_agreement
 
 
 def test_to_numpy_accepts_tensors_arrays_and_lists(torch_mod, flow):
     ref = np.arange(6, dtype=np.float64).reshape(2, 3)
-    for x in (ref, ref.tolist(), torch_mod.tensor(ref), flow.tensor(ref), torch_mod.tensor(ref).half()):
+    for x in (
+        ref,
+        ref.tolist(),
+        torch_mod.tensor(ref),
+        flow.tensor(ref),
+        torch_mod.tensor(ref).half(),
+    ):
         out = to_numpy(x)
         assert out.dtype == np.float64 and out.shape == (2, 3)
         np.testing.assert_array_equal(out, ref)
@@ -55,18 +61,22 @@ def test_compare_rejects_empty_and_nonfinite():
 
 
 def test_topk_agreement_hand_made():
-    a = np.array([
-        [0.9, 0.1, 0.0, 0.0],   # top1 0, top2 {0,1}
-        [0.1, 0.8, 0.3, 0.0],   # top1 1, top2 {1,2}
-        [0.2, 0.1, 0.0, 0.7],   # top1 3, top2 {3,0}
-        [0.0, 0.0, 0.6, 0.5],   # top1 2, top2 {2,3}
-    ])
-    b = np.array([
-        [0.8, 0.0, 0.3, 0.0],   # top1 0 (agree), top2 {0,2} (differs)
-        [0.3, 0.2, 0.9, 0.0],   # top1 2 (differs), top2 {2,0} (differs)
-        [0.6, 0.0, 0.1, 0.7],   # top1 3 (agree), top2 {3,0} (agree)
-        [0.0, 0.1, 0.4, 0.5],   # top1 3 (differs), top2 {3,2} (agree, order ignored)
-    ])
+    a = np.array(
+        [
+            [0.9, 0.1, 0.0, 0.0],  # top1 0, top2 {0,1}
+            [0.1, 0.8, 0.3, 0.0],  # top1 1, top2 {1,2}
+            [0.2, 0.1, 0.0, 0.7],  # top1 3, top2 {3,0}
+            [0.0, 0.0, 0.6, 0.5],  # top1 2, top2 {2,3}
+        ]
+    )
+    b = np.array(
+        [
+            [0.8, 0.0, 0.3, 0.0],  # top1 0 (agree), top2 {0,2} (differs)
+            [0.3, 0.2, 0.9, 0.0],  # top1 2 (differs), top2 {2,0} (differs)
+            [0.6, 0.0, 0.1, 0.7],  # top1 3 (agree), top2 {3,0} (agree)
+            [0.0, 0.1, 0.4, 0.5],  # top1 3 (differs), top2 {3,2} (agree, order ignored)
+        ]
+    )
     assert topk_agreement(a, b, k=1) == pytest.approx(0.5)
     assert topk_agreement(a, b, k=2) == pytest.approx(0.5)
     assert topk_agreement(a, b, k=4) == 1.0
@@ -116,7 +126,11 @@ def test_assert_outputs_close_cosine_topk_and_bad_tolerance():
 
 
 def test_rowwise_cosine_and_neighbours():
-    from helpers.comparison import max_cross_cosine, nearest_neighbour_agreement, rowwise_cosine
+    from helpers.core.comparison import (
+        max_cross_cosine,
+        nearest_neighbour_agreement,
+        rowwise_cosine,
+    )
 
     a = np.array([[1.0, 0.0], [0.0, 2.0]])
     np.testing.assert_allclose(rowwise_cosine(a, [[2.0, 0.0], [1.0, 1.0]]), [1.0, np.sqrt(0.5)])
@@ -126,7 +140,9 @@ def test_rowwise_cosine_and_neighbours():
         rowwise_cosine(a, a[:1])
     ref = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     assert nearest_neighbour_agreement(ref + 0.1, ref) == 1.0
-    assert nearest_neighbour_agreement(ref[[1, 0, 2]], ref) == pytest.approx(1 / 3)  # two rows swapped
+    assert nearest_neighbour_agreement(ref[[1, 0, 2]], ref) == pytest.approx(
+        1 / 3
+    )  # two rows swapped
     with pytest.raises(ValueError, match="two rows"):
         nearest_neighbour_agreement(ref[:1], ref[:1])
     assert max_cross_cosine(ref) == 0.0

@@ -1,13 +1,14 @@
-"""helpers.compile_opts: OneFlow graph switches (in a subprocess for MLIR) and PyTorch equivalents."""
+"""helpers.compiling.graph_switches: OneFlow graph switches (in a subprocess for MLIR) and PyTorch equivalents."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import compile_opts as co
-from helpers import graph_ops, models
-from helpers.subprocess_bench import PAD_CONV_FUSION_ENV, run_in_subprocess
+from helpers.compiling import graph_ops
+from helpers.compiling import graph_switches as co
+from helpers.core.subprocess_run import PAD_CONV_FUSION_ENV, run_in_subprocess
+from helpers.workload import models
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,9 @@ def torch_model(torch_mod):
 
 @pytest.fixture(scope="module")
 def x(torch_mod):
-    return torch_mod.from_numpy(np.random.default_rng(0).normal(size=(2, 3, 32, 32)).astype(np.float32))
+    return torch_mod.from_numpy(
+        np.random.default_rng(0).normal(size=(2, 3, 32, 32)).astype(np.float32)
+    )
 
 
 def test_fold_conv_bn_removes_batchnorm(torch_mod, torch_model, x):
@@ -72,14 +75,27 @@ def test_graph_switch_validation(flow, torch_model):
 def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, torch_mod, torch_model, x):
     np.savez(tmp_path / "w.npz", **models.state_dict_numpy(torch_model))
     np.save(tmp_path / "x.npy", x.numpy())
-    kwargs = dict(arch="resnet18", num_classes=4, weights_path=str(tmp_path / "w.npz"),
-                  input_path=str(tmp_path / "x.npy"), out_dir=str(tmp_path / "out"), warmup=1, repeats=2,
-                  variants=[{"name": "fused"}, {"name": "fused+add", "add_fusion": True}])
-    res = run_in_subprocess("helpers.compile_opts:oneflow_graph_ablation", kwargs, env=PAD_CONV_FUSION_ENV,
-                            timeout_s=300)["result"]
+    kwargs = dict(
+        arch="resnet18",
+        num_classes=4,
+        weights_path=str(tmp_path / "w.npz"),
+        input_path=str(tmp_path / "x.npy"),
+        out_dir=str(tmp_path / "out"),
+        warmup=1,
+        repeats=2,
+        variants=[{"name": "fused"}, {"name": "fused+add", "add_fusion": True}],
+    )
+    res = run_in_subprocess(
+        "helpers.compiling.graph_switches:oneflow_graph_ablation",
+        kwargs,
+        env=PAD_CONV_FUSION_ENV,
+        timeout_s=300,
+    )["result"]
     assert res["mlir_env"] == PAD_CONV_FUSION_ENV
     fused = res["variants"]["fused"]
-    assert "pad" not in fused["op_counts"] and fused["op_counts"]["conv2d"] == 20  # 17 pads fused into convs
+    assert (
+        "pad" not in fused["op_counts"] and fused["op_counts"]["conv2d"] == 20
+    )  # 17 pads fused into convs
     assert "add_n" not in res["variants"]["fused+add"]["op_counts"]
     with torch_mod.no_grad():
         ref = torch_model(x).numpy()

@@ -10,7 +10,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-IMPORTS_HELPERS = re.compile(r"^\s*(?:import\s+helpers\b|from\s+helpers(?:\.\w+)*\s+import\b)", re.MULTILINE)
+IMPORTS_HELPERS = re.compile(
+    r"^\s*(?:import\s+helpers\b|from\s+helpers(?:\.\w+)*\s+import\b)", re.MULTILINE
+)
 
 
 def _toc_entries() -> list[str]:
@@ -36,7 +38,11 @@ def _toc_entries() -> list[str]:
 
 def _resolve(entry: str) -> Path | None:
     path = ROOT / entry
-    candidates = [path] if path.suffix in (".md", ".ipynb") else [path.with_name(path.name + ext) for ext in (".md", ".ipynb")]
+    candidates = (
+        [path]
+        if path.suffix in (".md", ".ipynb")
+        else [path.with_name(path.name + ext) for ext in (".md", ".ipynb")]
+    )
     return next((c for c in candidates if c.is_file()), None)
 
 
@@ -72,25 +78,39 @@ def test_notebooks_are_committed_without_outputs():
                 continue
             if cell.get("outputs") or cell.get("execution_count") is not None:
                 dirty.append(f"{nb.name} cell {i}")
-    assert not dirty, f"notebooks with stored outputs or execution counts (clear them): {dirty[:10]}"
+    assert not dirty, (
+        f"notebooks with stored outputs or execution counts (clear them): {dirty[:10]}"
+    )
 
 
 def test_notebooks_import_helpers():
     lacking = [
-        nb.name for nb in NOTEBOOKS
-        if not any(IMPORTS_HELPERS.search(_source(c)) for c in _cells(nb) if c.get("cell_type") == "code")
+        nb.name
+        for nb in NOTEBOOKS
+        if not any(
+            IMPORTS_HELPERS.search(_source(c)) for c in _cells(nb) if c.get("cell_type") == "code"
+        )
     ]
     assert not lacking, f"notebooks that do not import helpers: {lacking}"
 
 
 def test_structure_checks_catch_problems(tmp_path):
     """The checks above really detect a stray output and a missing helpers import."""
-    cell = {"cell_type": "code", "source": ["import torch\n"], "outputs": [{"output_type": "stream"}],
-            "execution_count": 3, "metadata": {}}
+    cell = {
+        "cell_type": "code",
+        "source": ["import torch\n"],
+        "outputs": [{"output_type": "stream"}],
+        "execution_count": 3,
+        "metadata": {},
+    }
     assert cell["outputs"] and cell["execution_count"] is not None
     assert not IMPORTS_HELPERS.search(_source(cell))
-    for good in ("import helpers", "from helpers.benchmarking import benchmark", "  from helpers import ledger",
-                 "x = 1\nimport helpers.data as d"):
+    for good in (
+        "import helpers",
+        "from helpers.core.benchmarking import benchmark",
+        "  from helpers import ledger",
+        "x = 1\nimport helpers.workload.data as d",
+    ):
         assert IMPORTS_HELPERS.search(good), good
     assert not IMPORTS_HELPERS.search("# import helpers later\nimport helpersx")
     assert _resolve("book/intro") is not None and _resolve("book/does_not_exist") is None

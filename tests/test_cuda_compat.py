@@ -1,4 +1,4 @@
-"""helpers.cuda_compat: which GPUs a wheel's CUDA code runs on; OneFlow kept off GPUs it cannot use."""
+"""helpers.core.cuda_compat: which GPUs a wheel's CUDA code runs on; OneFlow kept off GPUs it cannot use."""
 
 from __future__ import annotations
 
@@ -9,17 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cuda_compat as cc
-from helpers import environment as env
+from helpers.core import cuda_compat as cc
+from helpers.core import environment as env
 
 
-@pytest.mark.parametrize("capability, expected", [
-    ((6, 0), True), ((7, 0), True), ((7, 5), True), ((8, 0), True), ((8, 6), True),
-    ((8, 9), True),   # Ada (L4, RTX 40xx) runs 8.6 SASS
-    ((7, 2), True),   # Xavier runs 7.0 SASS
-    ((9, 0), False),  # Hopper: H100 / H200
-    ((10, 0), False), ((12, 0), False), ((5, 2), False),
-])
+@pytest.mark.parametrize(
+    "capability, expected",
+    [
+        ((6, 0), True),
+        ((7, 0), True),
+        ((7, 5), True),
+        ((8, 0), True),
+        ((8, 6), True),
+        ((8, 9), True),  # Ada (L4, RTX 40xx) runs 8.6 SASS
+        ((7, 2), True),  # Xavier runs 7.0 SASS
+        ((9, 0), False),  # Hopper: H100 / H200
+        ((10, 0), False),
+        ((12, 0), False),
+        ((5, 2), False),
+    ],
+)
 def test_oneflow_sass_compatibility(capability, expected):
     assert cc.runs_on(capability, cc.ONEFLOW_CUDA_ARCHS, cc.ONEFLOW_HAS_PTX) is expected
 
@@ -43,7 +52,9 @@ def _fatbin(entries: list[tuple[int, int]]) -> bytes:
 
 def test_fatbin_archs_reads_sass_and_ptx(tmp_path):
     lib = tmp_path / "libfake.so"
-    lib.write_bytes(b"\x7fELF" + b"\0" * 100 + _fatbin([(2, 80), (2, 86)]) + b"\0" * 50 + _fatbin([(1, 90)]))
+    lib.write_bytes(
+        b"\x7fELF" + b"\0" * 100 + _fatbin([(2, 80), (2, 86)]) + b"\0" * 50 + _fatbin([(1, 90)])
+    )
     assert cc.fatbin_archs(lib) == {"sass": {80, 86}, "ptx": {90}}
     plain = tmp_path / "libplain.so"
     plain.write_bytes(b"\x7fELF no cuda here")

@@ -1,11 +1,11 @@
-"""helpers.data: the generated dataset, normalisation, JPEG encode/decode, preprocessing."""
+"""helpers.workload.data: the generated dataset, normalisation, JPEG encode/decode, preprocessing."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import data
+from helpers.workload import data
 
 
 def test_make_images_shapes_and_classes():
@@ -26,13 +26,16 @@ def test_make_images_is_deterministic():
     assert not np.array_equal(a_img, c_img)
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"n": 0, "size": 32}, "n must"),
-    ({"n": -3, "size": 32}, "n must"),
-    ({"n": 4, "size": 4}, "size"),
-    ({"n": 4, "size": 32, "num_classes": 9}, "num_classes"),
-    ({"n": 4, "size": 32, "num_classes": 1}, "num_classes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"n": 0, "size": 32}, "n must"),
+        ({"n": -3, "size": 32}, "n must"),
+        ({"n": 4, "size": 4}, "size"),
+        ({"n": 4, "size": 32, "num_classes": 9}, "num_classes"),
+        ({"n": 4, "size": 32, "num_classes": 1}, "num_classes"),
+    ],
+)
 def test_make_images_bad_inputs(kwargs, word):
     with pytest.raises(ValueError, match=word):
         data.make_images(**kwargs)
@@ -66,9 +69,13 @@ def test_jpeg_round_trip_and_preprocess():
     # JPEG drops the pixel noise, but the picture survives: per-channel means stay close
     diff = decoded.reshape(-1, 3).mean(0) - images[0].reshape(-1, 3).mean(0)
     assert np.abs(diff).max() < 8
-    smooth = np.broadcast_to(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (1, 32, 32, 3)).copy()
+    smooth = np.broadcast_to(
+        np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (1, 32, 32, 3)
+    ).copy()
     back = data.decode_image(data.encode_jpeg(smooth, quality=95)[0])
-    assert np.abs(back.astype(int) - smooth[0].astype(int)).max() < 12  # a smooth image round-trips closely
+    assert (
+        np.abs(back.astype(int) - smooth[0].astype(int)).max() < 12
+    )  # a smooth image round-trips closely
     x = data.preprocess(blobs[1], 48)
     assert x.shape == (3, 48, 48) and x.dtype == np.float32
     assert data.resize(images[0], 16).shape == (16, 16, 3)

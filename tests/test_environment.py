@@ -1,4 +1,4 @@
-"""helpers.environment: modes, sizes, devices, seeding, the environment report."""
+"""helpers.core.environment: modes, sizes, devices, seeding, the environment report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from helpers import environment as env
+from helpers.core import environment as env
 
 
 def test_mode_from_env_quick_and_full(monkeypatch):
@@ -96,10 +96,13 @@ def test_environment_report_and_label(capsys):
 def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):
     import os
 
-    from helpers.environment import quiet_native_stderr
+    from helpers.core.environment import quiet_native_stderr
 
     with quiet_native_stderr():
-        os.write(2, b"E1129 factory.cpp:65] CUDA driver version is insufficient for CUDA runtime version\n")
+        os.write(
+            2,
+            b"E1129 factory.cpp:65] CUDA driver version is insufficient for CUDA runtime version\n",
+        )
         os.write(2, b"a real problem\n")
     err = capfd.readouterr().err
     assert "a real problem" in err and "insufficient" not in err
@@ -114,10 +117,14 @@ def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):
 def test_sizes_fit_what_the_chapters_assume(mode):
     """Full mode has never run in CI: check its sizes satisfy what the chapters index and build."""
     s = env.sizes(mode)
-    assert 1 in s.batch_sweep and s.batch_size in s.batch_sweep  # chapters 0 and 5 look these up in sweeps
+    assert (
+        1 in s.batch_sweep and s.batch_size in s.batch_sweep
+    )  # chapters 0 and 5 look these up in sweeps
     assert list(s.batch_sweep) == sorted(set(s.batch_sweep))
     assert max(s.batch_sweep) <= 64  # the TensorRT profiles of chapters 7-8 stop at batch 64
     assert s.image_size % 32 == 0  # ResNet and MobileNetV2 downsample by 32
-    assert s.train_images // 4 >= s.batch_size and s.val_images // 4 >= s.batch_size  # chapter 1's splits
+    assert (
+        s.train_images // 4 >= s.batch_size and s.val_images // 4 >= s.batch_size
+    )  # chapter 1's splits
     assert 0 < s.warmup < s.repeats
     assert s.arch in ("resnet18", "resnet34", "resnet50", "resnet101")

@@ -1,11 +1,11 @@
-"""helpers.export: ONNX export, verification, simplification and op counts (tiny models, CPU)."""
+"""helpers.deploy.export: ONNX export, verification, simplification and op counts (tiny models, CPU)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import export
+from helpers.deploy import export
 
 
 @pytest.fixture()
@@ -13,9 +13,17 @@ def tiny(torch_mod):
     """Conv + BatchNorm + ReLU + pooling + flatten + linear: the patterns the course's models have."""
     nn = torch_mod.nn
     torch_mod.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)).eval()
-    with torch_mod.no_grad():  # non-trivial BN statistics, so folding them really changes the conv weights
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+    ).eval()
+    with (
+        torch_mod.no_grad()
+    ):  # non-trivial BN statistics, so folding them really changes the conv weights
         model[1].running_mean.uniform_(-0.5, 0.5)
         model[1].running_var.uniform_(0.5, 2.0)
     return model, torch_mod.randn(2, 3, 8, 8)
@@ -26,7 +34,9 @@ def test_export_writes_checked_file_with_dynamic_batch(tiny, tmp_path):
     rep = export.export_onnx(model, x, tmp_path / "m.onnx")
     assert rep.path.is_file() and rep.opset == 17
     assert export.io_shapes(rep.path) == {"input": ("batch", 3, 8, 8), "output": ("batch", 3)}
-    assert "Conv" in rep.op_counts and "BatchNormalization" not in rep.op_counts  # folded by the exporter
+    assert (
+        "Conv" in rep.op_counts and "BatchNormalization" not in rep.op_counts
+    )  # folded by the exporter
     assert "nodes" in str(rep)
 
 
@@ -62,18 +72,22 @@ def test_simplify_folds_batchnorm_and_keeps_outputs(tiny, tmp_path):
     simple = export.simplify(raw.path, tmp_path / "simple.onnx")
     assert "BatchNormalization" not in simple.op_counts and "Identity" not in simple.op_counts
     assert sum(simple.op_counts.values()) < sum(raw.op_counts.values())
-    run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0]  # noqa: E731
+    run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x.numpy()}
+    )[0]  # noqa: E731
     np.testing.assert_allclose(run(simple.path), run(raw.path), atol=1e-5)
 
 
 def test_op_count_table_and_domains(tiny, tmp_path):
-    from helpers.runtimes import optimize_offline
+    from helpers.deploy.runtimes import optimize_offline
 
     model, x = tiny
     raw = export.export_onnx(model, x, tmp_path / "raw.onnx", fold_constants=False)
     optimize_offline(raw.path, tmp_path / "ext.onnx", "extended")
     fused = export.op_counts(tmp_path / "ext.onnx", with_domain=True)
-    assert any(k.startswith("com.microsoft") for k in fused), fused  # Conv+ReLU -> com.microsoft:FusedConv
+    assert any(k.startswith("com.microsoft") for k in fused), (
+        fused
+    )  # Conv+ReLU -> com.microsoft:FusedConv
     rows = export.op_count_table({"raw": raw.path, "extended": fused})
     assert rows[-1]["op"] == "total nodes" and rows[-1]["raw"] == sum(raw.op_counts.values())
     bn = next(r for r in rows if r["op"] == "BatchNormalization")
@@ -103,8 +117,14 @@ def test_rename_io_and_infer_shapes(tiny, tmp_path):
 def test_export_oneflow_onnx_matches_oneflow(flow, tmp_path):
     nn = flow.nn
     flow.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                          nn.Flatten(), nn.Linear(4, 3))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+    )
     x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
     rep = export.export_oneflow_onnx(model, x, tmp_path / "of.onnx")
     assert rep.max_abs is not None and rep.max_abs < 1e-4

@@ -1,10 +1,10 @@
-"""helpers.graph_ops: op counts of OneFlow graphs and torch.fx graphs, and their differences."""
+"""helpers.compiling.graph_ops: op counts of OneFlow graphs and torch.fx graphs, and their differences."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import graph_ops
+from helpers.compiling import graph_ops
 
 
 def test_fx_op_counts(torch_mod):
@@ -54,9 +54,13 @@ def test_oneflow_op_counts(flow):
 
 
 def test_op_diff():
-    rows = graph_ops.op_diff({"conv": 20, "bn": 20, "relu": 17}, {"conv": 20, "relu": 17, "cast": 2})
-    assert rows == [{"op": "bn", "before": 20, "after": 0, "change": -20},
-                    {"op": "cast", "before": 0, "after": 2, "change": 2}]
+    rows = graph_ops.op_diff(
+        {"conv": 20, "bn": 20, "relu": 17}, {"conv": 20, "relu": 17, "cast": 2}
+    )
+    assert rows == [
+        {"op": "bn", "before": 20, "after": 0, "change": -20},
+        {"op": "cast", "before": 0, "after": 2, "change": 2},
+    ]
     assert graph_ops.op_diff({"a": 1}, {"a": 1}) == []
     with pytest.raises(TypeError, match="mapping"):
         graph_ops.op_diff([("a", 1)], {})

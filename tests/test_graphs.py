@@ -1,18 +1,25 @@
-"""helpers.graphs: OneFlow nn.Graph wrappers, PyTorch static routes and compile-vs-steady timing."""
+"""helpers.compiling.graphs: OneFlow nn.Graph wrappers, PyTorch static routes and compile-vs-steady timing."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import graphs, models
-from helpers.comparison import assert_outputs_close
+from helpers.compiling import graphs
+from helpers.core.comparison import assert_outputs_close
+from helpers.workload import models
 
 
 def small(framework: str):
     _, nn, _ = models.nn_namespace(framework)
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten(), nn.Linear(4, 3))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+    )
 
 
 def _x(n=2, seed=0):
@@ -47,7 +54,9 @@ def test_train_graph_updates_weights_like_eager(flow):
         assert abs(float(loss_e.numpy()) - float(loss_g.numpy())) < 1e-6
     we, wg = models.state_dict_numpy(eager), models.state_dict_numpy(static)
     diffs = {k: float(np.abs(we[k] - wg[k]).max()) for k in we}
-    assert diffs.pop("1.num_batches_tracked") == 3  # the graph does not count BatchNorm steps (bookkeeping only)
+    assert (
+        diffs.pop("1.num_batches_tracked") == 3
+    )  # the graph does not count BatchNorm steps (bookkeeping only)
     assert max(diffs.values()) < 1e-6
 
 
@@ -86,8 +95,15 @@ def test_torch_static_bad_inputs(torch_mod, flow):
 def test_measure_static_separates_compile_from_steady_state(flow):
     m = small("oneflow").eval()
     x = flow.tensor(_x())
-    fn, meas = graphs.measure_static(lambda: graphs.make_inference_graph(m), x, label="graph", framework="oneflow",
-                                     warmup=1, repeats=3, items=2)
+    fn, meas = graphs.measure_static(
+        lambda: graphs.make_inference_graph(m),
+        x,
+        label="graph",
+        framework="oneflow",
+        warmup=1,
+        repeats=3,
+        items=2,
+    )
     assert graphs.is_graph(fn)
     assert meas.first_call_s > meas.steady.median  # the first call compiled the graph
     assert meas.compile_s > 0 and len(meas.steady.times_s) == 3 and meas.steady.items == 2
@@ -100,12 +116,14 @@ def test_measure_static_bad_inputs():
     with pytest.raises(TypeError, match="build must be callable"):
         graphs.measure_static(42, label="x", framework="none")
     with pytest.raises(ValueError, match="first_calls must be a positive int"):
-        graphs.measure_static(lambda: (lambda: 1), label="x", framework="none", first_calls=0)
+        graphs.measure_static(lambda: lambda: 1, label="x", framework="none", first_calls=0)
     with pytest.raises(TypeError, match="cannot be called"):
         graphs.measure_static(lambda: 42, label="x", framework="none")
     with pytest.raises(ValueError, match="unknown framework"):
-        graphs.measure_static(lambda: (lambda: 1), label="x", framework="jax")
-    fn, meas = graphs.measure_static(lambda: (lambda: 1), label="plain", framework="none", warmup=0, repeats=2)
+        graphs.measure_static(lambda: lambda: 1, label="x", framework="jax")
+    fn, meas = graphs.measure_static(
+        lambda: lambda: 1, label="plain", framework="none", warmup=0, repeats=2
+    )
     assert fn() == 1 and meas.compile_s >= 0
 
 

@@ -1,77 +1,79 @@
-"""Tests of helpers.journey (the capstone's ledger arithmetic and plots)."""
+"""Tests of helpers.perf.ladder (the capstone's ledger arithmetic and plots)."""
 
 import math
 
 import pytest
 
-from helpers import journey
+from helpers.perf import ladder
 
 
 def rec(chapter, name, value, **extra):
     return {"chapter": chapter, "name": name, "value": value, "unit": "x", **extra}
 
 
-FULL = [rec(s.chapter, s.record, f) for s, f in zip(journey.TASK_STEPS, (1.5, 2.0, 4.0, 1.1))]
+FULL = [rec(s.chapter, s.record, f) for s, f in zip(ladder.TASK_STEPS, (1.5, 2.0, 4.0, 1.1))]
 
 
 def test_journey_rows_multiply_measured_and_reported():
-    rows = journey.journey_rows(FULL)
+    rows = ladder.journey_rows(FULL)
     assert [r["source"] for r in rows] == ["ledger"] * 4
     assert math.isclose(rows[-1]["cumulative_measured"], 1.5 * 2.0 * 4.0 * 1.1)
-    expected = math.prod(s.reported for s in journey.TASK_STEPS)
+    expected = math.prod(s.reported for s in ladder.TASK_STEPS)
     assert math.isclose(rows[-1]["cumulative_reported"], expected)
     assert 20 < expected < 23  # the case study's "about 21x"
 
 
 def test_missing_step_is_named_not_invented():
-    rows = journey.journey_rows(FULL[1:])
+    rows = ladder.journey_rows(FULL[1:])
     assert rows[0]["measured"] is None
     assert rows[0]["source"] == "missing: run 03_dynamic_to_static"
-    assert journey.missing_steps(rows) == [journey.TASK_STEPS[0].label]
+    assert ladder.missing_steps(rows) == [ladder.TASK_STEPS[0].label]
     assert math.isclose(rows[-1]["cumulative_measured"], 2.0 * 4.0 * 1.1)
 
 
 def test_remeasured_fills_a_gap():
-    rows = journey.journey_rows(FULL[1:], remeasured={"static": 1.2})
+    rows = ladder.journey_rows(FULL[1:], remeasured={"static": 1.2})
     assert rows[0]["measured"] == 1.2 and rows[0]["source"] == "re-measured here"
 
 
 def test_bad_factor_is_rejected():
-    bad = [rec(journey.TASK_STEPS[0].chapter, journey.TASK_STEPS[0].record, 0.0)]
+    bad = [rec(ladder.TASK_STEPS[0].chapter, ladder.TASK_STEPS[0].record, 0.0)]
     with pytest.raises(ValueError, match="non-positive"):
-        journey.journey_rows(bad)
+        ladder.journey_rows(bad)
     with pytest.raises(ValueError, match="no steps"):
-        journey.journey_rows(FULL, steps=())
+        ladder.journey_rows(FULL, steps=())
 
 
 def test_runtime_table_and_best():
-    recs = [rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT"),
-            rec("07_onnx_runtimes", "fps_ov_batch1", 150.0, runtime="OpenVINO"),
-            rec("07_onnx_runtimes", "fps_ort_batch8", 400.0, runtime="ORT"),
-            rec("07_onnx_runtimes", "nodes_simplified", 5.0)]
-    table = journey.runtime_table(recs)
+    recs = [
+        rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT"),
+        rec("07_onnx_runtimes", "fps_ov_batch1", 150.0, runtime="OpenVINO"),
+        rec("07_onnx_runtimes", "fps_ort_batch8", 400.0, runtime="ORT"),
+        rec("07_onnx_runtimes", "nodes_simplified", 5.0),
+    ]
+    table = ladder.runtime_table(recs)
     assert len(table) == 3
-    best = journey.best_by_batch(table)
+    best = ladder.best_by_batch(table)
     assert best[1]["runtime"] == "OpenVINO" and best[8]["runtime"] == "ORT"
-    lines = journey.recommend(best, has_gpu=False)
+    lines = ladder.recommend(best, has_gpu=False)
     assert any("OpenVINO" in line for line in lines) and any("no GPU" in line for line in lines)
-    assert "run chapter 7" in journey.recommend({}, has_gpu=False)[0]
+    assert "run chapter 7" in ladder.recommend({}, has_gpu=False)[0]
 
 
 def test_first_record():
     recs = [rec("08_int8_quantization", "b", 2.0)]
-    assert journey.first_record(recs, "08_int8_quantization", ["a", "b"])["value"] == 2.0
-    assert journey.first_record(recs, "08_int8_quantization", ["a"]) is None
+    assert ladder.first_record(recs, "08_int8_quantization", ["a", "b"])["value"] == 2.0
+    assert ladder.first_record(recs, "08_int8_quantization", ["a"]) is None
 
 
 def test_plot_waterfall():
-    ax = journey.plot_waterfall(journey.journey_rows(FULL[1:]))
+    ax = ladder.plot_waterfall(ladder.journey_rows(FULL[1:]))
     assert ax.get_yscale() == "log"
     with pytest.raises(ValueError):
-        journey.plot_waterfall([])
+        ladder.plot_waterfall([])
 
 
 def test_remeasure_rejects_unknown_steps():
     with pytest.raises(ValueError, match="only 'static' and 'pruning'"):
-        journey.remeasure_task_steps(None, "resnet18", None, ["parallel"])
-    assert journey.remeasure_task_steps(None, "resnet18", None, []) == {}
+        ladder.remeasure_task_steps(None, "resnet18", None, ["parallel"])
+    assert ladder.remeasure_task_steps(None, "resnet18", None, []) == {}

@@ -1,4 +1,4 @@
-"""helpers.ledger: recording and loading measurements (always in a temporary folder here)."""
+"""helpers.core.ledger: recording and loading measurements (always in a temporary folder here)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from helpers import ledger
+from helpers.core import ledger
 
 
 def test_ledger_dir_follows_env(results_dir):
@@ -54,7 +54,10 @@ def test_record_rejects_non_finite_values(value):
         ledger.record("ch00", "x", value, "ms")
 
 
-@pytest.mark.parametrize("chapter, name", [("ch00", "a/b"), ("ch00", "a\\b"), ("../ch", "x"), ("", "x"), ("ch00", ".hidden")])
+@pytest.mark.parametrize(
+    "chapter, name",
+    [("ch00", "a/b"), ("ch00", "a\\b"), ("../ch", "x"), ("", "x"), ("ch00", ".hidden")],
+)
 def test_record_rejects_path_like_names(chapter, name, results_dir):
     with pytest.raises(ValueError, match="path separators"):
         ledger.record(chapter, name, 1.0, "ms")

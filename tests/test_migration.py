@@ -1,4 +1,4 @@
-"""helpers.migration: import rewriting, mock_torch imports and the API-coverage scan."""
+"""helpers.porting.migration: import rewriting, mock_torch imports and the API-coverage scan."""
 
 from __future__ import annotations
 
@@ -8,21 +8,24 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import business, migration, models
-from helpers.comparison import assert_outputs_close
+from helpers.core.comparison import assert_outputs_close
+from helpers.porting import migration
+from helpers.workload import models, team_model
 
 
 def test_rewrite_imports_all_forms():
-    src = ("import os\n"
-           "import torch\n"
-           "import torch.nn as nn\n"
-           "from torch import optim  # comment kept\n"
-           "import torchvision, numpy as np\n"
-           "import torch.nn.functional\n"
-           "def f():\n"
-           "    from torch.nn import functional as F\n"
-           "    return F\n"
-           "x = torch.zeros(1)\n")
+    src = (
+        "import os\n"
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "from torch import optim  # comment kept\n"
+        "import torchvision, numpy as np\n"
+        "import torch.nn.functional\n"
+        "def f():\n"
+        "    from torch.nn import functional as F\n"
+        "    return F\n"
+        "x = torch.zeros(1)\n"
+    )
     rw = migration.rewrite_imports(src)
     new = rw.source.splitlines()
     assert new[0] == "import os"
@@ -50,7 +53,9 @@ def test_rewrite_imports_bad_inputs():
 
 
 def test_load_source(flow):
-    mod = migration.load_source("import oneflow as torch\nVALUE = torch.ones(2).sum().item()\n", "tiny_mod_for_test")
+    mod = migration.load_source(
+        "import oneflow as torch\nVALUE = torch.ones(2).sum().item()\n", "tiny_mod_for_test"
+    )
     assert mod.VALUE == 2.0 and sys.modules["tiny_mod_for_test"] is mod
     with pytest.raises(ValueError, match="identifier"):
         migration.load_source("x = 1", "not a name")
@@ -60,11 +65,11 @@ def test_load_source(flow):
 
 
 def test_rewritten_business_module_runs_on_oneflow(torch_mod, flow):
-    rw = migration.rewrite_imports(inspect.getsource(business))
+    rw = migration.rewrite_imports(inspect.getsource(team_model))
     assert all(old.lstrip().startswith(("import", "from")) for _, old, _ in rw.changes)
     fb = migration.load_source(rw.source, "business_oneflow_test")
     torch_mod.manual_seed(0)
-    ref = business.BusinessModel("resnet18", num_classes=4, hidden=8).eval()
+    ref = team_model.BusinessModel("resnet18", num_classes=4, hidden=8).eval()
     got = fb.BusinessModel("resnet18", num_classes=4, hidden=8).eval()
     assert models.framework_of(got) == "oneflow"
     models.transfer_weights(ref, got)
@@ -77,7 +82,7 @@ def test_rewritten_business_module_runs_on_oneflow(torch_mod, flow):
 
 
 def test_mock_torch_imports_unchanged_module_and_restores_torch(torch_mod, flow):
-    mocked = migration.import_with_mock_torch(business, name="business_mock_test")
+    mocked = migration.import_with_mock_torch(team_model, name="business_mock_test")
     m = mocked.BusinessModel("resnet18", num_classes=3, hidden=8).eval()
     assert isinstance(m, flow.nn.Module)
     assert tuple(m(flow.zeros(1, 3, 32, 32)).shape) == (1, 3)
@@ -88,13 +93,19 @@ def test_mock_torch_imports_unchanged_module_and_restores_torch(torch_mod, flow)
     import torchvision
 
     assert torch is torch_mod and torch.nn.Linear.__module__.startswith("torch.")
-    assert torchvision.__name__ == "torchvision" and "flowvision" not in repr(sys.modules["torchvision"])
+    assert torchvision.__name__ == "torchvision" and "flowvision" not in repr(
+        sys.modules["torchvision"]
+    )
 
 
 def test_mock_torch_without_torchvision_alias_fails_clearly(flow):
-    mocked = migration.import_with_mock_torch(business, name="business_mock_noalias", alias_torchvision=False)
+    mocked = migration.import_with_mock_torch(
+        team_model, name="business_mock_noalias", alias_torchvision=False
+    )
     with pytest.raises(TypeError, match="torch.nn.Module or None expected"):
-        mocked.BusinessModel("resnet18", num_classes=3)  # a real torchvision backbone cannot hold OneFlow parts
+        mocked.BusinessModel(
+            "resnet18", num_classes=3
+        )  # a real torchvision backbone cannot hold OneFlow parts
 
 
 def test_mock_torch_context_yields_oneflow(flow):
@@ -122,14 +133,22 @@ def test_import_with_mock_torch_bad_inputs(tmp_path):
 
 
 def test_api_usage_finds_what_oneflow_lacks(flow):
-    rows = migration.api_usage(business)
+    rows = migration.api_usage(team_model)
     by_name = {r["api"]: r for r in rows}
     assert by_name["torch.compile"]["available"] is False
     assert rows[0]["api"] == "torch.compile"  # missing names come first
-    for present in ("torch.nn.Linear", "torch.nn.functional.cross_entropy", "torch.optim.SGD", "torchvision.models"):
+    for present in (
+        "torch.nn.Linear",
+        "torch.nn.functional.cross_entropy",
+        "torch.optim.SGD",
+        "torchvision.models",
+    ):
         assert by_name[present]["available"], present
-    assert by_name["torch.nn.Linear"]["uses"] == 2 and by_name["torch.nn.Linear"]["oneflow"] == "oneflow.nn.Linear"
-    assert migration.missing_apis(business) == ["torch.compile"]
+    assert (
+        by_name["torch.nn.Linear"]["uses"] == 2
+        and by_name["torch.nn.Linear"]["oneflow"] == "oneflow.nn.Linear"
+    )
+    assert migration.missing_apis(team_model) == ["torch.compile"]
     src = "import torch.fft as fft\nfrom torch.nn import Linear\ny = fft.rfft(torch.zeros(4))\n"
     assert set(migration.missing_apis(src)) == {"torch.fft.rfft"}
     assert migration.resolve("torch.nn.Linear") == (True, "oneflow.nn.Linear")

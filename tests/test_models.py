@@ -1,12 +1,12 @@
-"""helpers.models: building the course models in both frameworks and moving weights between them."""
+"""helpers.workload.models: building the course models in both frameworks and moving weights between them."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import models
-from helpers.comparison import assert_outputs_close
+from helpers.core.comparison import assert_outputs_close
+from helpers.workload import models
 
 SIZE = 32
 CLASSES = 8

@@ -1,4 +1,4 @@
-"""helpers.pipeline: serial, two-process (lock) and DataLoader pipelines; bad inputs never hang."""
+"""helpers.perf.pipeline: serial, two-process (lock) and DataLoader pipelines; bad inputs never hang."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import pipeline as pl
+from helpers.perf import pipeline as pl
 
 SIZE = 32
 
@@ -70,8 +70,12 @@ def test_serial_run_and_timeline(jpegs):
 
 def test_pipelines_match_serial(jpegs):
     serial = pl.run_serial(TinyNet(), jpegs, batch_size=4, image_size=SIZE)
-    two = pl.run_two_process(TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=2, timeout_s=60)
-    loader = pl.run_dataloader(TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=2, timeout_s=60)
+    two = pl.run_two_process(
+        TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=2, timeout_s=60
+    )
+    loader = pl.run_dataloader(
+        TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=2, timeout_s=60
+    )
     for run in (two, loader):
         np.testing.assert_allclose(run.logits(), serial.logits(), atol=1e-5)
         assert {e.stage for e in run.events} == {"load", "infer"}
@@ -107,15 +111,21 @@ def test_failing_worker_raises_with_its_traceback(jpegs):
 def test_stuck_worker_times_out_instead_of_hanging(jpegs):
     start = time.time()
     with pytest.raises(TimeoutError, match="stuck"):
-        pl.run_two_process(StallsAfterWarmup(), jpegs, batch_size=4, image_size=SIZE, workers=1, timeout_s=2)
+        pl.run_two_process(
+            StallsAfterWarmup(), jpegs, batch_size=4, image_size=SIZE, workers=1, timeout_s=2
+        )
     assert time.time() - start < 90
 
 
-@pytest.mark.skipif(__import__("multiprocessing").get_start_method() != "fork",
-                    reason="the stuck loader is injected by monkeypatching, which only forked workers inherit")
+@pytest.mark.skipif(
+    __import__("multiprocessing").get_start_method() != "fork",
+    reason="the stuck loader is injected by monkeypatching, which only forked workers inherit",
+)
 def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
     with pytest.raises(ValueError, match="cannot decode image"):
-        pl.run_dataloader(TinyNet(), [b"not an image"] * 4, batch_size=2, image_size=SIZE, num_workers=1)
+        pl.run_dataloader(
+            TinyNet(), [b"not an image"] * 4, batch_size=2, image_size=SIZE, num_workers=1
+        )
 
     def stuck(*args, **kwargs):
         time.sleep(3600)
@@ -123,5 +133,7 @@ def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
     monkeypatch.setattr(pl, "load_batch", stuck)  # forked loader workers inherit the stuck loader
     start = time.time()
     with pytest.raises(RuntimeError, match="timed out"):
-        pl.run_dataloader(TinyNet(), jpegs, batch_size=2, image_size=SIZE, num_workers=1, timeout_s=2)
+        pl.run_dataloader(
+            TinyNet(), jpegs, batch_size=2, image_size=SIZE, num_workers=1, timeout_s=2
+        )
     assert time.time() - start < 30

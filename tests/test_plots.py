@@ -1,11 +1,11 @@
-"""helpers.plots: every figure function returns an Axes and rejects empty input."""
+"""helpers.core.plots: every figure function returns an Axes and rejects empty input."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import plots
-from helpers.benchmarking import Measurement
+from helpers.core import plots
+from helpers.core.benchmarking import Measurement
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,9 @@ def _m(label, ms):
 
 
 def test_latency_distribution(axes_cls):
-    ax = plots.plot_latency_distribution([_m("eager", [1, 2, 3, 4, 5]), _m("graph", [0.5, 0.7, 0.9])])
+    ax = plots.plot_latency_distribution(
+        [_m("eager", [1, 2, 3, 4, 5]), _m("graph", [0.5, 0.7, 0.9])]
+    )
     assert isinstance(ax, axes_cls)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["eager", "graph"]
     with pytest.raises(ValueError, match="nothing to plot"):
@@ -53,8 +55,14 @@ def test_speedups_rejects_empty():
 
 
 def test_sweep(axes_cls):
-    ax = plots.plot_sweep([1, 2, 4], {"latency": [1.0, 1.5, 2.5]}, xlabel="batch", ylabel="ms",
-                          right={"throughput": [100, 130, 160]}, right_label="img/s")
+    ax = plots.plot_sweep(
+        [1, 2, 4],
+        {"latency": [1.0, 1.5, 2.5]},
+        xlabel="batch",
+        ylabel="ms",
+        right={"throughput": [100, 130, 160]},
+        right_label="img/s",
+    )
     assert isinstance(ax, axes_cls) and ax.get_xlabel() == "batch"
     with pytest.raises(ValueError, match="points"):
         plots.plot_sweep([1, 2], {"bad": [1.0]}, xlabel="x", ylabel="y")
@@ -103,19 +111,29 @@ def test_timeline(axes_cls):
 
 
 def test_grouped_bars(axes_cls):
-    groups = {"batch 1": {"eager": 100.0, "ORT": 200.0}, "batch 8": {"eager": 300.0, "ORT": 500.0, "OpenVINO": 700.0}}
-    ax = plots.plot_grouped_bars(groups, ylabel="images/s", reference=400.0, reference_label="reported 400 FPS")
+    groups = {
+        "batch 1": {"eager": 100.0, "ORT": 200.0},
+        "batch 8": {"eager": 300.0, "ORT": 500.0, "OpenVINO": 700.0},
+    }
+    ax = plots.plot_grouped_bars(
+        groups, ylabel="images/s", reference=400.0, reference_label="reported 400 FPS"
+    )
     assert isinstance(ax, axes_cls)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["batch 1", "batch 8"]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert set(legend) == {"eager", "ORT", "OpenVINO", "reported 400 FPS"}
-    assert len(ax.patches) == 6  # 3 series x 2 groups; the missing OpenVINO bar at batch 1 is a NaN gap
+    assert (
+        len(ax.patches) == 6
+    )  # 3 series x 2 groups; the missing OpenVINO bar at batch 1 is a NaN gap
     with pytest.raises(ValueError, match="nothing to plot"):
         plots.plot_grouped_bars({}, ylabel="x")
 
 
 def test_speed_accuracy(axes_cls):
-    pts = [{"label": "fp32", "speed": 100.0, "accuracy": 0.9}, {"label": "int8", "speed": 300.0, "accuracy": 0.89}]
+    pts = [
+        {"label": "fp32", "speed": 100.0, "accuracy": 0.9},
+        {"label": "int8", "speed": 300.0, "accuracy": 0.89},
+    ]
     ax = plots.plot_speed_accuracy(pts, title="t")
     assert isinstance(ax, axes_cls)
     assert [t.get_text() for t in ax.texts] == ["fp32", "int8"]

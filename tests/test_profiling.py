@@ -1,15 +1,17 @@
-"""helpers.profiling: per-stage timing, profiler tables and peak tensor memory."""
+"""helpers.perf.profiling: per-stage timing, profiler tables and peak tensor memory."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import profiling
+from helpers.perf import profiling
 
 
 def test_time_stages_and_profile_table(torch_mod):
     x = torch_mod.randn(32, 32)
-    stages = profiling.time_stages({"matmul": lambda: x @ x, "add": lambda: x + 1}, warmup=1, repeats=2)
+    stages = profiling.time_stages(
+        {"matmul": lambda: x @ x, "add": lambda: x + 1}, warmup=1, repeats=2
+    )
     assert list(stages) == ["matmul", "add"] and all(len(m.times_s) == 2 for m in stages.values())
     table, rows = profiling.torch_profile(lambda: x @ x, row_limit=3)
     assert "aten::mm" in table and 1 <= len(rows) <= 3
@@ -43,5 +45,7 @@ def test_peak_memory_bad_inputs():
 
 def test_peak_memory_setup_runs_before_the_measured_call(torch_mod):
     calls = []
-    profiling.torch_peak_memory(lambda: calls.append("fn"), warmup=2, setup=lambda: calls.append("setup"))
+    profiling.torch_peak_memory(
+        lambda: calls.append("fn"), warmup=2, setup=lambda: calls.append("setup")
+    )
     assert calls == ["fn", "fn", "setup", "fn"]

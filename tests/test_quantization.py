@@ -1,33 +1,44 @@
-"""helpers.quantization: calibration readers, ONNX Runtime and NNCF INT8 quantization, accuracy (tiny models)."""
+"""helpers.deploy.quantization: calibration readers, ONNX Runtime and NNCF INT8 quantization, accuracy (tiny models)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import export, quantization as q, runtimes
-from helpers.comparison import rowwise_cosine
+from helpers.core.comparison import rowwise_cosine
+from helpers.deploy import export, runtimes
+from helpers.deploy import quantization as q
 
 
 @pytest.fixture()
 def tiny(torch_mod, tmp_path):
     nn = torch_mod.nn
     torch_mod.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                          nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4)).eval()
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 4),
+    ).eval()
     rng = np.random.default_rng(0)
     calib = rng.standard_normal((16, 3, 8, 8)).astype(np.float32)
     path = export.export_onnx(model, torch_mod.from_numpy(calib[:2]), tmp_path / "tiny.onnx").path
     return model, path, calib
 
 
-@pytest.mark.parametrize("bad, err, match", [
-    (np.zeros((0, 3, 8, 8), np.float32), ValueError, "empty"),
-    (np.zeros((4, 3, 8, 8), np.uint8), TypeError, "float"),
-    (np.full((2, 3, 8, 8), np.nan, np.float32), ValueError, "NaN"),
-    ([[1.0]], TypeError, "NumPy array"),
-])
+@pytest.mark.parametrize(
+    "bad, err, match",
+    [
+        (np.zeros((0, 3, 8, 8), np.float32), ValueError, "empty"),
+        (np.zeros((4, 3, 8, 8), np.uint8), TypeError, "float"),
+        (np.full((2, 3, 8, 8), np.nan, np.float32), ValueError, "NaN"),
+        ([[1.0]], TypeError, "NumPy array"),
+    ],
+)
 def test_bad_calibration_sets_are_clear_errors(tiny, tmp_path, bad, err, match):
     _, path, _ = tiny
     with pytest.raises(err, match=match):

@@ -1,12 +1,12 @@
-"""helpers.saliency_task: the forward->backward->forward task, its pruned variants, eager and nn.Graph."""
+"""helpers.workload.saliency: the forward->backward->forward task, its pruned variants, eager and nn.Graph."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import models
-from helpers import saliency_task as st
+from helpers.workload import models
+from helpers.workload import saliency as st
 
 SHAPE = (2, 3, 32, 32)
 
@@ -19,7 +19,9 @@ def torch_model(torch_mod):
 
 @pytest.fixture(scope="module")
 def flow_model(flow, torch_model):
-    return models.twin(torch_model, "oneflow", models.build_resnet, "resnet18", num_classes=4).eval()
+    return models.twin(
+        torch_model, "oneflow", models.build_resnet, "resnet18", num_classes=4
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,9 @@ def test_original_keeps_weights_and_computes_param_grads(torch_mod, torch_model,
 def test_oneflow_eager_and_graph_match_torch(flow, torch_mod, torch_model, flow_model, x_np):
     ref = st.make_task(torch_model, "original")(torch_mod.from_numpy(x_np)).saliency.numpy()
     xf = flow.tensor(x_np)
-    eager = {v: st.make_task(flow_model, v)(xf).saliency.numpy() for v in ("original", "single_forward")}
+    eager = {
+        v: st.make_task(flow_model, v)(xf).saliency.numpy() for v in ("original", "single_forward")
+    }
     assert np.array_equal(eager["original"], eager["single_forward"])
     # OneFlow vs PyTorch: different kernels, float32 rounding only (maps are ~1e-2 in size).
     np.testing.assert_allclose(eager["original"], ref, atol=1e-6, rtol=1e-4)
@@ -75,7 +79,7 @@ def test_oneflow_eager_and_graph_match_torch(flow, torch_mod, torch_model, flow_
 
 
 def test_graph_op_counts_show_the_waste(flow, flow_model, x_np):
-    from helpers.graph_ops import oneflow_op_counts
+    from helpers.compiling.graph_ops import oneflow_op_counts
 
     xf = flow.tensor(x_np)
     counts = {}
@@ -83,7 +87,10 @@ def test_graph_op_counts_show_the_waste(flow, flow_model, x_np):
         gt = st.make_graph_task(flow_model, v, SHAPE)
         gt(xf)
         counts[v] = oneflow_op_counts(gt.graph)
-    assert counts["original"]["conv_filter_grad"] == 20 and "conv_filter_grad" not in counts["single_forward"]
+    assert (
+        counts["original"]["conv_filter_grad"] == 20
+        and "conv_filter_grad" not in counts["single_forward"]
+    )
     assert counts["original"]["conv2d"] == 2 * counts["single_forward"]["conv2d"] == 40
 
 
@@ -110,7 +117,10 @@ def test_bad_inputs(torch_mod, flow, torch_model, flow_model, x_np):
 
 def test_task_peak_memory_sees_weight_gradients(torch_mod, torch_model, x_np):
     x = torch_mod.from_numpy(x_np)
-    mem = {v: st.task_peak_memory(st.make_task(torch_model, v), x) for v in ("original", "single_forward")}
+    mem = {
+        v: st.task_peak_memory(st.make_task(torch_model, v), x)
+        for v in ("original", "single_forward")
+    }
     weights = sum(p.numel() * 4 for p in torch_model.parameters())
     assert mem["original"]["retained"] >= 0.95 * weights  # the weight gradients stay allocated
     assert mem["single_forward"]["retained"] < 0.05 * weights

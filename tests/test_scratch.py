@@ -1,4 +1,5 @@
 """Scratch folders: made empty, removed on request or when the process that made them exits."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import scratch
+from helpers.core import scratch
 
 
 def test_scratch_dir_is_new_empty_and_removable() -> None:
@@ -34,22 +35,28 @@ def test_remove_refuses_a_folder_it_did_not_make(tmp_path: Path) -> None:
 
 
 def test_folder_is_removed_when_the_process_exits() -> None:
-    code = "from helpers.scratch import scratch_dir\np = scratch_dir('exit-')\n(p / 'a').write_text('x')\nprint(p)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    code = "from helpers.core.scratch import scratch_dir\np = scratch_dir('exit-')\n(p / 'a').write_text('x')\nprint(p)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     made = Path(out.stdout.strip())
     assert "-exit-" in made.name
     assert not made.exists(), "the scratch folder outlived its process"
 
 
 def test_a_forked_child_does_not_remove_its_parents_folder() -> None:
-    code = ("import os, sys\nfrom helpers.scratch import scratch_dir\np = scratch_dir('fork-')\n"
-            "pid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\nprint(p.exists())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    code = (
+        "import os, sys\nfrom helpers.core.scratch import scratch_dir\np = scratch_dir('fork-')\n"
+        "pid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\nprint(p.exists())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "True"
 
 
 def test_a_killed_process_folder_is_swept_by_the_next_call() -> None:
-    code = "from helpers.scratch import scratch_dir\nimport os\np = scratch_dir('killed-')\nprint(p, flush=True)\nos.kill(os.getpid(), 9)"
+    code = "from helpers.core.scratch import scratch_dir\nimport os\np = scratch_dir('killed-')\nprint(p, flush=True)\nos.kill(os.getpid(), 9)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == -9
     left = Path(out.stdout.strip())

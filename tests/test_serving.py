@@ -1,4 +1,4 @@
-"""helpers.serving, serving_client and serving_load against a REAL Triton server (the binary in nvidia-pytriton).
+"""helpers.serving.triton_server, serving_client and serving_load against a REAL Triton server (the binary in nvidia-pytriton).
 
 One server per module (a tiny MobileNetV2 embedder in ONNX Runtime and OpenVINO), started on free
 loopback ports. The tests send good and bad requests, load a broken model, and check that no server
@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import scratch, serving, serving_client, serving_load
-from helpers import serving_repo as sr
+from helpers.core import scratch
+from helpers.serving import triton_client, triton_load, triton_server
+from helpers.serving import triton_repo as sr
 
 pytestmark = pytest.mark.slow
 SIZE, DIM = 32, 8
@@ -30,67 +31,109 @@ SIZE, DIM = 32, 8
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, torch_mod):
     """A tiny embedder exported to ONNX, a model repository serving it, and local reference outputs."""
-    from helpers import export, models, runtimes
+    from helpers.deploy import export, runtimes
+    from helpers.workload import models
 
     root = tmp_path_factory.mktemp("serving")
     torch_mod.manual_seed(0)
     x = np.random.default_rng(0).normal(size=(8, 3, SIZE, SIZE)).astype(np.float32)
     emb = models.build_embedder("torch", DIM, 0.25)
     models.calibrate_batchnorm(emb, torch_mod.from_numpy(x))
-    onnx_path = export.export_onnx(emb, torch_mod.from_numpy(x[:2]), root / "tiny.onnx", input_name="image",
-                                   output_name="embedding").path
+    onnx_path = export.export_onnx(
+        emb,
+        torch_mod.from_numpy(x[:2]),
+        root / "tiny.onnx",
+        input_name="image",
+        output_name="embedding",
+    ).path
     repo = root / "repo"
-    spec = dict(inputs=[sr.TensorSpec("image", (3, SIZE, SIZE))], outputs=[sr.TensorSpec("embedding", (DIM,))])
-    sr.python_runtime_model(repo, "tiny", onnx_path, runtime="onnxruntime", max_batch_size=4, dynamic_batching=True, **spec)
-    sr.python_runtime_model(repo, "tiny_ov", onnx_path, runtime="openvino", max_batch_size=4, **spec)
-    sr.python_runtime_model(repo, "tiny_fixed", onnx_path, runtime="onnxruntime", max_batch_size=0,
-                            inputs=[sr.TensorSpec("image", (2, 3, SIZE, SIZE))], outputs=[sr.TensorSpec("embedding", (2, DIM))])
-    broken = sr.python_runtime_model(repo, "broken", onnx_path, runtime="onnxruntime", max_batch_size=4, **spec)
-    cfg = broken / "config.pbtxt"  # a hand edit the validator would refuse: the server must report it
-    cfg.write_text(cfg.read_text().replace('string_value: "onnxruntime"', 'string_value: "tensorflow"'))
+    spec = dict(
+        inputs=[sr.TensorSpec("image", (3, SIZE, SIZE))],
+        outputs=[sr.TensorSpec("embedding", (DIM,))],
+    )
+    sr.python_runtime_model(
+        repo,
+        "tiny",
+        onnx_path,
+        runtime="onnxruntime",
+        max_batch_size=4,
+        dynamic_batching=True,
+        **spec,
+    )
+    sr.python_runtime_model(
+        repo, "tiny_ov", onnx_path, runtime="openvino", max_batch_size=4, **spec
+    )
+    sr.python_runtime_model(
+        repo,
+        "tiny_fixed",
+        onnx_path,
+        runtime="onnxruntime",
+        max_batch_size=0,
+        inputs=[sr.TensorSpec("image", (2, 3, SIZE, SIZE))],
+        outputs=[sr.TensorSpec("embedding", (2, DIM))],
+    )
+    broken = sr.python_runtime_model(
+        repo, "broken", onnx_path, runtime="onnxruntime", max_batch_size=4, **spec
+    )
+    cfg = (
+        broken / "config.pbtxt"
+    )  # a hand edit the validator would refuse: the server must report it
+    cfg.write_text(
+        cfg.read_text().replace('string_value: "onnxruntime"', 'string_value: "tensorflow"')
+    )
     local = runtimes.create_session(onnx_path, "cpu", intra_op_threads=1, verbose=False)
     return types.SimpleNamespace(repo=repo, x=x, local=local, onnx=onnx_path)
 
 
 @pytest.fixture(scope="module")
 def server(tiny):
-    with serving.TritonServer(tiny.repo, models=["tiny", "tiny_ov", "tiny_fixed"], startup_timeout=120) as srv:
+    with triton_server.TritonServer(
+        tiny.repo, models=["tiny", "tiny_ov", "tiny_fixed"], startup_timeout=120
+    ) as srv:
         pids = srv.processes()
         yield srv
-    assert pids and serving.alive(pids) == [], "server or stub processes survived the with-block"
+    assert pids and triton_server.alive(pids) == [], (
+        "server or stub processes survived the with-block"
+    )
 
 
 def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
     deadline = time.time() + timeout
-    while serving.alive(pids) and time.time() < deadline:
+    while triton_server.alive(pids) and time.time() < deadline:
         time.sleep(0.2)
-    return serving.alive(pids)
+    return triton_server.alive(pids)
 
 
 # ------------------------------------------------------------------------------------- installation
 
 
 def test_find_triton_and_environment():
-    inst = serving.find_triton()
-    assert inst.binary.is_file() and inst.stub.is_file() and all(p.is_file() for p in inst.backend_files)
+    inst = triton_server.find_triton()
+    assert (
+        inst.binary.is_file()
+        and inst.stub.is_file()
+        and all(p.is_file() for p in inst.backend_files)
+    )
     assert f"{sys.version_info[0]}.{sys.version_info[1]}" in str(inst.stub)
-    lib = serving.libpython_dir()
+    lib = triton_server.libpython_dir()
     assert any(lib.glob("libpython3*.so*"))
     env = inst.environment({"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/x"})
-    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(lib) and env["LD_LIBRARY_PATH"].endswith("/opt/x")
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(lib) and env["LD_LIBRARY_PATH"].endswith(
+        "/opt/x"
+    )
     assert env["PATH"].split(":")[0] == str(inst.python_bin)
 
 
 def test_bad_arguments(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        serving.TritonServer(tmp_path / "nowhere")
+        triton_server.TritonServer(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="startup_timeout"):
-        serving.TritonServer(tmp_path, startup_timeout=0)
+        triton_server.TritonServer(tmp_path, startup_timeout=0)
     with pytest.raises(ValueError, match="127.0.0.1"):
-        serving_client.http_request("10.1.2.3:8000", "GET", "/v2/health/ready")
+        triton_client.http_request("10.1.2.3:8000", "GET", "/v2/health/ready")
     with pytest.raises(ValueError, match="datatype"):
-        serving_client.infer_json_body({"x": np.array(["a"])})
-    port = serving.free_port()
+        triton_client.infer_json_body({"x": np.array(["a"])})
+    port = triton_server.free_port()
     assert 0 < port < 65536
 
 
@@ -98,10 +141,13 @@ def test_bad_arguments(tmp_path):
 
 
 def test_health_and_metadata(server):
-    ready = serving_client.http_request(server.http_url, "GET", "/v2/health/ready")
+    ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
     assert ready.status_line == "HTTP/1.1 200 OK"
-    meta = serving_client.http_request(server.http_url, "GET", "/v2/models/tiny").json()
-    assert meta["inputs"][0]["shape"] == [-1, 3, SIZE, SIZE] and meta["outputs"][0]["name"] == "embedding"
+    meta = triton_client.http_request(server.http_url, "GET", "/v2/models/tiny").json()
+    assert (
+        meta["inputs"][0]["shape"] == [-1, 3, SIZE, SIZE]
+        and meta["outputs"][0]["name"] == "embedding"
+    )
     states = {m["name"]: m.get("state") for m in server.repository_index()}
     assert states["tiny"] == "READY" and states["broken"] != "READY"
     assert "127.0.0.1" in repr(server)
@@ -111,135 +157,213 @@ def test_http_grpc_and_json_clients_equal_local_inference(server, tiny):
     x = tiny.x[:3]
     want = tiny.local.run(x)
     # same ONNX Runtime, same file, one thread on both sides: equal up to float32 rounding
-    for got in (serving_client.infer_http(server.http_url, "tiny", {"image": x}, "embedding"),
-                serving_client.infer_grpc(server.grpc_url, "tiny", {"image": x}, "embedding"),
-                serving_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"]):
+    for got in (
+        triton_client.infer_http(server.http_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer_grpc(server.grpc_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"],
+    ):
         assert got.shape == (3, DIM)
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_binary_body_is_understood(server, tiny):
-    body, headers = serving_client.infer_binary_body({"image": tiny.x[:2]})
-    resp = serving_client.http_request(server.http_url, "POST", "/v2/models/tiny/infer", body=body, headers=headers)
+    body, headers = triton_client.infer_binary_body({"image": tiny.x[:2]})
+    resp = triton_client.http_request(
+        server.http_url, "POST", "/v2/models/tiny/infer", body=body, headers=headers
+    )
     assert resp.status == 200, resp.error_message()
     out = resp.json()["outputs"][0]
     got = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
     np.testing.assert_allclose(got, tiny.local.run(tiny.x[:2]), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="datatype"):
-        serving_client.infer_binary_body({"x": np.array(["a"])})
+        triton_client.infer_binary_body({"x": np.array(["a"])})
 
 
 def test_openvino_and_unbatched_models(server, tiny):
     x = tiny.x[:2]
-    ov = serving_client.infer_grpc(server.grpc_url, "tiny_ov", {"image": x}, "embedding")
-    np.testing.assert_allclose(ov, tiny.local.run(x), atol=1e-4, rtol=0)  # OpenVINO f32 vs ONNX Runtime
-    fixed = serving_client.infer_http(server.http_url, "tiny_fixed", {"image": x}, "embedding")
+    ov = triton_client.infer_grpc(server.grpc_url, "tiny_ov", {"image": x}, "embedding")
+    np.testing.assert_allclose(
+        ov, tiny.local.run(x), atol=1e-4, rtol=0
+    )  # OpenVINO f32 vs ONNX Runtime
+    fixed = triton_client.infer_http(server.http_url, "tiny_fixed", {"image": x}, "embedding")
     np.testing.assert_allclose(fixed, tiny.local.run(x), atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------------------------------- bad requests
 
 BAD = [  # (what, model, body builder, statuses, phrase in the error)
-    ("wrong shape", "tiny", lambda x: serving_client.infer_json_body({"image": x[:, :, :16]}), {400}, "unexpected shape"),
-    ("wrong dtype", "tiny", lambda x: serving_client.infer_json_body({"image": x.astype(np.float64)}), {400}, "data-type"),
-    ("data not matching dtype", "tiny", lambda x: serving_client.infer_json_body({"image": x}, datatype="INT32"), {400, 500}, "data"),
-    ("unknown model", "nope", lambda x: serving_client.infer_json_body({"image": x}), {404}, "unknown model"),
-    ("malformed body", "tiny", lambda x: serving_client.infer_json_body({"image": x})[:40], {400, 500}, "parse"),
-    ("unknown input", "tiny", lambda x: serving_client.infer_json_body({"pixels": x}), {400}, "unexpected inference input"),
-    ("batch too large", "tiny", lambda x: serving_client.infer_binary_body({"image": np.repeat(x, 5, axis=0)}), {400}, "batch-size"),
+    (
+        "wrong shape",
+        "tiny",
+        lambda x: triton_client.infer_json_body({"image": x[:, :, :16]}),
+        {400},
+        "unexpected shape",
+    ),
+    (
+        "wrong dtype",
+        "tiny",
+        lambda x: triton_client.infer_json_body({"image": x.astype(np.float64)}),
+        {400},
+        "data-type",
+    ),
+    (
+        "data not matching dtype",
+        "tiny",
+        lambda x: triton_client.infer_json_body({"image": x}, datatype="INT32"),
+        {400, 500},
+        "data",
+    ),
+    (
+        "unknown model",
+        "nope",
+        lambda x: triton_client.infer_json_body({"image": x}),
+        {404},
+        "unknown model",
+    ),
+    (
+        "malformed body",
+        "tiny",
+        lambda x: triton_client.infer_json_body({"image": x})[:40],
+        {400, 500},
+        "parse",
+    ),
+    (
+        "unknown input",
+        "tiny",
+        lambda x: triton_client.infer_json_body({"pixels": x}),
+        {400},
+        "unexpected inference input",
+    ),
+    (
+        "batch too large",
+        "tiny",
+        lambda x: triton_client.infer_binary_body({"image": np.repeat(x, 5, axis=0)}),
+        {400},
+        "batch-size",
+    ),
 ]
 
 
 @pytest.mark.parametrize("what, model, body, statuses, phrase", BAD, ids=[b[0] for b in BAD])
-def test_bad_requests_get_clear_errors_and_server_keeps_serving(server, tiny, what, model, body, statuses, phrase):
+def test_bad_requests_get_clear_errors_and_server_keeps_serving(
+    server, tiny, what, model, body, statuses, phrase
+):
     x = tiny.x[:1]
     request = body(x)
     data, headers = request if isinstance(request, tuple) else (request, None)
-    resp = serving_client.http_request(server.http_url, "POST", f"/v2/models/{model}/infer", body=data, headers=headers)
+    resp = triton_client.http_request(
+        server.http_url, "POST", f"/v2/models/{model}/infer", body=data, headers=headers
+    )
     assert resp.status in statuses, f"{what}: {resp.status_line} {resp.body[:200]!r}"
     assert phrase in resp.error_message().lower()
-    good = serving_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"]
+    good = triton_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"]
     np.testing.assert_allclose(good, tiny.local.run(x), atol=1e-5, rtol=0)
     assert server.is_alive()
 
 
 def test_client_errors_are_exceptions_not_crashes(server, tiny):
-    with pytest.raises(serving_client.TritonRequestError) as info:
-        serving_client.infer_json(server.http_url, "nope", {"image": tiny.x[:1]})
+    with pytest.raises(triton_client.TritonRequestError) as info:
+        triton_client.infer_json(server.http_url, "nope", {"image": tiny.x[:1]})
     assert info.value.status == 404 and "unknown model" in info.value.message.lower()
     import tritonclient.grpc as grpcclient
 
     with pytest.raises(grpcclient.InferenceServerException) as gexc:
-        serving_client.infer_grpc(server.grpc_url, "tiny", {"image": tiny.x[:1, :, :8]}, "embedding")
+        triton_client.infer_grpc(server.grpc_url, "tiny", {"image": tiny.x[:1, :, :8]}, "embedding")
     assert "INVALID_ARGUMENT" in str(gexc.value.status())
 
 
 def test_broken_model_load_reports_the_reason(server):
-    with pytest.raises(serving.ServerStartError, match="tensorflow"):
+    with pytest.raises(triton_server.ServerStartError, match="tensorflow"):
         server.load_model("broken", timeout=60)
     assert server.is_alive()
-    assert serving_client.http_request(server.http_url, "GET", "/v2/models/tiny/ready").status == 200
+    assert triton_client.http_request(server.http_url, "GET", "/v2/models/tiny/ready").status == 200
 
 
 def test_model_stats_and_load_sweep(server, tiny):
-    before = serving_client.model_stats(server.http_url, "tiny")
-    points = serving_load.load_sweep(server.grpc_url, "tiny", {"image": tiny.x[:1]}, "embedding", [1, 4],
-                                     duration_s=0.5, warmup_s=0.1, progress=False)
+    before = triton_client.model_stats(server.http_url, "tiny")
+    points = triton_load.load_sweep(
+        server.grpc_url,
+        "tiny",
+        {"image": tiny.x[:1]},
+        "embedding",
+        [1, 4],
+        duration_s=0.5,
+        warmup_s=0.1,
+        progress=False,
+    )
     assert [p.concurrency for p in points] == [1, 4]
     for p in points:
         assert p.errors == 0 and len(p.latencies_s) > 0 and p.throughput > 0 and p.p99 >= p.p50 > 0
         assert set(p.as_dict()) >= {"concurrency", "throughput", "p50_ms", "p99_ms"}
-    after = serving_client.model_stats(server.http_url, "tiny")
+    after = triton_client.model_stats(server.http_url, "tiny")
     assert after["requests"] > before["requests"] and after["executions"] <= after["requests"]
     assert sum(after["batch_sizes"].values()) == after["executions"]
-    http = serving_load.closed_loop(server.http_url, "tiny", {"image": tiny.x[:1]}, "embedding", concurrency=2,
-                                    duration_s=0.3, warmup_s=0.05, protocol="http")
+    http = triton_load.closed_loop(
+        server.http_url,
+        "tiny",
+        {"image": tiny.x[:1]},
+        "embedding",
+        concurrency=2,
+        duration_s=0.3,
+        warmup_s=0.05,
+        protocol="http",
+    )
     assert http.errors == 0 and http.latencies_s
-    fig = serving_load.plot_load_sweep({"tiny": points})
+    fig = triton_load.plot_load_sweep({"tiny": points})
     assert len(fig.axes) == 2
 
 
 def test_load_generator_refuses_unbounded_or_remote_load(server, tiny):
     inputs = {"image": tiny.x[:1]}
-    for kwargs, message in [(dict(concurrency=0, duration_s=1), "concurrency"),
-                            (dict(concurrency=65, duration_s=1), "concurrency"),
-                            (dict(concurrency=1, duration_s=0), "duration_s"),
-                            (dict(concurrency=1, duration_s=31), "duration_s"),
-                            (dict(concurrency=1, duration_s=1, protocol="ftp"), "protocol")]:
+    for kwargs, message in [
+        (dict(concurrency=0, duration_s=1), "concurrency"),
+        (dict(concurrency=65, duration_s=1), "concurrency"),
+        (dict(concurrency=1, duration_s=0), "duration_s"),
+        (dict(concurrency=1, duration_s=31), "duration_s"),
+        (dict(concurrency=1, duration_s=1, protocol="ftp"), "protocol"),
+    ]:
         with pytest.raises(ValueError, match=message):
-            serving_load.closed_loop(server.grpc_url, "tiny", inputs, "embedding", **kwargs)
+            triton_load.closed_loop(server.grpc_url, "tiny", inputs, "embedding", **kwargs)
     with pytest.raises(ValueError, match="127.0.0.1"):
-        serving_load.closed_loop("example.com:8001", "tiny", inputs, "embedding", concurrency=1, duration_s=1)
+        triton_load.closed_loop(
+            "example.com:8001", "tiny", inputs, "embedding", concurrency=1, duration_s=1
+        )
     with pytest.raises(ValueError, match="levels"):
-        serving_load.load_sweep(server.grpc_url, "tiny", inputs, "embedding", list(range(1, 14)))
+        triton_load.load_sweep(server.grpc_url, "tiny", inputs, "embedding", list(range(1, 14)))
     with pytest.raises(RuntimeError, match="no request"):
-        serving_load.closed_loop(server.grpc_url, "nope", inputs, "embedding", concurrency=1, duration_s=0.2, warmup_s=0)
+        triton_load.closed_loop(
+            server.grpc_url, "nope", inputs, "embedding", concurrency=1, duration_s=0.2, warmup_s=0
+        )
     with pytest.raises(ValueError, match="nothing to plot"):
-        serving_load.plot_load_sweep({})
+        triton_load.plot_load_sweep({})
 
 
 def test_perf_analyzer_runs_or_says_what_is_missing(server):
     try:
-        serving_load.find_perf_analyzer()
+        triton_load.find_perf_analyzer()
     except FileNotFoundError as exc:
         assert "perf_analyzer" in str(exc)
         pytest.skip(f"perf_analyzer cannot run here: {exc}")
     with pytest.raises(ValueError, match="measurement_ms"):
-        serving_load.perf_analyzer(server.grpc_url, "tiny", [1], measurement_ms=10)
+        triton_load.perf_analyzer(server.grpc_url, "tiny", [1], measurement_ms=10)
     try:
-        rows = serving_load.perf_analyzer(server.grpc_url, "tiny", [2], measurement_ms=300)
+        rows = triton_load.perf_analyzer(server.grpc_url, "tiny", [2], measurement_ms=300)
     except RuntimeError as exc:  # a busy shared machine may never give three stable windows
         assert "stable" in str(exc).lower()
         return
-    assert rows[0]["concurrency"] == 2 and rows[0]["throughput"] > 0 and rows[0]["p99_ms"] >= rows[0]["p50_ms"]
+    assert (
+        rows[0]["concurrency"] == 2
+        and rows[0]["throughput"] > 0
+        and rows[0]["p99_ms"] >= rows[0]["p50_ms"]
+    )
 
 
 # ------------------------------------------------------------------------------------- lifecycle
 
 
 def test_start_failure_reports_the_model_error_and_cleans_up(tiny):
-    srv = serving.TritonServer(tiny.repo, models=["tiny", "broken"])
-    with pytest.raises(serving.ServerStartError, match="tensorflow") as info:
+    srv = triton_server.TritonServer(tiny.repo, models=["tiny", "broken"])
+    with pytest.raises(triton_server.ServerStartError, match="tensorflow") as info:
         srv.start()
     assert "errors in the server log" in str(info.value)
     assert not srv.is_alive() and srv.processes() == []
@@ -247,8 +371,8 @@ def test_start_failure_reports_the_model_error_and_cleans_up(tiny):
 
 
 def test_startup_timeout_stops_the_server(tiny):
-    srv = serving.TritonServer(tiny.repo, models=["tiny"], startup_timeout=0.05)
-    with pytest.raises(serving.ServerStartError, match="timed out"):
+    srv = triton_server.TritonServer(tiny.repo, models=["tiny"], startup_timeout=0.05)
+    with pytest.raises(triton_server.ServerStartError, match="timed out"):
         srv.start()
     assert not srv.is_alive()
     assert _wait_gone([srv.pid]) == []
@@ -257,11 +381,11 @@ def test_startup_timeout_stops_the_server(tiny):
 def test_with_block_stops_everything_when_the_body_raises(tiny):
     pids: list[int] = []
     with pytest.raises(RuntimeError, match="midway"):
-        with serving.TritonServer(tiny.repo, models=["tiny"]) as srv:
+        with triton_server.TritonServer(tiny.repo, models=["tiny"]) as srv:
             pids = srv.processes()
             assert len(pids) >= 2  # server + one stub
             raise RuntimeError("a test failing midway")
-    assert serving.alive(pids) == []
+    assert triton_server.alive(pids) == []
     code = srv.proc.returncode
     assert srv.stop() == code and not srv.is_alive()  # stop() again is harmless
 
@@ -269,7 +393,7 @@ def test_with_block_stops_everything_when_the_body_raises(tiny):
 def test_a_forgotten_server_is_stopped_when_garbage_collected(tiny):
     import gc
 
-    srv = serving.TritonServer(tiny.repo, models=["tiny"]).start()
+    srv = triton_server.TritonServer(tiny.repo, models=["tiny"]).start()
     pids, workdir = srv.processes(), srv._workdir
     assert workdir.is_dir()
     del srv  # no stop(), no with-block: the finalizer must stop it and delete its work folder
@@ -282,8 +406,8 @@ CHILD = textwrap.dedent("""
     state = {}
     # registered before helpers is imported, so it runs after the helpers' own exit hook (LIFO)
     atexit.register(lambda: print("alive after the exit hook:", state["srv"].is_alive(), flush=True))
-    from helpers import serving
-    state["srv"] = serving.TritonServer(sys.argv[1], models=["tiny"]).start()
+    from helpers.serving import triton_server
+    state["srv"] = triton_server.TritonServer(sys.argv[1], models=["tiny"]).start()
     print(json.dumps(state["srv"].processes()), flush=True)
     print("workdir", state["srv"]._workdir, flush=True)
     if sys.argv[2] == "sigkill":
@@ -296,18 +420,31 @@ CHILD = textwrap.dedent("""
 def test_no_server_survives_its_python_process(tiny, tmp_path, how):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    proc = subprocess.run([sys.executable, str(script), str(tiny.repo), how], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tiny.repo), how],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode != 0
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert lines, f"child did not start the server: {proc.stdout[-500:]} {proc.stderr[-1500:]}"
     pids = json.loads(lines[-1])
     assert len(pids) >= 2
-    workdir = Path(next(line for line in proc.stdout.splitlines() if line.startswith("workdir ")).split(" ", 1)[1])
-    if how == "exception":  # the helpers' atexit hook (not the parent-death signal) stopped it and cleaned up
+    workdir = Path(
+        next(line for line in proc.stdout.splitlines() if line.startswith("workdir ")).split(
+            " ", 1
+        )[1]
+    )
+    if (
+        how == "exception"
+    ):  # the helpers' atexit hook (not the parent-death signal) stopped it and cleaned up
         assert "alive after the exit hook: False" in proc.stdout
         assert not workdir.exists()
     assert _wait_gone(pids) == [], f"processes survived the death of their parent ({how})"
-    if how == "sigkill":  # nothing ran in the killed process: the next server start removes its work folder
+    if (
+        how == "sigkill"
+    ):  # nothing ran in the killed process: the next server start removes its work folder
         assert workdir.exists()
         scratch.sweep_stale()
         assert not workdir.exists()
@@ -318,7 +455,9 @@ def test_no_server_survives_its_python_process(tiny, tmp_path, how):
 
 def _runtime_model_module():
     """Import triton_models/runtime_model.py outside the server, with a stand-in for the stub's utils."""
-    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    sys.modules.setdefault(
+        "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils")
+    )
     spec = importlib.util.spec_from_file_location("runtime_model_under_test", sr.RUNTIME_MODEL_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -326,7 +465,7 @@ def _runtime_model_module():
 
 
 def test_read_graph_variables_reads_what_flow_save_wrote(flow, tmp_path):
-    from helpers import graphs
+    from helpers.compiling import graphs
 
     lin = flow.nn.Linear(3, 2)
     graph = graphs.make_inference_graph(lin.eval())

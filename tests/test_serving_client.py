@@ -1,4 +1,4 @@
-"""helpers.serving_client without a server: request bodies, loopback-only addresses, response parsing.
+"""helpers.serving.triton_client without a server: request bodies, loopback-only addresses, response parsing.
 
 The same functions are exercised against a real Triton server in tests/test_serving.py.
 """
@@ -10,14 +10,20 @@ import json
 import numpy as np
 import pytest
 
-from helpers import serving_client as sc
+from helpers.serving import triton_client as sc
 
 
 def test_json_body_follows_kserve_v2():
     x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
     body = json.loads(sc.infer_json_body({"image": x}))
-    assert body == {"inputs": [{"name": "image", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}]}
-    wrong = json.loads(sc.infer_json_body({"image": x}, datatype="FP64"))  # a deliberately wrong declaration
+    assert body == {
+        "inputs": [
+            {"name": "image", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}
+        ]
+    }
+    wrong = json.loads(
+        sc.infer_json_body({"image": x}, datatype="FP64")
+    )  # a deliberately wrong declaration
     assert wrong["inputs"][0]["datatype"] == "FP64"
     with pytest.raises(ValueError, match="no Triton datatype"):
         sc.infer_json_body({"s": np.array(["a"])})
@@ -36,7 +42,9 @@ def test_binary_body_has_header_then_raw_tensors():
         sc.infer_binary_body({"s": np.array(["a"])})
 
 
-@pytest.mark.parametrize("url", ["10.0.0.5:8000", "example.com:8001", "127.0.0.1", "127.0.0.1:http", "0.0.0.0:8000"])
+@pytest.mark.parametrize(
+    "url", ["10.0.0.5:8000", "example.com:8001", "127.0.0.1", "127.0.0.1:http", "0.0.0.0:8000"]
+)
 def test_only_loopback_addresses(url):
     with pytest.raises(ValueError, match="127.0.0.1:PORT"):
         sc.check_loopback(url)

@@ -1,4 +1,4 @@
-"""helpers.serving_repo: Triton model configurations built, written and validated with Triton's own schema."""
+"""helpers.serving.triton_repo: Triton model configurations built, written and validated with Triton's own schema."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import serving_repo as sr
+from helpers.serving import triton_repo as sr
 
 IMG = [sr.TensorSpec("image", (3, 8, 8))]
 EMB = [sr.TensorSpec("embedding", (4,))]
@@ -38,32 +38,56 @@ def test_tensor_spec_rejects_bad_names_dtypes_and_dims():
 
 
 def test_make_config_round_trips_through_text():
-    cfg = sr.make_config("m", backend="python", inputs=IMG, outputs=EMB, max_batch_size=8,
-                         dynamic_batching={"max_queue_delay_us": 500, "preferred_batch_sizes": [4, 8]},
-                         instances=2, parameters={"runtime": "onnxruntime"})
+    cfg = sr.make_config(
+        "m",
+        backend="python",
+        inputs=IMG,
+        outputs=EMB,
+        max_batch_size=8,
+        dynamic_batching={"max_queue_delay_us": 500, "preferred_batch_sizes": [4, 8]},
+        instances=2,
+        parameters={"runtime": "onnxruntime"},
+    )
     text = sr.config_text(cfg)
     back = sr.parse_config(text)
     assert back == cfg
     assert back.dynamic_batching.max_queue_delay_microseconds == 500
     assert list(back.dynamic_batching.preferred_batch_size) == [4, 8]
-    assert back.instance_group[0].count == 2 and back.parameters["runtime"].string_value == "onnxruntime"
+    assert (
+        back.instance_group[0].count == 2
+        and back.parameters["runtime"].string_value == "onnxruntime"
+    )
     assert 'backend: "python"' in text and "TYPE_FP32" in text
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(backend="python", platform="onnxruntime_onnx"), "exactly one of backend"),
-    (dict(), "exactly one of backend"),
-    (dict(backend="python", kind="KIND_TPU"), "kind"),
-    (dict(backend="python", instances=0), "instances"),
-    (dict(backend="python", max_batch_size=-1), "max_batch_size"),
-    (dict(backend="python", dynamic_batching=True), "needs max_batch_size >= 1"),
-    (dict(backend="python", max_batch_size=4, dynamic_batching={"preferred_batch_sizes": [8]}), "exceed max_batch_size"),
-    (dict(backend="python", max_batch_size=4, dynamic_batching={"delay": 1}), "unknown dynamic_batching"),
-    (dict(backend="python", gpus=[0]), "KIND_CPU instance group cannot list gpus"),
-    (dict(backend="python", parameters={"runtime": "tensorflow"}), "runtime='tensorflow'"),
-    (dict(platform="onnxruntime_onnx", gpu_accelerators=[{"name": "openvino"}]), "accelerators"),
-    (dict(backend="oneflow"), "INPUT_0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(backend="python", platform="onnxruntime_onnx"), "exactly one of backend"),
+        (dict(), "exactly one of backend"),
+        (dict(backend="python", kind="KIND_TPU"), "kind"),
+        (dict(backend="python", instances=0), "instances"),
+        (dict(backend="python", max_batch_size=-1), "max_batch_size"),
+        (dict(backend="python", dynamic_batching=True), "needs max_batch_size >= 1"),
+        (
+            dict(
+                backend="python", max_batch_size=4, dynamic_batching={"preferred_batch_sizes": [8]}
+            ),
+            "exceed max_batch_size",
+        ),
+        (
+            dict(backend="python", max_batch_size=4, dynamic_batching={"delay": 1}),
+            "unknown dynamic_batching",
+        ),
+        (dict(backend="python", gpus=[0]), "KIND_CPU instance group cannot list gpus"),
+        (dict(backend="python", parameters={"runtime": "tensorflow"}), "runtime='tensorflow'"),
+        (
+            dict(platform="onnxruntime_onnx", gpu_accelerators=[{"name": "openvino"}]),
+            "accelerators",
+        ),
+        (dict(backend="oneflow"), "INPUT_0"),
+    ],
+)
 def test_make_config_rejects_what_triton_would(kwargs, message):
     with pytest.raises(sr.ConfigError, match=message):
         sr.make_config("m", inputs=IMG, outputs=EMB, **kwargs)
@@ -79,47 +103,102 @@ def test_parse_config_names_the_bad_line():
 
 
 def test_python_runtime_model_layout(tmp_path, onnx_file):
-    model_dir = sr.python_runtime_model(tmp_path / "repo", "emb", onnx_file, runtime="openvino", inputs=IMG,
-                                        outputs=EMB, max_batch_size=4, threads=2)
+    model_dir = sr.python_runtime_model(
+        tmp_path / "repo",
+        "emb",
+        onnx_file,
+        runtime="openvino",
+        inputs=IMG,
+        outputs=EMB,
+        max_batch_size=4,
+        threads=2,
+    )
     assert (model_dir / "1" / "model.py").read_text() == sr.RUNTIME_MODEL_FILE.read_text()
     assert (model_dir / "1" / "m.onnx").read_bytes() == onnx_file.read_bytes()
     cfg = sr.validate_model_dir(model_dir)
-    assert cfg.parameters["runtime"].string_value == "openvino" and cfg.parameters["threads"].string_value == "2"
+    assert (
+        cfg.parameters["runtime"].string_value == "openvino"
+        and cfg.parameters["threads"].string_value == "2"
+    )
     assert cfg.parameters["model_file"].string_value == "m.onnx"
     # the copied model.py is a copy, not a link: editing it must not touch the helper's source
     assert not (model_dir / "1" / "model.py").samefile(sr.RUNTIME_MODEL_FILE)
     with pytest.raises(sr.ConfigError, match="runtime"):
-        sr.python_runtime_model(tmp_path / "repo", "x", onnx_file, runtime="tvm", inputs=IMG, outputs=EMB)
+        sr.python_runtime_model(
+            tmp_path / "repo", "x", onnx_file, runtime="tvm", inputs=IMG, outputs=EMB
+        )
     with pytest.raises(sr.ConfigError, match="threads"):
-        sr.python_runtime_model(tmp_path / "repo", "x", onnx_file, runtime="openvino", inputs=IMG, outputs=EMB, threads=0)
+        sr.python_runtime_model(
+            tmp_path / "repo",
+            "x",
+            onnx_file,
+            runtime="openvino",
+            inputs=IMG,
+            outputs=EMB,
+            threads=0,
+        )
     with pytest.raises(sr.ConfigError, match="model.py"):
-        sr.python_runtime_model(tmp_path / "repo", "x", onnx_file, runtime="openvino", inputs=IMG, outputs=EMB,
-                                file_name="model.py")
+        sr.python_runtime_model(
+            tmp_path / "repo",
+            "x",
+            onnx_file,
+            runtime="openvino",
+            inputs=IMG,
+            outputs=EMB,
+            file_name="model.py",
+        )
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        sr.python_runtime_model(tmp_path / "repo", "x", tmp_path / "missing.onnx", runtime="openvino", inputs=IMG, outputs=EMB)
+        sr.python_runtime_model(
+            tmp_path / "repo",
+            "x",
+            tmp_path / "missing.onnx",
+            runtime="openvino",
+            inputs=IMG,
+            outputs=EMB,
+        )
 
 
 def test_production_layouts(tmp_path, onnx_file, saved_graph):
     repo = tmp_path / "prod"
     sr.onnxruntime_backend_model(repo, "ort", onnx_file, inputs=IMG, outputs=EMB)
-    sr.onnxruntime_backend_model(repo, "ort_trt", onnx_file, inputs=IMG, outputs=EMB, tensorrt="FP16")
-    sr.oneflow_serving_model(repo, "flow", saved_graph, input_dims=(3, 8, 8), output_dims=(4,), xrt="tensorrt")
-    sr.oneflow_serving_model(repo, "flow_ov", saved_graph, input_dims=(3, 8, 8), output_dims=(4,), xrt="openvino",
-                             kind="KIND_CPU")
+    sr.onnxruntime_backend_model(
+        repo, "ort_trt", onnx_file, inputs=IMG, outputs=EMB, tensorrt="FP16"
+    )
+    sr.oneflow_serving_model(
+        repo, "flow", saved_graph, input_dims=(3, 8, 8), output_dims=(4,), xrt="tensorrt"
+    )
+    sr.oneflow_serving_model(
+        repo,
+        "flow_ov",
+        saved_graph,
+        input_dims=(3, 8, 8),
+        output_dims=(4,),
+        xrt="openvino",
+        kind="KIND_CPU",
+    )
     configs = sr.validate_repository(repo)
     assert set(configs) == {"ort", "ort_trt", "flow", "flow_ov"}
-    assert configs["ort"].platform == "onnxruntime_onnx" and (repo / "ort" / "1" / "model.onnx").is_file()
+    assert (
+        configs["ort"].platform == "onnxruntime_onnx"
+        and (repo / "ort" / "1" / "model.onnx").is_file()
+    )
     acc = configs["ort_trt"].optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert acc.name == "tensorrt" and acc.parameters["precision_mode"] == "FP16"
-    assert configs["flow"].backend == "oneflow" and [t.name for t in configs["flow"].input] == ["INPUT_0"]
+    assert configs["flow"].backend == "oneflow" and [t.name for t in configs["flow"].input] == [
+        "INPUT_0"
+    ]
     assert (repo / "flow" / "1" / "model" / "model.mlir").is_file()
     assert configs["flow_ov"].parameters["xrt"].string_value == "openvino"
     with pytest.raises(sr.ConfigError, match="GPU"):
-        sr.onnxruntime_backend_model(repo, "x", onnx_file, inputs=IMG, outputs=EMB, tensorrt="FP16", kind="KIND_CPU")
+        sr.onnxruntime_backend_model(
+            repo, "x", onnx_file, inputs=IMG, outputs=EMB, tensorrt="FP16", kind="KIND_CPU"
+        )
     with pytest.raises(sr.ConfigError, match="precision"):
         sr.onnxruntime_backend_model(repo, "x", onnx_file, inputs=IMG, outputs=EMB, tensorrt="FP8")
     with pytest.raises(sr.ConfigError, match="xrt"):
-        sr.oneflow_serving_model(repo, "x", saved_graph, input_dims=(3,), output_dims=(4,), xrt="tvm")
+        sr.oneflow_serving_model(
+            repo, "x", saved_graph, input_dims=(3,), output_dims=(4,), xrt="tvm"
+        )
     with pytest.raises(sr.ConfigError, match="model.mlir"):
         sr.oneflow_serving_model(repo, "x", tmp_path, input_dims=(3,), output_dims=(4,))
 
@@ -153,8 +232,12 @@ def test_docker_command_and_tree(tmp_path, onnx_file):
     sr.onnxruntime_backend_model(repo, "ort", onnx_file, inputs=IMG, outputs=EMB)
     cmd = sr.docker_command(repo)
     assert f"-v {repo.resolve()}:/models" in cmd and sr.NGC_IMAGE in cmd and "--gpus all" in cmd
-    one = sr.docker_command(repo, model="ort", image="img", gpus=False, server="/opt/tritonserver/bin/tritonserver")
+    one = sr.docker_command(
+        repo, model="ort", image="img", gpus=False, server="/opt/tritonserver/bin/tritonserver"
+    )
     assert f"{repo.resolve() / 'ort' / '1'}:/models/ort/1" in one and "--gpus" not in one
     assert "img /opt/tritonserver/bin/tritonserver --model-repository=/models" in one
     listing = sr.tree(repo)
-    assert listing.splitlines()[0] == "prod/" and "config.pbtxt" in listing and "model.onnx" in listing
+    assert (
+        listing.splitlines()[0] == "prod/" and "config.pbtxt" in listing and "model.onnx" in listing
+    )

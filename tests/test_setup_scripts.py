@@ -1,4 +1,5 @@
 """tools/check_disk.sh and tools/rerun_on_crash.sh, the two scripts `make setup` and `make test` lean on."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(venv: Path, need_gb: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, COURSE_MIN_FREE_GB=need_gb)
-    return subprocess.run(["bash", str(ROOT / "tools" / "check_disk.sh"), str(venv)], capture_output=True,
-                          text=True, env=env, timeout=60)
+    return subprocess.run(
+        ["bash", str(ROOT / "tools" / "check_disk.sh"), str(venv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_enough_room_passes(tmp_path: Path) -> None:
@@ -41,7 +47,12 @@ RERUN = ["bash", str(ROOT / "tools" / "rerun_on_crash.sh")]
 
 def test_a_failed_test_run_is_not_retried(tmp_path: Path) -> None:
     count = tmp_path / "runs"
-    out = subprocess.run(RERUN + ["bash", "-c", f"echo x >> {count}; exit 1"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        RERUN + ["bash", "-c", f"echo x >> {count}; exit 1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1 and count.read_text().count("x") == 1
 
 
@@ -55,8 +66,12 @@ def test_a_crash_is_run_once_more_and_its_result_kept(tmp_path: Path) -> None:
 
 def test_a_second_crash_fails(tmp_path: Path) -> None:
     count = tmp_path / "runs"
-    out = subprocess.run(RERUN + ["bash", "-c", f"echo x >> {count}; kill -ABRT $$"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        RERUN + ["bash", "-c", f"echo x >> {count}; kill -ABRT $$"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 134 and count.read_text().count("x") == 2
     assert "again" in out.stderr
 

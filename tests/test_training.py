@@ -1,26 +1,34 @@
-"""helpers.training: the quick classifier-training recipe (a tiny model on a tiny generated split)."""
+"""helpers.workload.training: the quick classifier-training recipe (a tiny model on a tiny generated split)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers import data, training
+from helpers.workload import data, training
 
 
 @pytest.fixture()
 def tiny(torch_mod):
     nn = torch_mod.nn
     torch_mod.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
     train, val = data.make_splits(64, 32, 16, num_classes=4)
     return model, train, val
 
 
 def test_training_lowers_the_loss_and_reports(tiny):
     model, train, val = tiny
-    res = training.train_classifier(model, train, steps=30, batch_size=16, lr=1e-2, val=val, progress=False)
+    res = training.train_classifier(
+        model, train, steps=30, batch_size=16, lr=1e-2, val=val, progress=False
+    )
     assert res.steps == 30 and res.batch_size == 16 and np.isfinite(res.losses).all()
     assert res.losses[-5:].mean() < res.losses[:5].mean()  # it learns something
     assert 0.0 <= res.val_accuracy <= 1.0 and not model.training
@@ -59,7 +67,9 @@ def test_augment_batch_flips_and_shifts():
     for a, b in zip(out, x):  # each image is either unchanged or mirrored left-right
         assert np.array_equal(a, b) or np.array_equal(a, b[:, :, ::-1])
     shifted = training.augment_batch(x, np.random.default_rng(3), max_shift=2)
-    assert sorted(shifted.ravel()) == sorted(x.ravel())  # a permutation of the pixels: nothing invented
+    assert sorted(shifted.ravel()) == sorted(
+        x.ravel()
+    )  # a permutation of the pixels: nothing invented
     with pytest.raises(ValueError, match="batch"):
         training.augment_batch(x[0], rng, 1)
     with pytest.raises(ValueError, match="max_shift"):

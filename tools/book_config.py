@@ -48,9 +48,9 @@ def _git(*args: str) -> str:
 
 
 def _mode(env: dict[str, str]) -> str:
-    """The course mode for this build: COURSE_MODE if set, else what helpers.environment decides."""
+    """The course mode for this build: COURSE_MODE if set, else what helpers.core.environment decides."""
     sys.path.insert(0, str(ROOT / "src"))
-    from helpers.environment import MODE_ENV, MODES, get_mode
+    from helpers.core.environment import MODE_ENV, MODES, get_mode
 
     given = env.get(MODE_ENV, "").strip().lower()
     if not given:
@@ -79,7 +79,9 @@ def normalise_repo_url(url: str) -> str | None:
 def _http_url(name: str, value: str) -> str:
     parsed = urlparse(value.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise BookConfigError(f"{name}={value!r} is not an http(s) URL (expected e.g. https://hub.example.org)")
+        raise BookConfigError(
+            f"{name}={value!r} is not an http(s) URL (expected e.g. https://hub.example.org)"
+        )
     return value.strip().rstrip("/")
 
 
@@ -98,7 +100,8 @@ def book_config(env: dict[str, str] | None = None, base: Path = ROOT / "_config.
         if repo is None:
             raise BookConfigError(
                 f"COURSE_REPO_URL={given!r} is not a repository URL a browser can open "
-                "(expected https://host/org/repo or git@host:org/repo.git)")
+                "(expected https://host/org/repo or git@host:org/repo.git)"
+            )
     else:
         repo = normalise_repo_url(_git("remote", "get-url", "origin"))
     branch = env.get("COURSE_REPO_BRANCH", "").strip() or _git("rev-parse", "--abbrev-ref", "HEAD")
@@ -107,27 +110,48 @@ def book_config(env: dict[str, str] | None = None, base: Path = ROOT / "_config.
     if not re.fullmatch(r"[A-Za-z0-9._/-]+", branch):
         raise BookConfigError(f"COURSE_REPO_BRANCH={branch!r} is not a branch name")
 
-    hubs = {key: _http_url(var, env[var]) for key, var in
-            (("jupyterhub_url", "COURSE_JUPYTERHUB_URL"), ("binderhub_url", "COURSE_BINDERHUB_URL"))
-            if env.get(var, "").strip()}
+    hubs = {
+        key: _http_url(var, env[var])
+        for key, var in (
+            ("jupyterhub_url", "COURSE_JUPYTERHUB_URL"),
+            ("binderhub_url", "COURSE_BINDERHUB_URL"),
+        )
+        if env.get(var, "").strip()
+    }
 
     if repo is None:
         if hubs:
             raise BookConfigError(
                 "a launch button needs the repository it pulls the notebooks from: "
-                "set COURSE_REPO_URL as well (or build from a clone whose origin is that repository)")
+                "set COURSE_REPO_URL as well (or build from a clone whose origin is that repository)"
+            )
         # No repository: no buttons that would point somewhere (JB's default URL is its own repo).
         config["repository"] = {"url": "", "path_to_book": "", "branch": branch}
-        html.update(use_repository_button=False, use_issues_button=False, use_edit_page_button=False)
-        config["launch_buttons"] = {"notebook_interface": "jupyterlab", "binderhub_url": "",
-                                    "jupyterhub_url": "", "colab_url": "", "thebe": False}
+        html.update(
+            use_repository_button=False, use_issues_button=False, use_edit_page_button=False
+        )
+        config["launch_buttons"] = {
+            "notebook_interface": "jupyterlab",
+            "binderhub_url": "",
+            "jupyterhub_url": "",
+            "colab_url": "",
+            "thebe": False,
+        }
         return config
 
     config["repository"] = {"url": repo, "path_to_book": "", "branch": branch}
-    html.update(use_repository_button=True, use_edit_page_button=True,
-                use_issues_button=urlparse(repo).netloc in ("github.com", "gitlab.com"))
-    config["launch_buttons"] = {"notebook_interface": "jupyterlab", "binderhub_url": hubs.get("binderhub_url", ""),
-                                "jupyterhub_url": hubs.get("jupyterhub_url", ""), "colab_url": "", "thebe": False}
+    html.update(
+        use_repository_button=True,
+        use_edit_page_button=True,
+        use_issues_button=urlparse(repo).netloc in ("github.com", "gitlab.com"),
+    )
+    config["launch_buttons"] = {
+        "notebook_interface": "jupyterlab",
+        "binderhub_url": hubs.get("binderhub_url", ""),
+        "jupyterhub_url": hubs.get("jupyterhub_url", ""),
+        "colab_url": "",
+        "thebe": False,
+    }
     return config
 
 
@@ -145,9 +169,15 @@ def main(argv: list[str]) -> int:
     out.write_text(yaml.safe_dump(config, sort_keys=False))
     repo = config["repository"]["url"]
     hubs = [k for k in ("jupyterhub_url", "binderhub_url") if config["launch_buttons"][k]]
-    print(f"book configuration -> {out}: repository {repo or 'not set (no repository buttons)'}"
-          + (f", branch {config['repository']['branch']}" if repo else "")
-          + (f", launch buttons: {', '.join(h.split('_')[0] for h in hubs)}" if hubs else ", no launch buttons"))
+    print(
+        f"book configuration -> {out}: repository {repo or 'not set (no repository buttons)'}"
+        + (f", branch {config['repository']['branch']}" if repo else "")
+        + (
+            f", launch buttons: {', '.join(h.split('_')[0] for h in hubs)}"
+            if hubs
+            else ", no launch buttons"
+        )
+    )
     return 0
 
 

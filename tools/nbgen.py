@@ -13,14 +13,21 @@ import nbformat
 
 def build(source: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     parts = re.split(r"^# %%(.*)$", source, flags=re.M)
     for header, body in zip(parts[1::2], parts[2::2]):
         body = body.strip("\n")
         header = header.strip()
         if header.startswith("[markdown]"):
-            text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines())
+            text = "\n".join(
+                line[2:] if line.startswith("# ") else line.lstrip("#")
+                for line in body.splitlines()
+            )
             nb.cells.append(nbformat.v4.new_markdown_cell(text))
         else:
             cell = nbformat.v4.new_code_cell(body)

@@ -45,13 +45,30 @@ PAGES = toc_pages()
 def build_book(output: Path, env: dict[str, str]) -> str:
     """Build the book as ``make book`` does (tools/book_config.py, then jupyter-book); return the log."""
     config = output / "_build" / "_config.yml"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "book_config.py"), str(config)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "book_config.py"), str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 0, f"book configuration failed: {proc.stderr}"
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "--path-output", str(output),
-         "--config", str(config)],
-        cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env,
+        [
+            str(Path(sys.executable).parent / "jupyter-book"),
+            "build",
+            ".",
+            "--path-output",
+            str(output),
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=env,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "build succeeded" in log, f"book build failed:\n{log[-4000:]}"
@@ -63,22 +80,35 @@ def built_book() -> Path:
     log = build_book(ROOT, dict(os.environ))
     executed = re.findall(r"Executing notebook|Executed notebook", log)
     if executed:
-        print(f"note: the build executed {len(executed)} notebook(s) that the nbval run had not cached")
+        print(
+            f"note: the build executed {len(executed)} notebook(s) that the nbval run had not cached"
+        )
     return HTML
 
 
 @pytest.fixture(scope="session")
 def browser():
     if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("headless Chromium + chromedriver not installed (Debian: apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "headless Chromium + chromedriver not installed (Debian: apt-get install chromium chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         opts.add_argument(flag)
     profile = tempfile.mkdtemp(prefix="course-chromium-")
     opts.add_argument(f"--user-data-dir={profile}")
@@ -100,30 +130,38 @@ def test_every_page_built(built_book: Path) -> None:
 def test_page_in_browser(built_book: Path, browser, page: str) -> None:
     path = built_book / f"{page}.html"
     browser.get(path.as_uri())
-    title = browser.execute_script("const h = document.querySelector('main h1, article h1'); return h ? h.textContent : '';")
+    title = browser.execute_script(
+        "const h = document.querySelector('main h1, article h1'); return h ? h.textContent : '';"
+    )
     assert title.strip(), f"{page}: no title"
     SHOTS.mkdir(parents=True, exist_ok=True)
-    browser.set_window_size(1400, min(12000, browser.execute_script("return document.body.scrollHeight") + 50))
+    browser.set_window_size(
+        1400, min(12000, browser.execute_script("return document.body.scrollHeight") + 50)
+    )
     browser.save_screenshot(str(SHOTS / f"{page.replace('/', '__')}.png"))
     browser.set_window_size(1400, 1000)
 
     # No traceback, error or warning output rendered in the page.
     bad = browser.execute_script(
         "return Array.from(document.querySelectorAll('.output.traceback, .output.error, .output.stderr, "
-        ".highlight-ipythontb, .system-message')).map(e => e.innerText.slice(0, 300));")
+        ".highlight-ipythontb, .system-message')).map(e => e.innerText.slice(0, 300));"
+    )
     assert not bad, f"{page}: error output on the page: {bad}"
     text = browser.find_element("css selector", "main").text
     assert "Traceback (most recent call last)" not in text, f"{page}: a traceback is shown"
 
     # Figures: every image is decoded by the browser; notebooks with plots show them.
     images = browser.execute_script(
-        "return Array.from(document.querySelectorAll('main img')).map(i => [i.src, i.complete && i.naturalWidth > 0]);")
+        "return Array.from(document.querySelectorAll('main img')).map(i => [i.src, i.complete && i.naturalWidth > 0]);"
+    )
     broken = [src for src, ok in images if not ok]
     assert not broken, f"{page}: images that do not load: {broken}"
     if page.startswith("notebooks/"):
         nb = (ROOT / f"{page}.ipynb").read_text()
         if "plt.show()" in nb or "plots." in nb:
-            assert any(ok for _, ok in images), f"{page}: the notebook plots, but the page shows no figure"
+            assert any(ok for _, ok in images), (
+                f"{page}: the notebook plots, but the page shows no figure"
+            )
 
 
 def _anchors(html: str) -> set[str]:
@@ -135,7 +173,7 @@ def test_internal_links_resolve(built_book: Path) -> None:
     for page in PAGES:
         src = built_book / f"{page}.html"
         html = src.read_text()
-        body = html.split('<main', 1)[-1]
+        body = html.split("<main", 1)[-1]
         for href in re.findall(r'href="([^"]+)"', body):
             url = urlparse(href)
             if url.scheme in ("http", "https", "mailto") or href.startswith("javascript:"):
@@ -143,7 +181,11 @@ def test_internal_links_resolve(built_book: Path) -> None:
             target = src if not url.path else (src.parent / unquote(url.path)).resolve()
             if not target.exists():
                 problems.append(f"{page}: {href} -> missing file")
-            elif url.fragment and target.suffix == ".html" and url.fragment not in _anchors(target.read_text()):
+            elif (
+                url.fragment
+                and target.suffix == ".html"
+                and url.fragment not in _anchors(target.read_text())
+            ):
                 problems.append(f"{page}: {href} -> missing anchor #{url.fragment}")
     assert not problems, "broken internal links:\n" + "\n".join(problems[:30])
 
@@ -160,7 +202,8 @@ def test_solutions_start_hidden(built_book: Path, browser) -> None:
             "return Array.from(document.querySelectorAll('main .admonition.dropdown')).map(d => {"
             "  const body = Array.from(d.children).filter(c => !c.classList.contains('admonition-title'));"
             "  return [d.querySelector('.admonition-title').innerText,"
-            "          body.some(c => c.offsetParent !== null && c.offsetHeight > 0)]; });")
+            "          body.some(c => c.offsetParent !== null && c.offsetHeight > 0)]; });"
+        )
         solutions = [(title, shown) for title, shown in state if "Solution" in title]
         if not solutions:
             problems.append(f"{page}: no solution toggles")
@@ -172,16 +215,27 @@ def test_chapters_offer_the_notebook_download(built_book: Path) -> None:
     for page in CHAPTERS:
         html = (built_book / f"{page}.html").read_text()
         assert f"_sources/{page}.ipynb" in html, f"{page}: no download-as-.ipynb link"
-        assert "executablebooks/jupyter-book" not in html, f"{page}: links to Jupyter Book's repository"
+        assert "executablebooks/jupyter-book" not in html, (
+            f"{page}: links to Jupyter Book's repository"
+        )
 
 
 def test_repository_and_launch_buttons(tmp_path: Path) -> None:
     """With a repository and a JupyterHub configured, chapter pages link to both (nbgitpuller)."""
-    env = dict(os.environ, COURSE_REPO_URL="git@github.com:example-org/fast-course.git",
-               COURSE_REPO_BRANCH="main", COURSE_JUPYTERHUB_URL="https://hub.example.org/")
+    env = dict(
+        os.environ,
+        COURSE_REPO_URL="git@github.com:example-org/fast-course.git",
+        COURSE_REPO_BRANCH="main",
+        COURSE_JUPYTERHUB_URL="https://hub.example.org/",
+    )
     build_book(tmp_path, env)
     page = (tmp_path / "_build" / "html" / "notebooks" / "03_dynamic_to_static.html").read_text()
     assert 'href="https://github.com/example-org/fast-course"' in page
-    assert "https://github.com/example-org/fast-course/edit/main/notebooks/03_dynamic_to_static.ipynb" in page
-    assert ("https://hub.example.org/hub/user-redirect/git-pull?repo=https%3A//github.com/example-org/fast-course"
-            "&urlpath=lab/tree/fast-course/notebooks/03_dynamic_to_static.ipynb&branch=main") in page
+    assert (
+        "https://github.com/example-org/fast-course/edit/main/notebooks/03_dynamic_to_static.ipynb"
+        in page
+    )
+    assert (
+        "https://hub.example.org/hub/user-redirect/git-pull?repo=https%3A//github.com/example-org/fast-course"
+        "&urlpath=lab/tree/fast-course/notebooks/03_dynamic_to_static.ipynb&branch=main"
+    ) in page

@@ -1,0 +1,251 @@
+"""Static graphs in both frameworks: OneFlow ``nn.Graph`` wrappers, PyTorch's routes, and their compile cost.
+
+- :func:`make_inference_graph` -- a OneFlow ``nn.Graph`` whose ``build`` runs a module forward;
+- :func:`make_train_graph` -- forward + loss + backward + optimizer step in one ``nn.Graph``;
+- :func:`torch_static` -- PyTorch's routes on the same module: ``trace``, ``script``, ``freeze``
+  (script + ``torch.jit.freeze``) and ``compile`` (``torch.compile``, TorchInductor);
+- :func:`measure_static` -- build time, first-call (compile) time and steady-state timing of
+  a static variant, measured separately so compile cost never pollutes the steady state.
+
+A OneFlow graph compiles on its first call for the exact input shapes and dtypes of that call:
+a graph built at batch 1 refuses batch 16 (make one graph per shape). Heavy frameworks are
+imported lazily.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from helpers.core.benchmarking import Measurement, benchmark, synchronize
+from helpers.core.environment import import_oneflow, quiet_native_stderr
+from helpers.workload.models import framework_of
+
+TORCH_ROUTES = ("trace", "script", "freeze", "compile")
+
+
+@lru_cache(maxsize=1)
+def _graph_classes() -> tuple[type, type]:
+    flow = import_oneflow()
+
+    class InferenceGraph(flow.nn.Graph):
+        """``nn.Graph`` running ``model(x)``: modules are added in ``__init__``, the logic is in ``build``."""
+
+        def __init__(self, model: Any) -> None:
+            super().__init__()
+            self.model = model
+
+        def build(self, x: Any) -> Any:
+            return self.model(x)
+
+    class TrainGraph(flow.nn.Graph):
+        """``nn.Graph`` running one training step: forward, loss, backward and the optimizer update."""
+
+        def __init__(self, model: Any, loss_fn: Any, optimizer: Any) -> None:
+            super().__init__()
+            self.model = model
+            self.loss_fn = loss_fn
+            self.add_optimizer(optimizer)
+
+        def build(self, x: Any, y: Any) -> Any:
+            loss = self.loss_fn(self.model(x), y)
+            loss.backward()
+            return loss
+
+    return InferenceGraph, TrainGraph
+
+
+def _check_oneflow_module(model: Any) -> Any:
+    flow = import_oneflow()
+    if not isinstance(model, flow.nn.Module):
+        try:
+            fw = framework_of(model)
+        except TypeError:
+            fw = type(model).__name__
+        raise TypeError(
+            f"nn.Graph needs a OneFlow nn.Module, got a {fw} object ({type(model).__name__}); "
+            "convert a PyTorch model first (helpers.workload.models.twin / transfer_weights)"
+        )
+    return flow
+
+
+def make_inference_graph(model: Any) -> Any:
+    """A OneFlow ``nn.Graph`` that runs ``model`` forward (it compiles on its first call)."""
+    _check_oneflow_module(model)
+    with (
+        quiet_native_stderr()
+    ):  # the first graph of a process logs a harmless 'no CUDA driver' line on CPU
+        return _graph_classes()[0](model)
+
+
+def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> Any:
+    """A OneFlow ``nn.Graph`` doing one training step of ``model`` with ``optimizer`` (default loss: cross-entropy).
+
+    Calling it with ``(x, y)`` returns the loss and updates the weights in place, like the eager step.
+    """
+    flow = _check_oneflow_module(model)
+    if not isinstance(optimizer, flow.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a oneflow.optim optimizer, got {type(optimizer).__module__}.{type(optimizer).__name__}"
+        )
+    with quiet_native_stderr():
+        return _graph_classes()[1](
+            model, loss_fn if loss_fn is not None else flow.nn.CrossEntropyLoss(), optimizer
+        )
+
+
+def is_graph(obj: Any) -> bool:
+    """True for a OneFlow ``nn.Graph`` (without importing OneFlow when it is not loaded)."""
+    import sys
+
+    flow = sys.modules.get("oneflow")
+    return flow is not None and isinstance(obj, flow.nn.Graph)
+
+
+def torch_static(model: Any, example: Any, route: str) -> Any:
+    """PyTorch's static version of ``model`` for ``route`` in ``trace``, ``script``, ``freeze``, ``compile``.
+
+    ``trace`` records the ops run on ``example``; ``script`` compiles the Python source;
+    ``freeze`` scripts, then inlines weights and folds constants (eval mode only); ``compile``
+    is ``torch.compile`` (TorchInductor), which compiles lazily on the first call.
+    """
+    import torch
+
+    if route not in TORCH_ROUTES:
+        raise ValueError(f"unknown route {route!r}; use one of {', '.join(TORCH_ROUTES)}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__name__}"
+        )
+    if route == "freeze" and model.training:
+        raise ValueError("torch.jit.freeze needs a model in eval mode: call model.eval() first")
+    if route == "compile" and not torch.cuda.is_available():
+        import logging
+
+        # Inductor's C++ path logs "No CUDA runtime is found" once on CPU-only machines: harmless.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    with torch.no_grad():
+        if route == "trace":
+            return _trace_and_report(model, example)
+        if route == "script":
+            return torch.jit.script(model)
+        if route == "freeze":
+            return torch.jit.freeze(torch.jit.script(model))
+    return torch.compile(model)
+
+
+def _trace_and_report(model, example):
+    """``torch.jit.trace``, printing each TracerWarning as one line (the code it is about included).
+
+    Trace warns when Python control flow reads a tensor: the branch is decided once, while tracing,
+    and not recorded. Printed to stdout, the warning stays visible in the rendered book."""
+    import linecache
+    import warnings
+    from pathlib import Path
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = torch.jit.trace(model, example)
+    seen = set()
+    for w in caught:
+        if not issubclass(w.category, torch.jit.TracerWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        if (w.filename, w.lineno) in seen:
+            continue
+        seen.add((w.filename, w.lineno))
+        code = linecache.getline(w.filename, w.lineno).strip()
+        print(
+            f"trace warned at {Path(w.filename).name}:{w.lineno} `{code}`: {str(w.message).split('. ')[0]}."
+        )
+    return traced
+
+
+@dataclass
+class StaticMeasurement:
+    """Cost of a static variant: building it, its first call(s) (compilation), and its steady state."""
+
+    label: str
+    build_s: float  # constructing the graph / trace / script object
+    first_call_s: float  # the first call (or first calls), where compilation happens
+    steady: Measurement
+
+    @property
+    def compile_s(self) -> float:
+        """Everything paid once before the steady state: build + first call(s) - one steady call each."""
+        calls = self.steady.meta.get("first_calls", 1)
+        return max(self.build_s + self.first_call_s - calls * self.steady.median, 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "build_s": self.build_s,
+            "first_call_s": self.first_call_s,
+            "compile_s": self.compile_s,
+            "steady_ms": self.steady.median * 1e3,
+            "items_per_s": self.steady.throughput,
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"{self.label}: build {self.build_s:.2f} s, first call {self.first_call_s:.2f} s, "
+            f"then {self.steady.median * 1e3:.2f} ms per call (p50 of {len(self.steady.times_s)})"
+        )
+
+
+def measure_static(
+    build: Callable[[], Callable[..., Any]],
+    *args: Any,
+    label: str,
+    framework: str,
+    first_calls: int = 1,
+    warmup: int = 2,
+    repeats: int = 10,
+    items: int = 1,
+) -> tuple[Callable[..., Any], StaticMeasurement]:
+    """Build a static variant with ``build()``, time its first ``first_calls`` calls, then its steady state.
+
+    ``build`` returns the callable (a graph, a traced module, a compiled function); it is called
+    with ``*args``. TorchScript optimises during its first two calls (``first_calls=2``); OneFlow
+    graphs and ``torch.compile`` compile on the first. Returns the callable and the measurement.
+    """
+    if not callable(build):
+        raise TypeError(
+            f"build must be callable and return the static variant, got {type(build).__name__}"
+        )
+    if not isinstance(first_calls, int) or first_calls < 1:
+        raise ValueError(f"first_calls must be a positive int, got {first_calls!r}")
+    synchronize(framework)
+    start = time.perf_counter()
+    fn = build()
+    synchronize(framework)
+    build_s = time.perf_counter() - start
+    if not callable(fn):
+        raise TypeError(f"build() returned a {type(fn).__name__}, which cannot be called")
+    start = time.perf_counter()
+    for _ in range(first_calls):
+        out = fn(*args)
+        _force(out, framework)
+    first_s = time.perf_counter() - start
+    steady = benchmark(
+        lambda: fn(*args),
+        label=label,
+        framework=framework,
+        warmup=warmup,
+        repeats=repeats,
+        items=items,
+    )
+    steady.meta["first_calls"] = first_calls
+    return fn, StaticMeasurement(label, build_s, first_s, steady)
+
+
+def _force(out: Any, framework: str) -> None:
+    """Wait for ``out`` to be computed (OneFlow graphs return before their work is done)."""
+    synchronize(framework)
+    if framework == "oneflow" and hasattr(out, "numpy"):
+        out.numpy()

@@ -1,0 +1,93 @@
+"""Which GPUs a framework's wheel can run on: the CUDA architectures compiled into its libraries.
+
+A CUDA library carries machine code (SASS) for a list of GPU architectures, and optionally PTX
+that the driver can compile for newer ones. OneFlow 0.9.0's cu117 wheel ships SASS for
+compute capability 6.0-8.6 and no PTX, so it cannot run on Hopper (H100/H200, 9.0) or newer
+GPUs; PyTorch 2.9's cu12 wheel starts at 7.0. The course's GPU chapters therefore need a GPU of
+compute capability 7.0-8.9 (V100, T4, A100, A10G, L4, L40S, RTX 30xx/40xx) for OneFlow to use it;
+on other GPUs :func:`helpers.core.environment.flow_device` keeps OneFlow on the CPU and says why.
+
+:func:`fatbin_archs` reads the architectures straight from a shared library's embedded CUDA
+fat binaries, which is how the constants here were checked (and are re-checked by the tests).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+
+# SASS architectures in oneflow-0.9.0+cu117's liboneflow (no PTX), read with fatbin_archs().
+ONEFLOW_CUDA_ARCHS: tuple[int, ...] = (60, 61, 70, 75, 80, 86)
+ONEFLOW_HAS_PTX = False
+
+_FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
+_KIND = {1: "ptx", 2: "sass"}
+
+
+def fatbin_archs(path: str | Path) -> dict[str, set[int]]:
+    """The CUDA architectures embedded in a shared library: ``{'sass': {70, 80, ...}, 'ptx': {...}}``.
+
+    Reads every fat binary in the file (magic 0xBA55ED50) and the architecture of each entry."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such library: {path}")
+    found: dict[str, set[int]] = {"sass": set(), "ptx": set()}
+    with open(path, "rb") as fh:
+        if path.stat().st_size == 0:
+            return found
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            pos = mm.find(_FATBIN_MAGIC)
+            while pos >= 0:
+                header_size = struct.unpack_from("<H", mm, pos + 6)[0]
+                body_size = struct.unpack_from("<Q", mm, pos + 8)[0]
+                entry, end = pos + header_size, min(pos + header_size + body_size, len(mm))
+                while entry + 32 <= end:
+                    kind, _, entry_header, payload = struct.unpack_from("<HHIQ", mm, entry)
+                    arch = struct.unpack_from("<I", mm, entry + 28)[0]
+                    if kind in _KIND:
+                        found[_KIND[kind]].add(arch)
+                    if entry_header == 0:
+                        break
+                    entry += entry_header + payload
+                pos = mm.find(_FATBIN_MAGIC, pos + 4)
+    return found
+
+
+def runs_on(
+    capability: tuple[int, int], sass: tuple[int, ...] | set[int], ptx: bool | set[int] = False
+) -> bool:
+    """Whether code built for ``sass`` (e.g. ``(70, 80, 86)``) runs on a GPU of ``capability`` ``(major, minor)``.
+
+    SASS runs on the same major version with an equal or higher minor (8.6 code runs on 8.9, not on
+    9.0); PTX for an architecture at or below the GPU's is compiled by the driver."""
+    major, minor = capability
+    if major < 1 or minor < 0:
+        raise ValueError(f"not a compute capability: {capability}")
+    cc = major * 10 + minor
+    if any(a // 10 == major and a % 10 <= minor for a in sass):
+        return True
+    if isinstance(ptx, bool):
+        return ptx and any(a <= cc for a in sass)
+    return any(a <= cc for a in ptx)
+
+
+def oneflow_gpu_problem() -> str | None:
+    """Why OneFlow cannot use this machine's GPU, or None (it can, or there is no GPU at all)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        capability = torch.cuda.get_device_capability(0)
+        name = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - no usable CUDA stack: nothing to warn about here
+        return None
+    if runs_on(capability, ONEFLOW_CUDA_ARCHS, ONEFLOW_HAS_PTX):
+        return None
+    archs = ", ".join(f"{a // 10}.{a % 10}" for a in ONEFLOW_CUDA_ARCHS)
+    return (
+        f"OneFlow 0.9.0 has no GPU code for the {name} (compute capability {capability[0]}.{capability[1]}); "
+        f"its wheel is built for {archs}. OneFlow runs on the CPU here; PyTorch, ONNX Runtime and Triton "
+        f"still use the GPU. For OneFlow on a GPU, use one of capability 7.0-8.9 (V100, T4, A100, A10G, L4, L40S)."
+    )

@@ -1,0 +1,368 @@
+"""Quick/full mode, device selection, seeding and the environment report.
+
+One environment variable, ``COURSE_MODE`` (``quick`` or ``full``), picks the
+problem sizes of every chapter.  Without it, the mode is ``full`` on a machine
+with a CUDA GPU and ``quick`` otherwise.  The same code path runs in both modes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import cache, lru_cache
+from importlib import metadata
+from typing import Any
+
+MODE_ENV = "COURSE_MODE"
+MODES = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Problem sizes for one mode; every chapter reads its sizes from here."""
+
+    mode: str
+    arch: str  # the ResNet of case study 1 (a smaller sibling in quick mode)
+    image_size: int  # height = width of network inputs
+    batch_size: int  # the "batch 16" of the case study
+    batch_sweep: tuple[int, ...]  # batch sizes for sweeps
+    warmup: int  # warm-up calls before timing
+    repeats: int  # timed calls per measurement
+    num_classes: int  # classes of the generated dataset
+    train_images: int  # generated training images
+    val_images: int  # generated held-out images
+    train_steps: int  # optimisation steps for training demos
+    embed_dim: int  # MobileNetV2 embedder output size
+    embed_width: float  # MobileNetV2 width multiplier
+
+
+SIZES: dict[str, Sizes] = {
+    "quick": Sizes(
+        mode="quick",
+        arch="resnet18",
+        image_size=64,
+        batch_size=8,
+        batch_sweep=(1, 2, 4, 8, 16),
+        warmup=3,
+        repeats=10,
+        num_classes=8,
+        train_images=1024,
+        val_images=256,
+        train_steps=60,
+        embed_dim=128,
+        embed_width=0.5,
+    ),
+    "full": Sizes(
+        mode="full",
+        arch="resnet101",
+        image_size=224,
+        batch_size=16,
+        batch_sweep=(1, 2, 4, 8, 16, 32, 64),
+        warmup=20,
+        repeats=50,
+        num_classes=8,
+        train_images=4096,
+        val_images=1024,
+        train_steps=300,
+        embed_dim=512,
+        embed_width=1.0,
+    ),
+}
+
+
+def get_mode() -> str:
+    """Return the course mode: ``$COURSE_MODE`` if set, else ``full`` with a GPU and ``quick`` without."""
+    value = os.environ.get(MODE_ENV, "").strip().lower()
+    if not value:
+        return "full" if has_cuda() else "quick"
+    if value not in MODES:
+        raise ValueError(f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}")
+    return value
+
+
+def sizes(mode: str | None = None) -> Sizes:
+    """Problem sizes for ``mode`` (default: the current mode)."""
+    mode = get_mode() if mode is None else mode
+    if mode not in SIZES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    return SIZES[mode]
+
+
+@lru_cache(maxsize=1)
+def has_cuda() -> bool:
+    """True when PyTorch sees a usable CUDA GPU."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA stack means "no GPU" here
+        return False
+
+
+def _check_device_name(name: str) -> str:
+    name = name.strip().lower()
+    if name not in ("auto", "cpu", "cuda") and not name.startswith("cuda:"):
+        raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return name
+
+
+def torch_device(name: str = "auto") -> Any:
+    """A ``torch.device``: ``auto`` picks CUDA when present and falls back to CPU.
+
+    Asking explicitly for ``cuda`` on a machine without a GPU raises a clear error.
+    """
+    import torch
+
+    name = _check_device_name(name)
+    if name == "auto":
+        return torch.device("cuda" if has_cuda() else "cpu")
+    if name.startswith("cuda") and not has_cuda():
+        raise RuntimeError(
+            f"device {name!r} requested but PyTorch sees no CUDA GPU; use 'cpu' or 'auto'"
+        )
+    return torch.device(name)
+
+
+def flow_device(name: str = "auto") -> Any:
+    """A ``oneflow.device`` with the same rules as :func:`torch_device`.
+
+    OneFlow 0.9.0 has no code for GPUs newer than compute capability 8.x (H100/H200 and later):
+    there ``auto`` picks the CPU and prints why once, and an explicit ``cuda`` raises the reason.
+    """
+    flow = import_oneflow()
+    name = _check_device_name(name)
+    cuda = bool(flow.cuda.is_available())
+    problem = _oneflow_gpu_problem() if cuda else None
+    if name == "auto":
+        if problem:
+            _say_once(problem)
+        return flow.device("cuda" if cuda and not problem else "cpu")
+    if name.startswith("cuda") and not cuda:
+        raise RuntimeError(
+            f"device {name!r} requested but OneFlow sees no CUDA GPU; use 'cpu' or 'auto'"
+        )
+    if name.startswith("cuda") and problem:
+        raise RuntimeError(problem)
+    return flow.device(name)
+
+
+def paired_devices() -> tuple[Any, Any]:
+    """``(torch.device, oneflow.device)`` of the same kind, for chapters that compare the two frameworks.
+
+    Both CUDA when OneFlow can use the GPU, otherwise both CPU (printing why), so that a
+    PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
+    fdev = flow_device()
+    return torch_device(fdev.type), fdev
+
+
+@lru_cache(maxsize=1)
+def _oneflow_gpu_problem() -> str | None:
+    from helpers.core.cuda_compat import oneflow_gpu_problem
+
+    return oneflow_gpu_problem()
+
+
+@cache
+def _say_once(message: str) -> None:
+    print(f"NOTE: {message}")
+
+
+_HARMLESS = ("libibverbs not available", "CUDA driver version is insufficient", "gpuGetDeviceCount")
+
+
+@contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Hide OneFlow's harmless 'no CUDA driver' lines that its C++ runtime writes to file descriptor 2.
+
+    They appear at import and again when the first ``nn.Graph`` compiles on a CPU-only machine.
+    Every other line written to descriptor 2 inside the block is passed on unchanged (after it).
+    """
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+    for line in text.splitlines():
+        if line.strip() and not any(h in line for h in _HARMLESS):
+            print(line, file=sys.stderr)
+
+
+def import_oneflow() -> Any:
+    """Import OneFlow once, hiding its harmless 'no CUDA driver' chatter on CPU-only machines.
+
+    OneFlow's C++ runtime writes those lines straight to file descriptor 2 at import; any
+    other line it writes there is passed on unchanged.
+    """
+    if "oneflow" in sys.modules:
+        return sys.modules["oneflow"]
+    with quiet_native_stderr():
+        import oneflow
+    return oneflow
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy, PyTorch and (if imported) OneFlow."""
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:
+        pass
+    if "oneflow" in sys.modules:
+        sys.modules["oneflow"].manual_seed(seed)
+
+
+def skip_without_gpu(what: str) -> bool:
+    """Print a clear skip line and return True when no CUDA GPU is present.
+
+    Use as ``if not skip_without_gpu("TensorRT INT8"): ...`` so a GPU-only step never
+    fails and never silently vanishes on a CPU machine.
+    """
+    if has_cuda():
+        return False
+    print(f"SKIPPED on this machine (no CUDA GPU): {what}. With a GPU this cell runs it for real.")
+    return True
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _gpu_info() -> dict[str, Any]:
+    if not has_cuda():
+        return {"gpu": None, "driver": None, "cuda": None}
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    driver = None
+    try:
+        import subprocess
+
+        driver = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "gpu": f"{props.name} ({props.total_memory / 2**30:.0f} GiB)",
+        "driver": driver,
+        "cuda": torch.version.cuda,
+    }
+
+
+LIBRARIES = (
+    "torch",
+    "torchvision",
+    "oneflow",
+    "flowvision",
+    "onnx",
+    "onnxruntime-gpu",
+    "openvino",
+    "nvidia-pytriton",
+    "numpy",
+)
+
+
+@lru_cache(maxsize=1)
+def environment_report() -> dict[str, Any]:
+    """Facts about this machine and its libraries (machine, cores, GPU, driver, versions, mode)."""
+    flags = _cpu_flags()
+    report: dict[str, Any] = {
+        "mode": get_mode(),
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "cpu_features": sorted(
+            flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"}
+        ),
+    }
+    report.update(_gpu_info())
+    report["oneflow_gpu"] = (
+        None if report["gpu"] is None else ("no: " + p if (p := _oneflow_gpu_problem()) else "yes")
+    )
+    report["libraries"] = {name: _version(name) for name in LIBRARIES}
+    return report
+
+
+def machine_label() -> str:
+    """A short label for plots and ledger records, e.g. ``'2-core AMD EPYC 9xxx, no GPU (quick)'``."""
+    rep = environment_report()
+    gpu = rep["gpu"] or "no GPU"
+    return f"{rep['cores']}-core {rep['cpu']}, {gpu} ({rep['mode']} mode)"
+
+
+def print_environment_report() -> None:
+    """Print the environment report and this mode's problem sizes (top of every chapter)."""
+    rep = environment_report()
+    width = 14
+    for key in ("mode", "python", "os", "cpu", "cores", "cpu_features", "gpu", "driver", "cuda"):
+        value = rep[key]
+        if isinstance(value, list):
+            value = ", ".join(value) or "-"
+        print(f"{key:<{width}} {value if value is not None else '-'}")
+    import textwrap
+
+    def wrapped(key: str, text: str) -> None:
+        lines = textwrap.wrap(text, 76) or ["-"]
+        print(f"{key:<{width}} {lines[0]}")
+        for line in lines[1:]:
+            print(" " * (width + 1) + line)
+
+    if rep.get("oneflow_gpu"):
+        wrapped("oneflow gpu", rep["oneflow_gpu"])
+    wrapped("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
+    s = asdict(sizes(rep["mode"]))
+    wrapped("sizes", ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode"))
+    print(f"(set {MODE_ENV}=quick or {MODE_ENV}=full to choose the mode)")

@@ -1,0 +1,283 @@
+"""The course's matplotlib figures: latency distributions, speedup bars, sweeps, loss curves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from helpers.core.benchmarking import Measurement
+
+
+def _plt() -> Any:
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_latency_distribution(
+    measurements: Sequence[Measurement], ax: Any = None, unit: str = "ms"
+) -> Any:
+    """Histogram of per-call latencies, with p50 and p99 marked, one colour per measurement."""
+    if not measurements:
+        raise ValueError("nothing to plot")
+    plt = _plt()
+    scales = {"ms": 1e3, "s": 1.0, "us": 1e6}
+    if unit not in scales:
+        raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(scales)}")
+    scale = scales[unit]
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for i, m in enumerate(measurements):
+        color = f"C{i}"
+        t = np.asarray(m.times_s) * scale
+        ax.hist(t, bins=min(40, max(5, len(t) // 2)), alpha=0.55, color=color, label=m.label)
+        ax.axvline(m.median * scale, color=color, ls="-", lw=1.5)
+        ax.axvline(m.p99 * scale, color=color, ls=":", lw=1.5)
+    ax.set_xlabel(f"latency per call ({unit}); solid line p50, dotted p99")
+    ax.set_ylabel("calls")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_speedups(
+    labels: Sequence[str],
+    measured: Sequence[float],
+    reported: Sequence[float | None] | None = None,
+    ax: Any = None,
+    title: str = "",
+    reported_label: str = "reported (case study)",
+) -> Any:
+    """Bars of measured speedups (x), with the case study's reported factor beside each where known."""
+    if not labels:
+        raise ValueError("nothing to plot: give at least one label and speedup")
+    if len(labels) != len(measured) or (reported is not None and len(reported) != len(labels)):
+        raise ValueError("labels, measured and reported must have the same length")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    idx = np.arange(len(labels))
+    width = 0.4 if reported is not None else 0.6
+    bars = ax.bar(
+        idx - (width / 2 if reported is not None else 0), measured, width, label="measured here"
+    )
+    ax.bar_label(bars, fmt="%.2fx", fontsize=8)
+    if reported is not None:
+        rep = [r if r is not None else 0 for r in reported]
+        rb = ax.bar(idx + width / 2, rep, width, label=reported_label, color="C1", alpha=0.7)
+        ax.bar_label(rb, labels=[f"{r:.2f}x" if r else "" for r in rep], fontsize=8)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(idx, labels, rotation=15, ha="right")
+    ax.set_ylabel("speedup (x)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_sweep(
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    right: Mapping[str, Sequence[float]] | None = None,
+    right_label: str = "",
+    logx: bool = True,
+    ax: Any = None,
+    title: str = "",
+) -> Any:
+    """Line plot of one or more series over ``x`` (e.g. batch size), with optional right-axis series."""
+    if len(x) == 0 or not series:
+        raise ValueError("nothing to plot: give x values and at least one series")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for i, (name, ys) in enumerate(series.items()):
+        if len(ys) != len(x):
+            raise ValueError(f"series {name!r} has {len(ys)} points for {len(x)} x values")
+        ax.plot(x, ys, "o-", color=f"C{i}", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(x), [str(v) for v in x])
+    lines, names = ax.get_legend_handles_labels()
+    if right:
+        ax2 = ax.twinx()
+        for j, (name, ys) in enumerate(right.items(), start=len(series)):
+            ax2.plot(x, ys, "s--", color=f"C{j}", label=name)
+        ax2.set_ylabel(right_label)
+        l2, n2 = ax2.get_legend_handles_labels()
+        lines, names = lines + l2, names + n2
+    ax.legend(lines, names, fontsize=8)
+    ax.set_title(title)
+    return ax
+
+
+def plot_loss_curves(
+    curves: Mapping[str, Sequence[float]], ax: Any = None, title: str = "training loss"
+) -> Any:
+    """Loss per step for one or more runs on one chart."""
+    if not curves:
+        raise ValueError("nothing to plot")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for name, ys in curves.items():
+        ax.plot(np.arange(1, len(ys) + 1), ys, label=name, lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_stage_breakdown(
+    stages: Mapping[str, float], ax: Any = None, title: str = "where the time goes"
+) -> Any:
+    """Horizontal stacked bar of seconds per pipeline stage, labelled with shares."""
+    if not stages or sum(stages.values()) <= 0:
+        raise ValueError("stages must hold positive times")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 1.8))[1]
+    total = sum(stages.values())
+    left = 0.0
+    for i, (name, sec) in enumerate(stages.items()):
+        ax.barh([0], [sec * 1e3], left=left, color=f"C{i}", label=f"{name} ({sec / total:.0%})")
+        left += sec * 1e3
+    ax.set_yticks([])
+    ax.set_xlabel("milliseconds per image batch")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(stages))
+    return ax
+
+
+def plot_timeline(
+    events: Sequence[Any], ax: Any = None, title: str = "", t0: float | None = None
+) -> Any:
+    """Gantt chart of pipeline stages: one row per lane (process), one colour per stage.
+
+    ``events`` are objects or dicts with ``lane``, ``stage``, ``start`` and ``end`` (seconds),
+    e.g. :class:`helpers.perf.pipeline.StageEvent`. Time is shown from ``t0`` (default: the first start).
+    """
+    rows = [
+        e if isinstance(e, dict) else {k: getattr(e, k) for k in ("lane", "stage", "start", "end")}
+        for e in events
+    ]
+    if not rows:
+        raise ValueError("nothing to plot: no events")
+    if any(r["end"] < r["start"] for r in rows):
+        raise ValueError("an event ends before it starts")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(8, 0.6 + 0.45 * len({r["lane"] for r in rows})))[1]
+    lanes = list(dict.fromkeys(r["lane"] for r in rows))
+    stages = list(dict.fromkeys(r["stage"] for r in rows))
+    start = min(r["start"] for r in rows) if t0 is None else t0
+    for r in rows:
+        y = lanes.index(r["lane"])
+        ax.barh(
+            y,
+            (r["end"] - r["start"]) * 1e3,
+            left=(r["start"] - start) * 1e3,
+            height=0.6,
+            color=f"C{stages.index(r['stage'])}",
+            edgecolor="white",
+            linewidth=0.5,
+        )
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[Patch(color=f"C{i}", label=s) for i, s in enumerate(stages)],
+        fontsize=8,
+        loc="lower right",
+    )
+    ax.set_title(title)
+    return ax
+
+
+def plot_grouped_bars(
+    groups: Mapping[str, Mapping[str, float]],
+    *,
+    ylabel: str,
+    reference: float | None = None,
+    reference_label: str = "reported",
+    ax: Any = None,
+    title: str = "",
+    fmt: str = "%.0f",
+) -> Any:
+    """Grouped bars: one group per outer key (e.g. batch size), one bar per inner key (e.g. runtime).
+
+    ``reference`` draws a dashed horizontal line (e.g. the case study's reported figure) labelled
+    ``reference_label``. Missing inner keys in a group leave a gap.
+    """
+    if not groups or not any(groups.values()):
+        raise ValueError("nothing to plot: give at least one group with one value")
+    plt = _plt()
+    series = list(dict.fromkeys(k for g in groups.values() for k in g))
+    ax = ax or plt.subplots(figsize=(min(12, max(7, 0.3 * len(groups) * len(series) + 2)), 3.8))[1]
+    idx = np.arange(len(groups))
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+        vals = [g.get(name, np.nan) for g in groups.values()]
+        bars = ax.bar(idx - 0.4 + width * (i + 0.5), vals, width, label=name, color=f"C{i}")
+        ax.bar_label(bars, fmt=fmt, fontsize=7)
+    if reference is not None:
+        ax.axhline(reference, color="black", ls="--", lw=1, label=reference_label)
+    many = len(groups) > 5
+    ax.set_xticks(idx, list(groups), rotation=30 if many else 0, ha="right" if many else "center")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    return ax
+
+
+def plot_speed_accuracy(
+    points: Sequence[Mapping[str, Any]],
+    *,
+    ax: Any = None,
+    title: str = "",
+    xlabel: str = "throughput (images/s)",
+    ylabel: str = "held-out accuracy",
+    logx: bool = True,
+) -> Any:
+    """Scatter of speed (x) against accuracy (y), one labelled point per variant (``label``, ``speed``, ``accuracy``).
+
+    Better variants sit to the right (faster) and high (more accurate).
+    """
+    if not points:
+        raise ValueError("nothing to plot: give at least one point")
+    for p in points:
+        missing = {"label", "speed", "accuracy"} - set(p)
+        if missing:
+            raise ValueError(f"point {p!r} lacks {sorted(missing)}")
+    plt = _plt()
+    ax = ax or plt.subplots(figsize=(7, 4))[1]
+    offsets = [
+        (6, 5),
+        (6, -12),
+        (6, 16),
+        (6, -23),
+    ]  # staggered, so labels of coinciding points stay readable
+    for i, p in enumerate(points):
+        ax.scatter([p["speed"]], [p["accuracy"]], s=60, color=f"C{i}", zorder=3, label=p["label"])
+        ax.annotate(
+            p["label"],
+            (p["speed"], p["accuracy"]),
+            textcoords="offset points",
+            xytext=offsets[i % len(offsets)],
+            fontsize=8,
+            color=f"C{i}",
+        )
+    accs = [float(p["accuracy"]) for p in points]
+    lo, hi = min(accs), max(accs)
+    pad = max(
+        0.05 - (hi - lo) / 2, 0.01
+    )  # at least a 10-point window: tiny differences should look tiny
+    ax.set_ylim(lo - pad, hi + pad)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel + (" (log scale)" if logx else ""))
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title(title)
+    return ax

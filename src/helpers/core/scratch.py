@@ -1,0 +1,101 @@
+"""Scratch folders for a chapter's files (checkpoints, exported weights) that never outlive the kernel.
+
+A chapter that writes a 40 MB checkpoint into ``tempfile.mkdtemp()`` and forgets it leaves one such
+folder behind per run; on a shared machine (a workshop hub, a CI runner) they add up. A folder from
+:func:`scratch_dir` is removed when the Python process that made it exits (the notebook's kernel
+shuts down, a test session ends), or earlier with :func:`remove_scratch`. A kernel that is killed
+(nbval stops kernels with SIGKILL; so does a crash) cannot clean up, so each folder carries its
+process id in its name (``<tmp>/inference-course-scratch/<pid>-<prefix>…``) and the next
+:func:`scratch_dir` call, in any process, removes the folders of processes that no longer exist.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+_LIVE: set[Path] = set()
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+_OWNED = re.compile(r"^(\d+)-")
+
+
+def scratch_root() -> Path:
+    """The folder every scratch folder lives in: ``inference-course-scratch`` under the system temp dir."""
+    return Path(tempfile.gettempdir()) / "inference-course-scratch"
+
+
+def _owned_by(folder: Path) -> int | None:
+    """The process id a scratch folder's name starts with (None for anything else)."""
+    m = _OWNED.match(folder.name)
+    return int(m.group(1)) if m and folder.parent == scratch_root() else None
+
+
+def sweep_stale() -> list[Path]:
+    """Remove the scratch folders whose process is gone (killed kernels); returns what was removed."""
+    import psutil
+
+    root = scratch_root()
+    removed = []
+    if not root.is_dir():
+        return removed
+    for child in root.iterdir():
+        owner = _owned_by(child)
+        if (
+            child.is_dir()
+            and owner is not None
+            and owner != os.getpid()
+            and not psutil.pid_exists(owner)
+        ):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new empty folder under the system temp dir, removed at interpreter exit.
+
+    ``prefix`` names it (``ch01-`` gives ``/tmp/inference-course-scratch/4242-ch01-abc123``);
+    letters, digits, ``_.-`` only. Folders left by processes that no longer exist are removed first.
+    """
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ValueError(
+            f"scratch prefix must be 1-40 letters, digits, '_', '.' or '-', got {prefix!r}"
+        )
+    sweep_stale()
+    root = scratch_root()
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{prefix}", dir=root))
+    _LIVE.add(path)
+    return path
+
+
+def remove_scratch(path: str | Path) -> None:
+    """Remove a folder made by :func:`scratch_dir` in this process now (idempotent); refuses any other path."""
+    p = Path(path)
+    if _owned_by(p) != os.getpid():
+        raise ValueError(f"{p} was not made by scratch_dir in this process; refusing to delete it")
+    shutil.rmtree(p, ignore_errors=True)
+    _LIVE.discard(p)
+
+
+def live_scratch() -> list[Path]:
+    """The scratch folders this process made and has not removed yet."""
+    return sorted(_LIVE)
+
+
+@atexit.register
+def _cleanup() -> None:
+    # Only the process that made a folder removes it: a forked child exiting must not delete
+    # the parent's files out from under it.
+    if os.getpid() != _OWNER_PID:
+        return
+    for p in list(_LIVE):
+        shutil.rmtree(p, ignore_errors=True)
+    _LIVE.clear()
+
+
+_OWNER_PID = os.getpid()

@@ -1,0 +1,571 @@
+"""Inference runtimes behind one small interface: ONNX Runtime (TensorRT / CUDA / CPU) and OpenVINO.
+
+``create_session(path)`` opens an ONNX file in ONNX Runtime with the best execution provider
+this machine can really use (TensorRT > CUDA > CPU) and says which one it picked;
+``openvino_model(path, precision="f32")`` compiles it with OpenVINO for the CPU with an
+explicit precision (OpenVINO's CPU plugin silently runs bf16 on CPUs that support it unless
+told otherwise). Both return a :class:`Runner`::
+
+    runner = create_session("model.onnx")            # prints "ONNX Runtime: picked CPUExecutionProvider (...)"
+    y = runner.run(x)                                  # NumPy in, NumPy out
+    m = runner.benchmark(x, warmup=3, repeats=10)      # a helpers.core.benchmarking.Measurement
+
+Asking for a provider or device that is not installed or cannot run here (``provider="cuda"``
+without a GPU, ``provider="openvino"`` with the onnxruntime-gpu wheel, ``device="GPU"`` for
+OpenVINO without an OpenCL driver) raises a clear error instead of silently falling back.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from helpers.core.benchmarking import Measurement, benchmark
+
+# Short names used by the course -> ONNX Runtime's provider names, best first.
+ORT_PROVIDERS: dict[str, str] = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+PREFERENCE: tuple[str, ...] = ("tensorrt", "cuda", "cpu")
+
+# ONNX Runtime graph optimisation levels by short name (the order is the order they build on each other).
+OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "layout", "all")
+_OPT_ATTRS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+OV_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16")
+
+
+class ProviderUnavailableError(RuntimeError):
+    """An execution provider or device was asked for explicitly but cannot run on this machine."""
+
+
+# --------------------------------------------------------------------------- what is usable here
+
+
+def _cuda_usable() -> bool:
+    from helpers.core.environment import has_cuda
+
+    return has_cuda()
+
+
+def _tensorrt_loadable() -> bool:
+    """True when TensorRT's runtime library (what ONNX Runtime's TensorRT EP dlopens) can be loaded."""
+    try:  # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+        import tensorrt_libs  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        pass
+    for name in ("libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    try:
+        import tensorrt  # type: ignore[import-not-found]  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+def provider_status() -> dict[str, str]:
+    """For each course provider name: ``'usable'`` or the reason it cannot be used on this machine."""
+    import onnxruntime as ort
+
+    built = set(ort.get_available_providers())
+    status: dict[str, str] = {}
+    for short, full in ORT_PROVIDERS.items():
+        if full not in built:
+            status[short] = (
+                f"not in this onnxruntime build ({ort.__version__}; it has {', '.join(sorted(built))})"
+            )
+        elif short == "cpu":
+            status[short] = "usable"
+        elif not _cuda_usable():
+            status[short] = (
+                "compiled into onnxruntime-gpu, but no CUDA GPU is visible on this machine"
+            )
+        elif short == "tensorrt" and not _tensorrt_loadable():
+            status[short] = (
+                "no TensorRT runtime library (libnvinfer) found; pip install tensorrt-cu12 to get one"
+            )
+        else:
+            status[short] = "usable"
+    return status
+
+
+def usable_providers() -> list[str]:
+    """Short names of the providers that can run here, best first (always ends with ``'cpu'``)."""
+    status = provider_status()
+    return [p for p in PREFERENCE if status[p] == "usable"]
+
+
+def describe_providers() -> list[dict[str, str]]:
+    """One row per provider (name, ONNX Runtime name, status) for a table in a notebook."""
+    return [
+        {"provider": short, "onnxruntime name": ORT_PROVIDERS[short], "here": why}
+        for short, why in provider_status().items()
+    ]
+
+
+def pick_provider(provider: str = "auto") -> str:
+    """Resolve ``provider`` (``'auto'`` or a short name) to a short name that is usable here.
+
+    ``'auto'`` takes the best usable one (TensorRT > CUDA > CPU). An explicit name that is unknown,
+    not built into the installed onnxruntime, or not runnable on this machine raises an error saying why.
+    """
+    if not isinstance(provider, str):
+        raise TypeError(f"provider must be a string, got {type(provider).__name__}")
+    key = provider.strip().lower()
+    aliases = {v.lower(): k for k, v in ORT_PROVIDERS.items()}
+    key = aliases.get(key, key)
+    if key == "auto":
+        return usable_providers()[0]
+    status = provider_status()
+    if key not in status:
+        import onnxruntime as ort
+
+        built = ", ".join(ort.get_available_providers())
+        raise ProviderUnavailableError(
+            f"execution provider {provider!r} is not installed: the course knows 'auto', {', '.join(map(repr, ORT_PROVIDERS))}, "
+            f"and this onnxruntime {ort.__version__} build has {built}"
+        )
+    if status[key] != "usable":
+        raise ProviderUnavailableError(
+            f"execution provider {provider!r} cannot be used here: {status[key]}. "
+            f"Usable here: {', '.join(usable_providers())} (or provider='auto')."
+        )
+    return key
+
+
+# --------------------------------------------------------------------------- the uniform runner
+
+
+@dataclass
+class Runner:
+    """A compiled model of some runtime: ``run(x) -> y`` on NumPy arrays, plus ``benchmark``.
+
+    ``framework`` is the name :func:`helpers.core.benchmarking.benchmark` knows ('onnxruntime', 'openvino');
+    ``backend`` names what executes it (an ONNX Runtime provider or an OpenVINO device) and
+    ``precision`` the arithmetic it really runs in, so every figure can state it.
+    """
+
+    name: str
+    framework: str
+    backend: str
+    precision: str
+    input_name: str
+    output_name: str
+    input_rank: int | None
+    _call: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    handle: Any = field(
+        default=None, repr=False
+    )  # the session / compiled model, for anything not wrapped
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, x: Any) -> np.ndarray:
+        """Run one batch (a float32 NumPy array or a CPU tensor) and return the first output."""
+        if hasattr(x, "detach"):
+            x = x.detach().cpu().numpy()
+        if not isinstance(x, np.ndarray):
+            raise TypeError(
+                f"{self.name}: input must be a NumPy array or a tensor, got {type(x).__name__}"
+            )
+        if self.input_rank is not None and x.ndim != self.input_rank:
+            raise ValueError(
+                f"{self.name}: input {self.input_name!r} has rank {x.ndim} (shape {x.shape}); "
+                f"the model expects rank {self.input_rank}"
+            )
+        if x.dtype != np.float32:
+            x = x.astype(np.float32)
+        return self._call(np.ascontiguousarray(x))
+
+    __call__ = run
+
+    def benchmark(
+        self,
+        x: Any,
+        *,
+        label: str | None = None,
+        warmup: int = 3,
+        repeats: int = 10,
+        progress: bool = False,
+    ) -> Measurement:
+        """Time :meth:`run` on ``x`` (warm-up, repeats; items = batch size), labelled with backend and precision."""
+        if hasattr(x, "detach"):
+            x = x.detach().cpu().numpy()
+        x = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+        m = benchmark(
+            lambda: self.run(x),
+            label=label or f"{self.name} (batch {len(x)})",
+            framework=self.framework,
+            warmup=warmup,
+            repeats=repeats,
+            items=int(len(x)),
+            progress=progress,
+        )
+        m.meta.update(
+            runtime=self.name, backend=self.backend, precision=self.precision, batch=int(len(x))
+        )
+        return m
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.framework} on {self.backend}, {self.precision}"
+
+
+def _rank(shape: Sequence[Any]) -> int | None:
+    try:
+        return len(shape)
+    except TypeError:
+        return None
+
+
+def _check_path(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file at {path}")
+    return path
+
+
+# --------------------------------------------------------------------------- ONNX Runtime
+
+
+def session_options(
+    *,
+    optimization: str = "all",
+    intra_op_threads: int | None = None,
+    inter_op_threads: int | None = None,
+    optimized_model_path: str | Path | None = None,
+    spinning: bool | None = None,
+) -> Any:
+    """``onnxruntime.SessionOptions`` from plain arguments.
+
+    ``optimization`` is one of :data:`OPT_LEVELS`; ``optimized_model_path`` makes ONNX Runtime write the
+    graph it will execute (after its rewrites) to that file; ``spinning=False`` stops idle worker threads
+    from busy-waiting (kinder to other frameworks timed in the same process, a little slower per call).
+    """
+    import onnxruntime as ort
+
+    if optimization not in OPT_LEVELS:
+        raise ValueError(
+            f"unknown graph optimisation level {optimization!r}; use one of {', '.join(OPT_LEVELS)}"
+        )
+    for name, value in (
+        ("intra_op_threads", intra_op_threads),
+        ("inter_op_threads", inter_op_threads),
+    ):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_ATTRS[optimization])
+    if intra_op_threads is not None:
+        opts.intra_op_num_threads = intra_op_threads
+    if inter_op_threads is not None:
+        opts.inter_op_num_threads = inter_op_threads
+    if optimized_model_path is not None:
+        Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
+        opts.optimized_model_filepath = str(optimized_model_path)
+    if spinning is not None:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    opts.log_severity_level = (
+        3  # errors only: the serialisation warnings are explained in the course text
+    )
+    return opts
+
+
+def _provider_entry(
+    short: str, options: Mapping[str, Any] | None, cache_dir: str | Path | None
+) -> Any:
+    full = ORT_PROVIDERS[short]
+    opts = dict(options or {})
+    if short == "tensorrt":
+        cache = Path(cache_dir or Path(tempfile.gettempdir()) / "course_trt_cache")
+        cache.mkdir(parents=True, exist_ok=True)
+        opts.setdefault("trt_engine_cache_enable", True)
+        opts.setdefault("trt_engine_cache_path", str(cache))
+    return (
+        (full, {k: str(v) if isinstance(v, bool) else v for k, v in opts.items()}) if opts else full
+    )
+
+
+def create_session(
+    path: str | Path,
+    provider: str = "auto",
+    *,
+    optimization: str = "all",
+    intra_op_threads: int | None = None,
+    inter_op_threads: int | None = None,
+    optimized_model_path: str | Path | None = None,
+    spinning: bool | None = None,
+    provider_options: Mapping[str, Any] | None = None,
+    trt_cache_dir: str | Path | None = None,
+    precision: str | None = None,
+    name: str | None = None,
+    verbose: bool = True,
+) -> Runner:
+    """Open ``path`` in ONNX Runtime on the best usable provider (or the one asked for) and say which.
+
+    ``provider``: ``'auto'`` (TensorRT > CUDA > CPU, the first that can really run here), ``'tensorrt'``,
+    ``'cuda'`` or ``'cpu'``. An explicit provider that cannot run raises
+    :class:`ProviderUnavailableError`; so does a session on which ONNX Runtime quietly fell back to
+    the CPU. GPU providers keep the CPU provider as fallback for the ops they do not support.
+    ``provider_options`` go to the chosen provider (e.g. ``{"trt_fp16_enable": True}``,
+    ``{"trt_int8_enable": True}``). ``precision`` is only a label (default: fp32, or what the
+    TensorRT options say).
+    """
+    import onnxruntime as ort
+
+    path = _check_path(path)
+    short = pick_provider(provider)
+    if short != "cpu" and hasattr(ort, "preload_dlls"):
+        try:  # CUDA / cuDNN from the nvidia-* pip wheels that torch installs
+            ort.preload_dlls()
+        except Exception:  # noqa: BLE001 - the session creation below reports the real failure
+            pass
+    opts = session_options(
+        optimization=optimization,
+        intra_op_threads=intra_op_threads,
+        inter_op_threads=inter_op_threads,
+        optimized_model_path=optimized_model_path,
+        spinning=spinning,
+    )
+    providers = [
+        _provider_entry(p, provider_options if p == short else None, trt_cache_dir)
+        for p in PREFERENCE[PREFERENCE.index(short) :]
+    ]
+    start = time.perf_counter()
+    sess = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+    session_s = time.perf_counter() - start
+    active = sess.get_providers()
+    if active[0] != ORT_PROVIDERS[short]:
+        raise ProviderUnavailableError(
+            f"ONNX Runtime could not start {ORT_PROVIDERS[short]} for {path.name} and "
+            f"fell back to {active[0]}; check the CUDA/cuDNN/TensorRT libraries"
+        )
+    inp, out = sess.get_inputs()[0], sess.get_outputs()[0]
+    if precision is None:
+        po = {k: str(v).lower() for k, v in (provider_options or {}).items()}
+        precision = (
+            "int8"
+            if po.get("trt_int8_enable") == "true"
+            else "fp16"
+            if po.get("trt_fp16_enable") == "true"
+            else "fp32"
+        )
+    threads = intra_op_threads or "default"
+    runner = Runner(
+        name=name or f"ORT {short}",
+        framework="onnxruntime",
+        backend=active[0],
+        precision=precision,
+        input_name=inp.name,
+        output_name=out.name,
+        input_rank=_rank(inp.shape),
+        _call=lambda x: sess.run([out.name], {inp.name: x})[0],
+        handle=sess,
+        info={
+            "providers": active,
+            "optimization": optimization,
+            "intra_op_threads": threads,
+            "path": str(path),
+            "session_s": session_s,
+        },
+    )
+    if verbose:
+        why = "best usable provider here" if provider == "auto" else "as requested"
+        print(
+            f"ONNX Runtime: picked {active[0]} ({why}; usable here: {', '.join(usable_providers())}), "
+            f"graph optimisation '{optimization}', {precision}"
+        )
+    return runner
+
+
+def trt_profile(
+    path: str | Path, min_batch: int = 1, opt_batch: int = 8, max_batch: int = 32
+) -> dict[str, str]:
+    """TensorRT EP options declaring the batch range of a dynamic-batch model, so one engine serves all of it.
+
+    Without them the TensorRT EP rebuilds its engine (seconds to minutes) whenever a new batch size arrives.
+    Other dimensions are taken from the model and must be fixed.
+    """
+    import onnx
+
+    if not 1 <= min_batch <= opt_batch <= max_batch:
+        raise ValueError(
+            f"need 1 <= min_batch <= opt_batch <= max_batch, got {min_batch}, {opt_batch}, {max_batch}"
+        )
+    model = onnx.load(str(_check_path(path)), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    shapes: dict[str, list[str]] = {"min": [], "opt": [], "max": []}
+    for v in model.graph.input:
+        if v.name in inits:
+            continue
+        dims = v.type.tensor_type.shape.dim
+        rest = [d.dim_value for d in dims[1:]]
+        if any(r <= 0 for r in rest):
+            raise ValueError(
+                f"input {v.name!r} has dynamic dimensions besides the batch: {[d.dim_param or d.dim_value for d in dims]}"
+            )
+        for key, b in (("min", min_batch), ("opt", opt_batch), ("max", max_batch)):
+            shapes[key].append(f"{v.name}:" + "x".join(str(d) for d in [b, *rest]))
+    return {f"trt_profile_{key}_shapes": ",".join(val) for key, val in shapes.items()}
+
+
+def optimize_offline(src: str | Path, dst: str | Path, optimization: str = "basic") -> Path:
+    """Let ONNX Runtime rewrite ``src`` at ``optimization`` level and save the result to ``dst``.
+
+    ``'basic'`` (constant folding, Conv+BatchNorm folding, Identity/redundant-node removal) keeps standard
+    ONNX ops, so the file runs anywhere; higher levels add ONNX Runtime-specific fused ops (FusedConv, NCHWc
+    layouts) and are only meant for the machine that wrote them.
+    """
+    import onnxruntime as ort
+
+    src = _check_path(src)
+    opts = session_options(optimization=optimization, optimized_model_path=dst)
+    ort.InferenceSession(str(src), sess_options=opts, providers=["CPUExecutionProvider"])
+    return Path(dst)
+
+
+# --------------------------------------------------------------------------- OpenVINO
+
+
+def _ov_core() -> Any:
+    import openvino as ov
+
+    return ov.Core()
+
+
+def openvino_devices() -> list[str]:
+    """OpenVINO devices usable here (e.g. ``['CPU']``)."""
+    return list(_ov_core().available_devices)
+
+
+def openvino_model(
+    model: Any,
+    device: str = "CPU",
+    *,
+    precision: str = "f32",
+    threads: int | None = None,
+    performance_hint: str = "LATENCY",
+    name: str | None = None,
+    verbose: bool = True,
+) -> Runner:
+    """Compile an ONNX file, OpenVINO IR (``.xml``) or ``openvino.Model`` for ``device`` with an explicit precision.
+
+    ``precision`` is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``'f32'``, ``'bf16'`` (needs AVX-512 BF16
+    or AMX) or ``'f16'``. On CPUs with bf16 support OpenVINO *defaults* to bf16, so the course always
+    sets it. For an INT8 model (from NNCF) the hint is the precision of the layers left unquantized.
+    ``runner.info['runtime_precisions']`` counts the precisions the compiled layers really run in.
+    """
+    import openvino as ov
+
+    if precision not in OV_PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(OV_PRECISIONS)}")
+    if performance_hint not in ("LATENCY", "THROUGHPUT"):
+        raise ValueError(
+            f"performance_hint must be 'LATENCY' or 'THROUGHPUT', got {performance_hint!r}"
+        )
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    core = _ov_core()
+    dev = device.upper()
+    available = list(core.available_devices)
+    if dev not in available:
+        raise ProviderUnavailableError(
+            f"OpenVINO device {device!r} is not available here (available: "
+            f"{', '.join(available) or 'none'}); an Intel GPU needs its OpenCL driver"
+        )
+    if isinstance(model, (str, Path)):
+        model = core.read_model(str(_check_path(model)))
+    elif not isinstance(model, ov.Model):
+        raise TypeError(f"model must be a path or an openvino.Model, got {type(model).__name__}")
+    config: dict[str, Any] = {
+        "INFERENCE_PRECISION_HINT": precision,
+        "PERFORMANCE_HINT": performance_hint,
+    }
+    if threads is not None:
+        config["INFERENCE_NUM_THREADS"] = threads
+    start = time.perf_counter()
+    compiled = core.compile_model(model, dev, config)
+    compile_s = time.perf_counter() - start
+    request = compiled.create_infer_request()
+    inp, out = compiled.inputs[0], compiled.outputs[0]
+    precisions = runtime_precisions(compiled)
+    # an int8 model is labelled by its int8 layers plus the precision of the rest
+    int8 = any(
+        p in ("i8", "u8") for (layer, p) in precisions if layer in ("Convolution", "FullyConnected")
+    )
+    label = f"int8 + {precision}" if int8 else precision
+
+    def call(x: np.ndarray) -> np.ndarray:
+        request.infer({0: x})
+        return request.get_output_tensor(0).data.copy()
+
+    runner = Runner(
+        name=name or f"OpenVINO {dev} {label}",
+        framework="openvino",
+        backend=f"OpenVINO {dev}",
+        precision=label,
+        input_name=inp.get_any_name(),
+        output_name=out.get_any_name(),
+        input_rank=_rank(inp.get_partial_shape()),
+        _call=call,
+        handle=compiled,
+        info={
+            "precision_hint": ov_type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
+            "threads": compiled.get_property("INFERENCE_NUM_THREADS"),
+            "runtime_precisions": precisions,
+            "compile_s": compile_s,
+        },
+    )
+    if verbose:
+        heavy: collections.Counter[str] = collections.Counter()
+        for (layer, p), n in precisions.items():
+            if layer in ("Convolution", "FullyConnected"):
+                heavy[p] += n
+        print(
+            f"OpenVINO: compiled for {dev}, INFERENCE_PRECISION_HINT={precision}, "
+            f"{runner.info['threads']} threads; conv/FC layers run in {dict(heavy)}"
+        )
+    return runner
+
+
+def ov_type_name(t: Any) -> str:
+    """``'f32'`` / ``'bf16'`` for an ``openvino.Type`` (its ``str()`` is ``<Type: 'float32'>``)."""
+    return t.to_string() if hasattr(t, "to_string") else str(t)
+
+
+def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
+    """Count ``(layer type, precision)`` of an OpenVINO compiled model's executable graph (what really runs)."""
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layer = info["layerType"].astype(str) if "layerType" in info else op.get_type_name()
+        prec = info["runtimePrecision"].astype(str) if "runtimePrecision" in info else "?"
+        counts[(layer, prec)] += 1
+    return dict(counts)
+
+
+def cpu_threads() -> int:
+    """Cores this process may use (what the course gives every runtime, for a fair comparison)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

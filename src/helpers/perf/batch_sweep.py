@@ -1,0 +1,191 @@
+"""Batch size: latency vs throughput, BatchNorm's batch (in)dependence, GPU utilisation.
+
+- :func:`sweep_rows` -- a batch sweep as table rows (latency per call, images/s, cost per image);
+- :func:`batch_dependence` -- how much a sample's output changes when it is computed inside a
+  batch instead of alone. In eval mode BatchNorm uses its fixed running statistics, so the
+  answer is "not at all" (up to float rounding); in train mode it normalises with the batch's
+  own statistics and the answer is "a lot" -- the case study's worry, settled by measurement;
+- :class:`GpuUtilisation` -- samples ``nvidia-smi`` in a thread while a workload runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from helpers.core.benchmarking import Measurement
+
+
+def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
+    """Rows ``batch, ms_per_call, images_per_s, ms_per_image, speedup_vs_first`` from ``{batch: Measurement}``."""
+    if not measurements:
+        raise ValueError("no measurements: run the sweep first")
+    bad = [b for b in measurements if not isinstance(b, int) or b < 1]
+    if bad:
+        raise ValueError(f"batch sizes must be positive ints, got {bad}")
+    first = measurements[min(measurements)]
+    return [
+        {
+            "batch": b,
+            "ms_per_call": m.median * 1e3,
+            "images_per_s": b / m.median,
+            "ms_per_image": m.median * 1e3 / b,
+            "throughput_gain": (b / m.median) / (min(measurements) / first.median),
+        }
+        for b, m in sorted(measurements.items())
+    ]
+
+
+def batch_dependence(
+    model: Any, x: Any, batch_sizes: Sequence[int], *, train_mode: bool = False
+) -> dict[int, float]:
+    """Max absolute difference between each sample's output computed alone and inside batches of ``b``.
+
+    ``x`` holds at least ``max(batch_sizes)`` samples. The model is copied, so running it in
+    train mode (``train_mode=True``: BatchNorm uses batch statistics and updates its running
+    averages) leaves the caller's model untouched. Returns ``{batch size: max abs difference}``.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if not batch_sizes or any(not isinstance(b, int) or b < 1 for b in batch_sizes):
+        raise ValueError(f"batch_sizes must be positive ints, got {list(batch_sizes)}")
+    n = max(batch_sizes)
+    if x.shape[0] < n:
+        raise ValueError(f"need at least {n} samples for batch size {n}, got {x.shape[0]}")
+    if train_mode and 1 in batch_sizes:
+        raise ValueError(
+            "train-mode BatchNorm cannot normalise a batch of 1 sample (its variance is undefined)"
+        )
+    net = copy.deepcopy(model).train(train_mode)
+    with torch.no_grad():
+        if train_mode:
+            # the "alone" reference in train mode: the same samples in eval mode would not be comparable,
+            # so compare against batches of the smallest size instead
+            ref_b = min(batch_sizes)
+            ref = torch.cat([net(x[i : i + ref_b]) for i in range(0, n - n % ref_b, ref_b)])
+        else:
+            ref = torch.cat([net(x[i : i + 1]) for i in range(n)])
+        out = {}
+        for b in batch_sizes:
+            m = len(ref) - len(ref) % b
+            got = torch.cat([net(x[i : i + b]) for i in range(0, m, b)])
+            out[b] = float((got - ref[:m]).abs().max())
+    return out
+
+
+class GpuUtilisation:
+    """Sample GPU utilisation (percent, from ``nvidia-smi``) in a background thread::
+
+    with GpuUtilisation() as u:
+        run_workload()
+    print(u.mean)
+    """
+
+    def __init__(self, interval_s: float = 0.1, gpu: int = 0) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        if shutil.which("nvidia-smi") is None:
+            raise RuntimeError(
+                "nvidia-smi not found: GPU utilisation can only be sampled on an NVIDIA GPU machine"
+            )
+        self.interval_s, self.gpu = interval_s, gpu
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _query(self) -> float | None:
+        try:
+            out = subprocess.run(
+                [
+                    "nvidia-smi",
+                    f"--id={self.gpu}",
+                    "--query-gpu=utilization.gpu",
+                    "--format=csv,noheader,nounits",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            ).stdout.strip()
+            return float(out.splitlines()[0])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = self._query()
+            if value is not None:
+                self.samples.append(value)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> GpuUtilisation:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    @property
+    def mean(self) -> float:
+        if not self.samples:
+            raise RuntimeError(
+                "no utilisation samples were collected (the workload was too short?)"
+            )
+        return float(np.mean(self.samples))
+
+
+def fastest_thread_count(
+    fn: Any,
+    candidates: Sequence[int] | None = None,
+    *,
+    warmup: int = 2,
+    repeats: int = 5,
+) -> tuple[int, dict[int, Measurement]]:
+    """Time ``fn()`` with each PyTorch intra-op thread count in ``candidates`` (interleaved); return the fastest.
+
+    On a quiet machine more threads are usually faster; on a busy one (other processes on the same
+    cores) threads that must meet at every layer can be many times *slower* than one thread. The
+    thread count is restored afterwards. Default candidates: 1 and all cores.
+    """
+    import os
+
+    import torch
+
+    from helpers.core.benchmarking import benchmark_interleaved
+
+    if candidates is None:
+        candidates = sorted({1, os.cpu_count() or 1})
+    candidates = list(candidates)
+    if not candidates or any(
+        not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in candidates
+    ):
+        raise ValueError(f"candidates must be positive thread counts, got {candidates}")
+    saved = torch.get_num_threads()
+
+    def with_threads(t: int) -> Any:
+        def run() -> Any:
+            torch.set_num_threads(t)
+            return fn()
+
+        return run
+
+    try:
+        times = benchmark_interleaved(
+            {t: with_threads(t) for t in candidates},
+            framework="torch",
+            warmup=warmup,
+            repeats=repeats,
+        )
+    finally:
+        torch.set_num_threads(saved)
+    best = min(times, key=lambda t: times[t].median)
+    return best, times

@@ -1,0 +1,709 @@
+"""Precision alignment of two implementations of one model (PyTorch vs OneFlow, eager vs graph, ...).
+
+- :func:`alignment_report` -- one call: run a reference and one or more candidates on the same
+  inputs and get an :class:`AlignmentReport` (``.table()``, ``.plot()``, ``.assert_close(...)``):
+  max/mean/p99 absolute error, max relative error, cosine similarity and top-k agreement, and
+  the distribution of the element-wise errors;
+- :func:`train_aligned` -- train the same model in two frameworks (or two execution modes) with
+  identical initial weights, data order, optimizer and hyper-parameters; returns a
+  :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
+  ``.plot()`` and ``.assert_within(...)``;
+- :func:`train_run`, :func:`make_train_step`, :func:`batch_order`, :func:`perturb_weights`,
+  :func:`accuracy` -- its parts: one run over a fixed batch order, the eager (or OneFlow
+  ``nn.Graph``) SGD/Adam step, the seeded per-epoch shuffle, a float32-sized nudge of the weights
+  (to measure how chaotic training itself is) and held-out accuracy.
+
+Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
+modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
+Inputs are float batches (first axis = samples); they are fed to every model as float32, or as
+float64 to a float64 model (a float64 copy makes a good "exact" reference).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from helpers.core.benchmarking import format_table, synchronize
+from helpers.core.comparison import Comparison, compare, to_numpy
+from helpers.workload.models import (
+    framework_of,
+    load_numpy_state,
+    nn_namespace,
+    state_dict_numpy,
+    transfer_weights,
+)
+
+# ----------------------------------------------------------------------------- inference alignment
+
+
+def _framework(model: Any) -> str:
+    """'torch', 'oneflow' or 'numpy' (plain callables)."""
+    try:
+        return framework_of(model)
+    except TypeError:
+        if callable(model):
+            return "numpy"
+        raise TypeError(f"{type(model).__name__} is neither a model nor a callable") from None
+
+
+def _device_of(model: Any, framework: str) -> Any:
+    """The device of a model's first parameter (for a OneFlow nn.Graph: of its modules); else the default device."""
+    blocks = getattr(model, "_blocks", None)  # nn.Graph keeps its modules here, wrapped in proxies
+    inners = (
+        [getattr(b, "_oneflow_internal_origin__", b) for b in blocks.values()]
+        if isinstance(blocks, dict)
+        else [model]
+    )
+    for inner in inners:
+        params = getattr(inner, "parameters", None)
+        if callable(params):
+            try:
+                return next(iter(params())).device
+            except (StopIteration, TypeError, AttributeError):
+                continue
+    from helpers.core.environment import paired_devices
+
+    return paired_devices()[0 if framework == "torch" else 1]
+
+
+def _float_dtype_of(model: Any) -> type:
+    """np.float64 for a model whose first parameter is float64, else np.float32."""
+    params = getattr(model, "parameters", None)
+    if callable(params):
+        try:
+            if str(next(iter(params())).dtype).endswith("float64"):
+                return np.float64
+        except (StopIteration, TypeError, AttributeError):
+            pass
+    return np.float32
+
+
+def _runner(model: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
+    """A function NumPy batch -> NumPy output for any supported model, without gradients."""
+    fw = _framework(model)
+    if fw == "numpy":
+        return fw, lambda x: to_numpy(model(x))
+    device, dtype = _device_of(model, fw), _float_dtype_of(model)
+    mod, _, _ = nn_namespace(fw)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        x = x.astype(dtype, copy=False)  # a float64 model gets float64 inputs
+        with mod.no_grad():
+            out = model(
+                mod.tensor(x).to(device) if fw == "oneflow" else mod.from_numpy(x).to(device)
+            )
+        if not hasattr(out, "shape"):
+            raise TypeError(
+                f"the {fw} model returned a {type(out).__name__}; alignment needs a single output tensor"
+            )
+        return to_numpy(out)
+
+    return fw, run
+
+
+def _as_inputs(inputs: Any) -> np.ndarray:
+    arr = inputs if isinstance(inputs, np.ndarray) else to_numpy(inputs)
+    if arr.ndim < 1 or len(arr) == 0:
+        raise ValueError(
+            f"inputs must be a non-empty batch (first axis = samples), got shape {arr.shape}"
+        )
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def run_batched(model: Any, inputs: Any, batch_size: int | None = None) -> np.ndarray:
+    """Outputs of ``model`` on ``inputs`` (NumPy batch), computed ``batch_size`` samples at a time."""
+    x = _as_inputs(inputs)
+    bs = len(x) if batch_size is None else batch_size
+    if not isinstance(bs, int) or bs < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    _, run = _runner(model)
+    return np.concatenate([run(x[i : i + bs]) for i in range(0, len(x), bs)])
+
+
+@dataclass
+class AlignmentRow:
+    """One candidate compared with the reference."""
+
+    name: str
+    comparison: Comparison
+    abs_errors: np.ndarray  # flattened |candidate - reference|
+    reference_scale: float  # max |reference|, to read absolute errors against
+
+    @property
+    def p99_abs(self) -> float:
+        return float(np.percentile(self.abs_errors, 99))
+
+
+@dataclass
+class AlignmentReport:
+    """How far each candidate's outputs are from the reference's on the same inputs."""
+
+    reference_name: str
+    samples: int
+    rows: list[AlignmentRow] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> AlignmentRow:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"no candidate named {name!r}; have {', '.join(r.name for r in self.rows)}")
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self.rows:
+            c = r.comparison
+            row: dict[str, Any] = {
+                "candidate": r.name,
+                "vs": self.reference_name,
+                "max_abs": f"{c.max_abs:.2e}",
+                "mean_abs": f"{c.mean_abs:.2e}",
+                "p99_abs": f"{r.p99_abs:.2e}",
+                "max_rel": f"{c.max_rel:.2e}",
+                "cosine": f"{c.cosine:.9f}",
+            }
+            for k, v in c.topk.items():
+                row[f"top{k}_agree"] = f"{v:.1%}"
+            out.append(row)
+        return out
+
+    def table(self) -> str:
+        """A text table: one row per candidate (errors against the reference, top-k agreement)."""
+        head = f"{self.samples} samples; largest |{self.reference_name} output| = {self.rows[0].reference_scale:.3g}\n"
+        return head + format_table(self.table_rows())
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def plot(self, ax: Any = None, title: str = "") -> Any:
+        """Histogram of log10 |candidate - reference| per element, one colour per candidate; exact zeros are counted in the legend."""
+        import matplotlib.pyplot as plt
+
+        ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+        floor = 1e-12
+        for i, r in enumerate(self.rows):
+            nz = r.abs_errors[r.abs_errors > 0]
+            zeros = r.abs_errors.size - nz.size
+            label = (
+                f"{r.name} (max {r.comparison.max_abs:.1e}"
+                + (f", {zeros} exactly equal" if zeros else "")
+                + ")"
+            )
+            if nz.size:
+                ax.hist(
+                    np.log10(np.maximum(nz, floor)), bins=40, alpha=0.55, color=f"C{i}", label=label
+                )
+            else:
+                ax.axvline(np.log10(floor), color=f"C{i}", label=label)
+        eps = np.finfo(np.float32).eps * self.rows[0].reference_scale
+        ax.axvline(np.log10(eps), color="grey", ls="--", lw=1, label="float32 eps x max|output|")
+        ax.set_xlabel(f"log10 |candidate - {self.reference_name}| per output element")
+        ax.set_ylabel("elements")
+        ax.set_title(title or f"error distribution against {self.reference_name}")
+        ax.legend(fontsize=8)
+        return ax
+
+    def assert_close(
+        self,
+        *,
+        atol: float,
+        rtol: float = 0.0,
+        min_cosine: float | None = None,
+        min_topk: Mapping[int, float] | None = None,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        """Assert every candidate (or those in ``names``) is within ``atol + rtol * max|reference|`` everywhere
+        (``rtol`` scales with the largest reference output), and within the cosine and top-k bounds."""
+        if atol < 0 or rtol < 0:
+            raise ValueError("tolerances must be non-negative")
+        problems = []
+        for r in self.rows:
+            if names is not None and r.name not in names:
+                continue
+            c = r.comparison
+            if c.max_abs > atol + rtol * r.reference_scale:
+                problems.append(
+                    f"{r.name}: max abs error {c.max_abs:.3g} exceeds atol={atol:g} + rtol={rtol:g}*max|ref|"
+                )
+            if min_cosine is not None and c.cosine < min_cosine:
+                problems.append(f"{r.name}: cosine {c.cosine:.9f} below {min_cosine}")
+            for k, need in (min_topk or {}).items():
+                if k not in c.topk:
+                    problems.append(
+                        f"{r.name}: top-{k} agreement was not measured (outputs have fewer classes?)"
+                    )
+                elif c.topk[k] < need:
+                    problems.append(f"{r.name}: top-{k} agreement {c.topk[k]:.1%} below {need:.1%}")
+        if problems:
+            raise AssertionError(f"not aligned with {self.reference_name}: " + "; ".join(problems))
+
+
+def alignment_report(
+    reference: Any,
+    candidates: Any,
+    inputs: Any,
+    *,
+    reference_name: str = "reference",
+    topk: Sequence[int] = (1, 5),
+    batch_size: int | None = None,
+) -> AlignmentReport:
+    """Run ``reference`` and each candidate on the same ``inputs`` and compare their outputs.
+
+    ``candidates`` is one model or a ``{name: model}`` mapping. ``inputs`` is a NumPy array or
+    tensor whose first axis is samples; it is fed ``batch_size`` samples at a time (default:
+    all at once; a OneFlow graph needs the batch size it was compiled for). Top-k agreement is
+    computed for 2-D (samples, classes) outputs, for each ``k`` up to the number of classes.
+    Raises ``ValueError`` naming both shapes when a candidate's output shape differs.
+    """
+    if not isinstance(candidates, Mapping):
+        candidates = {"candidate": candidates}
+    if not candidates:
+        raise ValueError("give at least one candidate to compare with the reference")
+    x = _as_inputs(inputs)
+    ref = run_batched(reference, x, batch_size)
+    report = AlignmentReport(reference_name, len(x))
+    for name, model in candidates.items():
+        out = run_batched(model, x, batch_size)
+        if out.shape != ref.shape:
+            raise ValueError(
+                f"outputs differ in shape: {reference_name} gives {ref.shape}, {name} gives {out.shape}; "
+                "the two models do not compute the same thing (check the head, num_classes and input size)"
+            )
+        ks = tuple(k for k in topk if ref.ndim == 2 and k <= ref.shape[1])
+        cmp = compare(out, ref, topk=ks)
+        report.rows.append(
+            AlignmentRow(name, cmp, np.abs(out - ref).ravel(), float(np.abs(ref).max()))
+        )
+    return report
+
+
+# ----------------------------------------------------------------------------- training alignment
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def make_train_step(
+    model: Any,
+    *,
+    optimizer: str = "sgd",
+    lr: float,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    use_graph: bool = False,
+) -> Callable[[np.ndarray, np.ndarray], float]:
+    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss`` (NumPy in, float out).
+
+    ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"`` (default betas and eps, the same
+    in both frameworks). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward
+    and update compiled together, see :func:`helpers.compiling.graphs.make_train_graph`).
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+    if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0:
+        raise ValueError(
+            f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0; got {lr}, {momentum}, {weight_decay}"
+        )
+    fw = framework_of(model)
+    if use_graph and fw != "oneflow":
+        raise ValueError(
+            "use_graph=True needs a OneFlow model (nn.Graph is OneFlow's static graph)"
+        )
+    mod, nn, F = nn_namespace(fw)
+    device = _device_of(model, fw)
+    if optimizer == "sgd":
+        opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    else:
+        opt = mod.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    model.train()
+
+    def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+        if fw == "torch":
+            return mod.from_numpy(x).to(device), mod.from_numpy(y).to(device)
+        return mod.tensor(x).to(device), mod.tensor(y).to(device)
+
+    if use_graph:
+        from helpers.compiling.graphs import make_train_graph
+
+        graph = make_train_graph(model, opt, nn.CrossEntropyLoss())
+
+        def graph_step(x: np.ndarray, y: np.ndarray) -> float:
+            return float(graph(*tensors(x, y)).numpy())
+
+        return graph_step
+
+    def step(x: np.ndarray, y: np.ndarray) -> float:
+        xt, yt = tensors(x, y)
+        loss = F.cross_entropy(model(xt), yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return float(loss.item())
+
+    return step
+
+
+def accuracy(
+    model: Any, x: np.ndarray, y: np.ndarray, batch_size: int = 64
+) -> tuple[float, np.ndarray]:
+    """Eval-mode accuracy of ``model`` on ``(x, y)`` and its predicted classes (the model's mode is restored)."""
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} inputs but {len(y)} labels")
+    was_training = getattr(model, "training", False)
+    model.eval()
+    try:
+        pred = run_batched(model, x, batch_size).argmax(axis=1)
+    finally:
+        model.train(was_training)
+    return float(np.mean(pred == np.asarray(y))), pred
+
+
+@dataclass
+class TrainingCurve:
+    """One training run: loss per step, held-out accuracy and predictions at the end, wall time."""
+
+    name: str
+    losses: np.ndarray
+    accuracy: float | None
+    predictions: np.ndarray | None
+    seconds: float
+    settings: dict[str, Any] = field(
+        default_factory=dict
+    )  # what must match for two curves to be comparable
+
+
+@dataclass
+class TrainingAlignment:
+    """Two training runs of the same model from the same start, compared step by step."""
+
+    reference: TrainingCurve
+    candidate: TrainingCurve
+    batch_order: np.ndarray  # (steps, batch) sample indices both runs used
+
+    @property
+    def differences(self) -> np.ndarray:
+        """Per-step loss difference, candidate - reference."""
+        return self.candidate.losses - self.reference.losses
+
+    @property
+    def max_abs_diff(self) -> float:
+        return float(np.abs(self.differences).max())
+
+    def smoothed_differences(self, window: int = 10) -> np.ndarray:
+        """Difference of the two loss curves after a moving average over ``window`` steps (what a plot shows)."""
+        if not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive int, got {window!r}")
+        window = min(window, len(self.differences))
+        kernel = np.ones(window) / window
+        return np.convolve(self.candidate.losses, kernel, "valid") - np.convolve(
+            self.reference.losses, kernel, "valid"
+        )
+
+    @property
+    def prediction_agreement(self) -> float | None:
+        """Fraction of held-out samples on which both trained models predict the same class."""
+        if self.reference.predictions is None or self.candidate.predictions is None:
+            return None
+        return float(np.mean(self.reference.predictions == self.candidate.predictions))
+
+    def table(self) -> str:
+        rows = []
+        for c in (self.reference, self.candidate):
+            rows.append(
+                {
+                    "run": c.name,
+                    "first_loss": f"{c.losses[0]:.6f}",
+                    "last_10_mean": f"{c.losses[-10:].mean():.4f}",
+                    "val_accuracy": "-" if c.accuracy is None else f"{c.accuracy:.1%}",
+                    "seconds": f"{c.seconds:.1f}",
+                }
+            )
+        diff = np.abs(self.differences)
+        tail = (
+            f"\nper-step |loss difference|: step 1 {diff[0]:.2e}, max {diff.max():.2e} (step {int(diff.argmax()) + 1}); "
+            f"10-step moving average: max {np.abs(self.smoothed_differences()).max():.2e}"
+        )
+        agree = self.prediction_agreement
+        if agree is not None:
+            tail += f"\nheld-out predictions of the two trained models agree on {agree:.1%}"
+        return format_table(rows) + tail
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def plot(
+        self, bound: float | None = None, floor: TrainingAlignment | None = None, title: str = ""
+    ) -> Any:
+        """Both loss curves on one chart, and |loss difference| per step (log scale) with ``bound``.
+
+        ``floor`` (another :class:`TrainingAlignment`, e.g. a run against itself with weights nudged
+        by 1e-6) is drawn in the second panel for scale.
+        """
+        import matplotlib.pyplot as plt
+
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.6))
+        steps = np.arange(1, len(self.reference.losses) + 1)
+        a1.plot(steps, self.reference.losses, lw=2.2, alpha=0.8, label=self.reference.name)
+        a1.plot(steps, self.candidate.losses, lw=1.1, ls="--", label=self.candidate.name)
+        a1.set_xlabel("step")
+        a1.set_ylabel("training loss")
+        a1.set_title(title or "loss curves: same init, data order, optimizer")
+        a1.legend(fontsize=8)
+        a2.semilogy(
+            steps,
+            np.maximum(np.abs(self.differences), 1e-9),
+            "o-",
+            ms=2.5,
+            lw=1,
+            label=f"{self.candidate.name} vs {self.reference.name}",
+        )
+        if floor is not None:
+            fs = np.arange(1, len(floor.differences) + 1)
+            a2.semilogy(
+                fs,
+                np.maximum(np.abs(floor.differences), 1e-9),
+                "s-",
+                ms=2,
+                lw=0.8,
+                color="grey",
+                alpha=0.8,
+                label=f"{floor.candidate.name} vs {floor.reference.name}",
+            )
+        if bound is not None:
+            a2.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
+        a2.set_xlabel("step")
+        a2.set_ylabel("|loss difference|")
+        a2.set_title("per-step loss difference (1e-9 = equal)")
+        a2.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+
+    def assert_within(
+        self,
+        *,
+        smoothed_bound: float,
+        window: int = 10,
+        first_step: float | None = None,
+        max_accuracy_gap: float | None = None,
+    ) -> None:
+        """Assert the runs agree: the ``window``-step moving averages of the two loss curves within
+        ``smoothed_bound`` everywhere; optionally the first step's losses within ``first_step`` and the
+        final held-out accuracies within ``max_accuracy_gap``."""
+        if smoothed_bound <= 0 or (first_step is not None and first_step <= 0):
+            raise ValueError("bounds must be positive")
+        problems = []
+        if first_step is not None and abs(self.differences[0]) > first_step:
+            problems.append(
+                f"the first step's losses differ by {abs(self.differences[0]):.3g} > {first_step:g}"
+            )
+        sm = np.abs(self.smoothed_differences(window))
+        if sm.max() > smoothed_bound:
+            problems.append(
+                f"the {window}-step moving averages of the losses differ by {sm.max():.3g} "
+                f"(window ending at step {int(sm.argmax()) + window}) > {smoothed_bound:g}"
+            )
+        if max_accuracy_gap is not None:
+            if self.reference.accuracy is None or self.candidate.accuracy is None:
+                problems.append("accuracies were not measured (pass val= to train_aligned)")
+            elif abs(self.reference.accuracy - self.candidate.accuracy) > max_accuracy_gap:
+                problems.append(
+                    f"held-out accuracies {self.reference.accuracy:.1%} and {self.candidate.accuracy:.1%} "
+                    f"differ by more than {max_accuracy_gap:.1%}"
+                )
+        if problems:
+            raise AssertionError(
+                f"training runs {self.reference.name!r} and {self.candidate.name!r} are not aligned: "
+                + "; ".join(problems)
+            )
+
+
+def batch_order(n: int, steps: int, batch_size: int, seed: int = 0) -> np.ndarray:
+    """``(steps, batch_size)`` sample indices: a fresh shuffle every epoch, the same for every framework."""
+    if not (1 <= batch_size <= n) or steps < 1:
+        raise ValueError(
+            f"need 1 <= batch_size <= n samples and steps >= 1; got n={n}, batch_size={batch_size}, steps={steps}"
+        )
+    rng = np.random.default_rng(seed)
+    per_epoch = n // batch_size
+    order: list[np.ndarray] = []
+    while len(order) < steps:
+        perm = rng.permutation(n)
+        order.extend(perm[i * batch_size : (i + 1) * batch_size] for i in range(per_epoch))
+    return np.stack(order[:steps])
+
+
+def _weights(model: Any) -> dict[str, np.ndarray]:
+    return {
+        k: v for k, v in state_dict_numpy(model).items() if not k.endswith("num_batches_tracked")
+    }
+
+
+def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
+    """Multiply every floating-point weight by ``1 + scale * N(0, 1)`` (a float32-sized nudge for ``scale`` ~ 1e-6)."""
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    rng = np.random.default_rng(seed)
+    state = state_dict_numpy(model)
+    nudged = {
+        k: (v * (1 + scale * rng.standard_normal(v.shape))).astype(v.dtype)
+        if v.dtype.kind == "f"
+        else v
+        for k, v in state.items()
+    }
+    load_numpy_state(model, nudged)
+
+
+def train_run(
+    model: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    order: np.ndarray,
+    *,
+    name: str,
+    optimizer: str = "sgd",
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    val: tuple[np.ndarray, np.ndarray] | None = None,
+    use_graph: bool = False,
+    progress: bool = True,
+) -> TrainingCurve:
+    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` and return its :class:`TrainingCurve`."""
+    _check_no_dropout(model)
+    step = make_train_step(
+        model,
+        optimizer=optimizer,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        use_graph=use_graph,
+    )
+    fw = framework_of(model)
+    loop: Any = order
+    if progress:
+        from tqdm.auto import tqdm
+
+        loop = tqdm(order, desc=f"training ({name})", leave=False)
+    losses, seconds = [], 0.0
+    for idx in loop:
+        start = time.perf_counter()
+        losses.append(step(x[idx], y[idx]))
+        synchronize(fw)  # the loss is ready before the update is: wait for the whole step
+        seconds += time.perf_counter() - start
+    losses_arr = np.array(losses)
+    if not np.isfinite(losses_arr).all():
+        raise FloatingPointError(f"{name}: the loss became NaN or inf (lower the learning rate)")
+    acc, pred = accuracy(model, *val) if val is not None else (None, None)
+    return TrainingCurve(name, losses_arr, acc, pred, seconds)
+
+
+def train_aligned(
+    reference: Any,
+    candidate: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    steps: int,
+    batch_size: int,
+    optimizer: str = "sgd",
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    seed: int = 0,
+    val: tuple[np.ndarray, np.ndarray] | None = None,
+    names: tuple[str, str] | None = None,
+    use_graph: tuple[bool, bool] = (False, False),
+    copy_init: bool = True,
+    perturb: float = 0.0,
+    progress: bool = True,
+) -> TrainingAlignment:
+    """Train ``reference`` and ``candidate`` identically and compare them step by step.
+
+    With ``copy_init`` the candidate first receives the reference's weights (identical
+    initialisation, checked bit for bit); ``perturb`` then nudges the candidate's weights by that
+    relative amount (to measure how chaotic training itself is). Both see the same batches in the
+    same order (a seeded shuffle per epoch) with the same optimizer settings. Dropout must be off
+    (``p=0``) or absent: the frameworks draw different random masks. ``val=(x, y)`` adds held-out
+    accuracy. The models train one after the other (their wall times are reported separately).
+
+    ``reference`` may also be the :class:`TrainingCurve` of an earlier run with the same data and
+    settings (e.g. ``earlier.reference``): it is reused instead of training again; the candidate
+    must then already hold the same initial weights (``copy_init=False``).
+    """
+    x = _as_inputs(x)
+    y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} inputs but {len(y)} labels")
+    settings = {
+        "n": len(x),
+        "steps": steps,
+        "batch_size": batch_size,
+        "optimizer": optimizer,
+        "lr": lr,
+        "momentum": momentum,
+        "weight_decay": weight_decay,
+        "seed": seed,
+        "val": None if val is None else len(val[1]),
+    }
+    reuse = isinstance(reference, TrainingCurve)
+    if reuse:
+        if copy_init:
+            raise ValueError(
+                "a reused reference curve has no weights to copy: build the candidate with the same "
+                "initial weights and pass copy_init=False"
+            )
+        if reference.settings != settings:
+            raise ValueError(
+                f"the reference curve was trained with {reference.settings}, not {settings}"
+            )
+    if names is None:
+        names = (reference.name if reuse else framework_of(reference), framework_of(candidate))
+    if names[0] == names[1]:
+        raise ValueError(f"give the two runs different names, got {names}")
+    if copy_init:
+        transfer_weights(reference, candidate)
+        a, b = _weights(reference), _weights(candidate)
+        if not all(np.array_equal(a[k], b[k]) for k in a):
+            raise RuntimeError("copying the initial weights into the candidate failed")
+    if perturb:
+        perturb_weights(candidate, perturb, seed=seed + 1)
+    order = batch_order(len(x), steps, batch_size, seed)
+    common = dict(
+        optimizer=optimizer,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        val=val,
+        progress=progress,
+    )
+    if reuse:
+        ref_curve = reference
+    else:
+        ref_curve = train_run(
+            reference, x, y, order, name=names[0], use_graph=use_graph[0], **common
+        )
+        ref_curve.settings = settings
+    cand_curve = train_run(candidate, x, y, order, name=names[1], use_graph=use_graph[1], **common)
+    cand_curve.settings = settings
+    if ref_curve.name != names[0]:
+        ref_curve = TrainingCurve(
+            names[0],
+            ref_curve.losses,
+            ref_curve.accuracy,
+            ref_curve.predictions,
+            ref_curve.seconds,
+            ref_curve.settings,
+        )
+    return TrainingAlignment(ref_curve, cand_curve, order)
+
+
+def _check_no_dropout(model: Any) -> None:
+    for name, module in getattr(model, "named_modules", lambda: [])():
+        if type(module).__name__.startswith("Dropout") and getattr(module, "p", 0) > 0:
+            raise ValueError(
+                f"module {name!r} is {type(module).__name__}(p={module.p}): the two frameworks would "
+                "draw different dropout masks; build the model with dropout=0 for training alignment"
+            )

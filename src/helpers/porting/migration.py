@@ -1,0 +1,331 @@
+"""Migrating PyTorch code to OneFlow: the three routes of chapter 1, as small reusable tools.
+
+- :func:`rewrite_imports` -- the "``import oneflow as torch``" route: rewrite a file's ``torch`` /
+  ``torchvision`` import lines to ``oneflow`` / ``flowvision`` and list every changed line;
+- :func:`load_source` -- execute (rewritten) source as a fresh module;
+- :func:`mock_torch` / :func:`import_with_mock_torch` -- the ``oneflow.mock_torch`` route: an
+  *unchanged* file imported while ``import torch`` yields OneFlow (``torchvision`` aliased to
+  ``flowvision``, which ``mock_torch`` itself does not do);
+- :func:`api_usage` -- which ``torch.*`` / ``torchvision.*`` names a file uses, and whether
+  OneFlow (``oneflow.*`` / ``flowvision.*``) has each of them: the APIs that will *not* carry over.
+
+Only module-level names can be checked statically: tensor methods (``x.dim()``) and names built
+at run time (``getattr(torchvision.models, arch)``) are not; run the migrated code to check those.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from helpers.core.environment import import_oneflow
+
+# PyTorch package -> the OneFlow package that replaces it.
+REPLACEMENTS = {"torch": "oneflow", "torchvision": "flowvision"}
+
+
+def _target(name: str) -> str | None:
+    """``'torch.nn'`` -> ``'oneflow.nn'``, ``'torchvision'`` -> ``'flowvision'``, others -> None."""
+    root, _, rest = name.partition(".")
+    if root not in REPLACEMENTS:
+        return None
+    return REPLACEMENTS[root] + ("." + rest if rest else "")
+
+
+def _parse(source: str, what: str = "source") -> ast.Module:
+    if not isinstance(source, str):
+        raise TypeError(f"{what} must be Python source text (str), got {type(source).__name__}")
+    try:
+        return ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"{what} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
+
+
+@dataclass
+class Rewrite:
+    """Source with its import lines moved to OneFlow, and the changed lines ``(line number, old, new)``."""
+
+    source: str
+    changes: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def diff(self) -> str:
+        """The changed lines as a small unified-diff-like text."""
+        return "\n".join(
+            f"line {n}:\n- {old.strip()}\n+ {new.strip()}" for n, old, new in self.changes
+        )
+
+
+def _rewrite_import(node: ast.Import) -> str | None:
+    parts, changed, need_root_alias = [], False, False
+    for alias in node.names:
+        new = _target(alias.name)
+        if new is None:
+            parts.append(f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else ""))
+            continue
+        changed = True
+        if alias.asname:
+            parts.append(f"import {new} as {alias.asname}")
+        elif "." not in alias.name:
+            parts.append(f"import {new} as {alias.name}")  # import torch -> import oneflow as torch
+        else:  # import torch.nn binds the name 'torch': import oneflow.nn, then bind 'torch' to oneflow
+            parts.append(f"import {new}")
+            need_root_alias = alias.name.split(".")[0]
+    if not changed:
+        return None
+    if need_root_alias:
+        parts.append(f"import {REPLACEMENTS[need_root_alias]} as {need_root_alias}")
+    return "; ".join(parts)
+
+
+def rewrite_imports(source: str) -> Rewrite:
+    """Rewrite every ``torch`` / ``torchvision`` import of ``source`` to ``oneflow`` / ``flowvision``.
+
+    ``import torch`` becomes ``import oneflow as torch`` (the rest of the file keeps saying
+    ``torch``), ``from torch import nn`` becomes ``from oneflow import nn``, ``import torchvision``
+    becomes ``import flowvision as torchvision``. Raises ``ValueError`` for invalid Python or for
+    source that imports neither package (nothing to migrate).
+    """
+    tree = _parse(source)
+    lines = source.splitlines(keepends=True)
+    edits: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            new = _rewrite_import(node)
+            if new is None:
+                continue
+            indent = re.match(r"\s*", lines[node.lineno - 1]).group(0)
+            edits[node.lineno - 1] = (node.end_lineno - 1, indent + new + "\n")
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and _target(node.module)
+        ):
+            first = lines[node.lineno - 1]
+            new_first = re.sub(
+                r"\bfrom\s+" + re.escape(node.module) + r"\b",
+                f"from {_target(node.module)}",
+                first,
+                count=1,
+            )
+            if (
+                new_first == first
+            ):  # 'from' and the module name on different lines: rare, refuse loudly
+                raise ValueError(
+                    f"line {node.lineno}: cannot rewrite this import automatically: {first.strip()!r}"
+                )
+            edits[node.lineno - 1] = (node.lineno - 1, new_first)
+    if not edits:
+        raise ValueError("the source imports neither torch nor torchvision: nothing to migrate")
+    out, changes, i = [], [], 0
+    while i < len(lines):
+        if i in edits:
+            last, new = edits[i]
+            old = "".join(lines[i : last + 1])
+            out.append(new if new.endswith("\n") or i == len(lines) - 1 else new + "\n")
+            changes.append((i + 1, old.rstrip("\n"), new.rstrip("\n")))
+            i = last + 1
+        else:
+            out.append(lines[i])
+            i += 1
+    return Rewrite("".join(out), changes)
+
+
+def load_source(source: str, name: str, filename: str | None = None) -> ModuleType:
+    """Execute ``source`` as a new module called ``name`` (registered in ``sys.modules``) and return it."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"module name must be a Python identifier, got {name!r}")
+    _parse(source)  # a clear ValueError for invalid source
+    code = compile(source, filename or f"<{name}>", "exec")
+    module = ModuleType(name)
+    module.__file__ = filename or f"<{name}>"
+    sys.modules[name] = module  # dataclasses, pickling and inspect look the module up by name
+    try:
+        exec(code, module.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _source_file(module_or_path: ModuleType | str | Path) -> Path:
+    if isinstance(module_or_path, ModuleType):
+        file = getattr(module_or_path, "__file__", None)
+        if not file or not Path(file).is_file():
+            raise ValueError(f"module {module_or_path.__name__!r} has no source file to re-import")
+        return Path(file)
+    path = Path(module_or_path)
+    if path.suffix != ".py" or not path.is_file():
+        raise FileNotFoundError(f"no Python source file at {path}")
+    return path
+
+
+@contextmanager
+def mock_torch(alias_torchvision: bool = True) -> Iterator[Any]:
+    """Inside this context ``import torch`` gives OneFlow (``oneflow.mock_torch``); yields ``oneflow``.
+
+    ``oneflow.mock_torch`` swaps ``torch`` and its submodules only; with ``alias_torchvision``
+    ``import torchvision`` gives ``flowvision`` too. Everything is restored on exit, so modules
+    imported *inside* keep OneFlow while the rest of the program keeps the real PyTorch.
+    """
+    flow = import_oneflow()
+    import flowvision  # imported for real before the swap (it imports oneflow, never torch)
+
+    # enable() edits its caller's globals: run it from a private namespace, not from this module.
+    namespace: dict[str, Any] = {}
+    exec("from oneflow.mock_torch import enable\nctx = enable()", namespace)  # noqa: S102 - fixed code
+    ctx = namespace["ctx"]
+    saved = {
+        k: v for k, v in sys.modules.items() if k == "torchvision" or k.startswith("torchvision.")
+    }
+    try:
+        if alias_torchvision:
+            for key in saved:
+                del sys.modules[key]
+            sys.modules["torchvision"] = flowvision
+            sys.modules["torchvision.models"] = flowvision.models
+        yield flow
+    finally:
+        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+        ctx.__exit__(None, None, None)
+
+
+def import_with_mock_torch(
+    module_or_path: ModuleType | str | Path, name: str | None = None, alias_torchvision: bool = True
+) -> ModuleType:
+    """Import an unchanged PyTorch source file as a new module whose ``torch`` is OneFlow.
+
+    ``module_or_path`` is an imported module (its file is re-imported) or a ``.py`` path;
+    ``name`` defaults to ``<stem>_mock_oneflow``.
+    """
+    path = _source_file(module_or_path)
+    name = name or f"{path.stem}_mock_oneflow"
+    if not name.isidentifier():
+        raise ValueError(f"module name must be a Python identifier, got {name!r}")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    with mock_torch(alias_torchvision=alias_torchvision):
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    return module
+
+
+def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[tuple[str, int]]]:
+    """Local names bound to torch/torchvision modules, and names imported by ``from torch... import``."""
+    aliases: dict[str, str] = {}
+    imported: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _target(a.name):
+                    if a.asname:
+                        aliases[a.asname] = a.name
+                    else:
+                        root = a.name.split(".")[0]
+                        aliases[root] = root
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and _target(node.module)
+        ):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                aliases[a.asname or a.name] = full
+                imported.append((full, node.lineno))
+    return aliases, imported
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id] + parts[::-1]
+    return None
+
+
+def resolve(name: str) -> tuple[bool, str]:
+    """Whether the OneFlow counterpart of ``name`` (``'torch.nn.Linear'``) exists; returns ``(found, oneflow_name)``."""
+    target = _target(name)
+    if target is None:
+        raise ValueError(f"{name!r} is not a torch or torchvision name")
+    import_oneflow()
+    parts = target.split(".")
+    try:
+        obj: Any = importlib.import_module(parts[0])
+    except ImportError:
+        return False, target
+    for i, part in enumerate(parts[1:], start=1):
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        try:  # a submodule that is not imported yet
+            obj = importlib.import_module(".".join(parts[: i + 1]))
+        except ImportError:
+            return False, target
+    return True, target
+
+
+def api_usage(source_or_module: str | ModuleType) -> list[dict[str, Any]]:
+    """Every ``torch.*`` / ``torchvision.*`` name the code uses, with its OneFlow counterpart and whether it exists.
+
+    One row per name: ``api``, ``oneflow`` (the name it maps to), ``available`` (bool), ``uses``
+    and ``first_line``. Sorted with the missing names first.
+    """
+    source = (
+        inspect.getsource(source_or_module)
+        if isinstance(source_or_module, ModuleType)
+        else source_or_module
+    )
+    tree = _parse(source)
+    aliases, imported = _aliases(tree)
+    found: dict[str, list[int]] = {}
+    for full, line in imported:
+        found.setdefault(full, []).append(line)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain = _dotted(node)
+            if chain and chain[0] in aliases:
+                full = ".".join([aliases[chain[0]]] + chain[1:])
+                found.setdefault(full, []).append(node.lineno)
+    # keep only the longest chains: 'torch.optim.SGD' covers 'torch.optim'
+    names = sorted(found)
+    longest = [n for n in names if not any(o != n and o.startswith(n + ".") for o in names)]
+    rows = []
+    for name in longest:
+        ok, target = resolve(name)
+        lines = sorted(found[name])
+        rows.append(
+            {
+                "api": name,
+                "oneflow": target,
+                "available": ok,
+                "uses": len(lines),
+                "first_line": lines[0],
+            }
+        )
+    rows.sort(key=lambda r: (r["available"], r["first_line"]))
+    return rows
+
+
+def missing_apis(source_or_module: str | ModuleType) -> list[str]:
+    """The torch/torchvision names of the code that OneFlow lacks (see :func:`api_usage`)."""
+    return [r["api"] for r in api_usage(source_or_module) if not r["available"]]

@@ -1,0 +1,240 @@
+"""Talk to a Triton server on this machine: raw HTTP (like ``curl``), KServe v2 bodies, and the clients.
+
+- :func:`http_request` -- one raw request, returning status line, headers and body (never raises on 4xx/5xx);
+- :func:`infer_json_body` / :func:`infer_binary_body` -- KServe v2 inference bodies (JSON, or Triton's
+  binary-tensor extension), also deliberately wrong ones to test how the server fails;
+- :func:`infer_json`, :func:`infer_http`, :func:`infer_grpc` -- one inference, NumPy in, NumPy out;
+- :func:`model_stats` -- Triton's per-model counters (requests, executions, batch sizes, queue time).
+
+Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk to a
+server you started (:class:`helpers.serving.triton_server.TritonServer`), not to someone else's.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+LOOPBACK = "127.0.0.1"
+
+
+class TritonRequestError(RuntimeError):
+    """An HTTP request the server answered with an error status (``status`` and ``message`` attributes)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class HttpResponse:
+    """A raw HTTP answer: status, reason, protocol version, headers and body."""
+
+    status: int
+    reason: str
+    version: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    @property
+    def status_line(self) -> str:
+        """E.g. ``HTTP/1.1 200 OK``."""
+        return f"{self.version} {self.status} {self.reason}"
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8"))
+
+    def error_message(self) -> str:
+        """The ``error`` field Triton puts in failed answers (or the raw body)."""
+        try:
+            return str(self.json().get("error", self.body.decode("utf-8", "replace")))
+        except (ValueError, AttributeError):
+            return self.body.decode("utf-8", "replace")
+
+
+def check_loopback(url: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``127.0.0.1:PORT`` address; ``ValueError`` for any other host."""
+    host, _, port = url.rpartition(":")
+    if host not in (LOOPBACK, "localhost", "::1", "[::1]") or not port.isdigit():
+        raise ValueError(
+            f"{url!r}: these helpers only talk to a server on this machine (127.0.0.1:PORT)"
+        )
+    return host, int(port)
+
+
+def http_request(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes | str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> HttpResponse:
+    """One raw HTTP request to ``url`` (``127.0.0.1:PORT``), like ``curl -i``; never raises on 4xx/5xx."""
+    host, port = check_loopback(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        hdrs = dict(headers or {})
+        if data is not None:
+            hdrs.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        return HttpResponse(
+            status=resp.status,
+            reason=resp.reason,
+            version="HTTP/1.1" if resp.version == 11 else "HTTP/1.0",
+            headers={k: v for k, v in resp.getheaders()},
+            body=resp.read(),
+        )
+    finally:
+        conn.close()
+
+
+# NumPy dtype -> Triton datatype name (the KServe v2 "datatype" field).
+NP_TO_TRITON = {
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+    np.dtype(np.float16): "FP16",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.int8): "INT8",
+    np.dtype(np.uint8): "UINT8",
+    np.dtype(np.bool_): "BOOL",
+}
+
+
+def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = None) -> str:
+    """A KServe v2 JSON inference request (``datatype`` overrides the arrays' own, to test errors)."""
+    parts = []
+    for name, array in inputs.items():
+        array = np.asarray(array)
+        dt = datatype or NP_TO_TRITON.get(array.dtype)
+        if dt is None:
+            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
+        parts.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": dt,
+                "data": array.flatten().tolist(),
+            }
+        )
+    return json.dumps({"inputs": parts})
+
+
+def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
+    """A KServe v2 request with tensors as raw bytes after the JSON header (Triton's binary extension).
+
+    Returns the body and the headers to send with it; far smaller and faster than JSON for images.
+    """
+    parts, blobs = [], []
+    for name, array in inputs.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype not in NP_TO_TRITON:
+            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
+        blob = array.tobytes()
+        parts.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": NP_TO_TRITON[array.dtype],
+                "parameters": {"binary_data_size": len(blob)},
+            }
+        )
+        blobs.append(blob)
+    header = json.dumps({"inputs": parts}).encode("utf-8")
+    return header + b"".join(blobs), {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Type": "application/octet-stream",
+    }
+
+
+def infer_json(
+    url: str, model: str, inputs: Mapping[str, np.ndarray], timeout: float = 60.0
+) -> dict[str, np.ndarray]:
+    """Infer with plain JSON over HTTP (what ``curl`` would send); raises :class:`TritonRequestError`."""
+    resp = http_request(
+        url, "POST", f"/v2/models/{model}/infer", body=infer_json_body(inputs), timeout=timeout
+    )
+    if resp.status != 200:
+        raise TritonRequestError(resp.status, resp.error_message())
+    return {
+        o["name"]: np.asarray(
+            o["data"], dtype=np.float32 if o["datatype"] == "FP32" else None
+        ).reshape(o["shape"])
+        for o in resp.json()["outputs"]
+    }
+
+
+def _infer_with(
+    client_module: Any,
+    url: str,
+    model: str,
+    inputs: Mapping[str, np.ndarray],
+    output: str,
+    **binary: bool,
+) -> np.ndarray:
+    """One inference with a ``tritonclient`` protocol module (``tritonclient.http`` or ``.grpc``)."""
+    client = client_module.InferenceServerClient(url=url)
+    try:
+        reqs = []
+        for name, array in inputs.items():
+            array = np.asarray(array)
+            inp = client_module.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
+            inp.set_data_from_numpy(array, **binary)
+            reqs.append(inp)
+        result = client.infer(
+            model, reqs, outputs=[client_module.InferRequestedOutput(output, **binary)]
+        )
+        return result.as_numpy(output)
+    finally:
+        client.close()
+
+
+def infer_http(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
+    """One inference with ``tritonclient.http`` (binary tensors); returns ``output`` as NumPy."""
+    import tritonclient.http as httpclient
+
+    return _infer_with(httpclient, url, model, inputs, output, binary_data=True)
+
+
+def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
+    """One inference with ``tritonclient.grpc``; returns ``output`` as NumPy."""
+    import tritonclient.grpc as grpcclient
+
+    return _infer_with(grpcclient, url, model, inputs, output)
+
+
+def model_stats(url: str, model: str) -> dict[str, float]:
+    """Server-side counters of ``model`` since it loaded.
+
+    ``requests`` answered successfully, ``inferences`` (images: a batch-4 request counts 4),
+    ``executions`` of the model, ``avg_batch`` (inferences per execution), mean ``queue_ms`` and
+    ``compute_ms`` per request, and ``batch_sizes`` ({batch size: executions}).
+    """
+    resp = http_request(url, "GET", f"/v2/models/{model}/stats", timeout=10)
+    if resp.status != 200:
+        raise TritonRequestError(resp.status, resp.error_message())
+    stats = resp.json()["model_stats"][0]
+    inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
+    st = stats["inference_stats"]
+    n = max(int(st["success"]["count"]), 1)
+    return {
+        "requests": int(st["success"]["count"]),
+        "inferences": inferences,
+        "executions": executions,
+        "avg_batch": inferences / max(executions, 1),
+        "queue_ms": int(st["queue"]["ns"]) / n / 1e6,
+        "compute_ms": int(st["compute_infer"]["ns"]) / n / 1e6,
+        "batch_sizes": {
+            int(b["batch_size"]): int(b["compute_infer"]["count"])
+            for b in stats.get("batch_stats", [])
+        },
+    }

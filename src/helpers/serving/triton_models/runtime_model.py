@@ -1,0 +1,215 @@
+"""A Triton Python-backend model that serves an exported network with ONNX Runtime, OpenVINO or OneFlow.
+
+Standalone code: Triton's Python-backend stub runs this file as ``<repo>/<model>/<version>/model.py``
+(:mod:`helpers.serving.triton_repo` copies it there); it needs only NumPy, ``triton_python_backend_utils``
+(provided by the stub) and the runtime it serves. Its ``config.pbtxt`` names one input and one
+output and sets these ``parameters``:
+
+- ``runtime``: ``onnxruntime``, ``openvino`` or ``oneflow``;
+- ``model_file``: file or folder inside the version folder (``model.onnx``, ``model.int8.onnx``, ``model``);
+- ``threads``: intra-op threads of one model instance (default 1);
+- ``precision`` (OpenVINO): ``f32`` (default) or ``bf16``/``f16``, set explicitly so results are reproducible;
+- ``arch``, ``num_classes`` (OneFlow): the flowvision network rebuilt around the saved graph's variables.
+
+Triton's dynamic batcher hands ``execute`` several requests at once; the Python backend does not
+merge them, so this model concatenates them along the batch axis, runs the network once and splits
+the result: that single run is where dynamic batching saves time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+Runner = Callable[[np.ndarray], np.ndarray]
+
+# OneFlow's variable files (written by flow.save(graph, folder)): <folder>/<name>/out holds the raw
+# bytes, <folder>/<name>/meta a text protobuf with the shape and data type.
+_ONEFLOW_DTYPES = {
+    "kFloat": np.float32,
+    "kDouble": np.float64,
+    "kFloat16": np.float16,
+    "kInt8": np.int8,
+    "kUInt8": np.uint8,
+    "kInt32": np.int32,
+    "kInt64": np.int64,
+    "kBool": np.bool_,
+}
+
+
+def read_graph_variables(folder: str) -> dict[str, np.ndarray]:
+    """The variables of a graph saved with ``flow.save(graph, folder)``, as NumPy arrays by name."""
+    if not os.path.isfile(os.path.join(folder, "model.mlir")):
+        raise FileNotFoundError(
+            f"{folder} is not a saved OneFlow graph (no model.mlir); write it with flow.save(graph, folder)"
+        )
+    out: dict[str, np.ndarray] = {}
+    for name in sorted(os.listdir(folder)):
+        meta_path = os.path.join(folder, name, "meta")
+        if not os.path.isfile(meta_path):
+            continue
+        with open(meta_path, encoding="utf-8") as fh:
+            meta = fh.read()
+        dtype_name = re.search(r"data_type:\s*(\w+)", meta)
+        if dtype_name is None or dtype_name.group(1) not in _ONEFLOW_DTYPES:
+            raise ValueError(
+                f"variable {name}: unsupported or missing data type in {meta_path}: {meta!r}"
+            )
+        shape = tuple(int(d) for d in re.findall(r"dim:\s*(\d+)", meta))
+        raw = np.fromfile(
+            os.path.join(folder, name, "out"), dtype=_ONEFLOW_DTYPES[dtype_name.group(1)]
+        )
+        if raw.size != int(np.prod(shape)):
+            raise ValueError(f"variable {name}: {raw.size} values on disk for shape {shape}")
+        out[name] = raw.reshape(shape)
+    if not out:
+        raise ValueError(f"{folder} holds no variables")
+    return out
+
+
+def _onnxruntime(path: str, params: dict[str, str], kind: str, device_id: int) -> Runner:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = int(params.get("threads", "1"))
+    opts.inter_op_num_threads = 1
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if kind == "GPU" and "CUDAExecutionProvider" in ort.get_available_providers():
+        if hasattr(ort, "preload_dlls"):  # CUDA/cuDNN from the pip packages (onnxruntime >= 1.21)
+            ort.preload_dlls()
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
+    session = ort.InferenceSession(path, opts, providers=providers)
+    name = session.get_inputs()[0].name
+    return lambda x: session.run(None, {name: x})[0]
+
+
+def _openvino(path: str, params: dict[str, str], kind: str, device_id: int) -> Runner:
+    import openvino as ov
+
+    core = ov.Core()
+    device = "GPU" if kind == "GPU" and "GPU" in core.available_devices else "CPU"
+    compiled = core.compile_model(
+        path,
+        device,
+        {
+            "INFERENCE_PRECISION_HINT": params.get("precision", "f32"),
+            "INFERENCE_NUM_THREADS": int(params.get("threads", "1")),
+        },
+    )
+    request = compiled.create_infer_request()
+    output = compiled.output(0)
+    # The request reuses its output buffer: copy before the next call overwrites it.
+    return lambda x: np.array(request.infer({0: x})[output], copy=True)
+
+
+def _oneflow(path: str, params: dict[str, str], kind: str, device_id: int) -> Runner:
+    import warnings
+
+    import flowvision
+    import oneflow as flow
+
+    variables = read_graph_variables(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(flowvision.models, params.get("arch", "resnet101"))(
+            pretrained=False, num_classes=int(params.get("num_classes", "1000"))
+        ).eval()
+    # Saved names carry the graph's attribute name first ("model.conv1.weight"): strip it.
+    prefixes = {name.split(".", 1)[0] for name in variables}
+    if len(prefixes) != 1:
+        raise ValueError(
+            f"expected one graph attribute prefix in the saved variables, found {sorted(prefixes)}"
+        )
+    state = {name.split(".", 1)[1]: flow.tensor(value) for name, value in variables.items()}
+    model.load_state_dict(state)
+    device = flow.device(
+        f"cuda:{device_id}" if kind == "GPU" and flow.cuda.is_available() else "cpu"
+    )
+    model.to(device)
+
+    class Inference(flow.nn.Graph):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def build(self, x: Any) -> Any:
+            return self.model(x)
+
+    graphs: dict[
+        tuple[int, ...], Any
+    ] = {}  # nn.Graph accepts one static input shape: one graph per shape
+
+    def run(x: np.ndarray) -> np.ndarray:
+        graph = graphs.get(x.shape)
+        if graph is None:
+            graph = graphs[x.shape] = Inference()
+        with flow.no_grad():
+            return graph(flow.tensor(x, device=device)).numpy()
+
+    return run
+
+
+RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino, "oneflow": _oneflow}
+
+
+class TritonPythonModel:
+    """The class the Python backend instantiates once per model instance."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        runtime = params.get("runtime", "onnxruntime")
+        if runtime not in RUNTIMES:
+            raise ValueError(f"parameter runtime={runtime!r} is not one of {sorted(RUNTIMES)}")
+        if len(config["input"]) != 1 or len(config["output"]) != 1:
+            raise ValueError("this model serves networks with exactly one input and one output")
+        self.input_name = config["input"][0]["name"]
+        self.output_name = config["output"][0]["name"]
+        self.output_dtype = pb_utils.triton_string_to_numpy(config["output"][0]["data_type"])
+        self.batched = int(config.get("max_batch_size", 0)) > 0
+        self.runtime = runtime
+        path = os.path.join(
+            args["model_repository"], args["model_version"], params.get("model_file", "model.onnx")
+        )
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"model file {path} does not exist")
+        self.run = RUNTIMES[runtime](
+            path,
+            params,
+            args.get("model_instance_kind", "CPU"),
+            int(args.get("model_instance_device_id", "0") or 0),
+        )
+
+    def _response(self, output: np.ndarray) -> Any:
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(self.output_name, output.astype(self.output_dtype))]
+        )
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        arrays = [
+            pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests
+        ]
+        try:
+            if not self.batched:
+                return [
+                    self._response(self.run(np.ascontiguousarray(a, dtype=np.float32)))
+                    for a in arrays
+                ]
+            batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+            out = self.run(np.ascontiguousarray(batch, dtype=np.float32))
+        except Exception as exc:  # noqa: BLE001 - every request gets the error instead of a crashed stub
+            error = pb_utils.TritonError(
+                f"{self.runtime} failed on input of shape {arrays[0].shape}: {exc}"
+            )
+            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+        splits = np.cumsum([len(a) for a in arrays])[:-1]
+        return [self._response(part) for part in np.split(out, splits)]
+
+    def finalize(self) -> None:
+        self.run = None

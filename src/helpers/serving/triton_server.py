@@ -1,0 +1,468 @@
+"""Run a real Triton Inference Server on this machine, without Docker, and always stop it.
+
+``nvidia-pytriton`` ships the ``tritonserver`` binary and the Python backend. :class:`TritonServer`
+prepares what the binary needs (a backend folder with the Python-backend stub for this Python
+version; ``libpython`` and PyTriton's bundled libraries on ``LD_LIBRARY_PATH``), starts it on free
+loopback ports, waits until the models are ready (or reports *why* not, with the server log) and
+stops the whole process group on exit::
+
+    with TritonServer("model_repository") as server:
+        print(serving_client.http_request(server.http_url, "GET", "/v2/health/ready").status_line)  # HTTP/1.1 200 OK
+
+Four safety nets stop the server: the context manager (also on exceptions), an ``atexit`` hook, a
+finalizer when the object is garbage collected, and a parent-death signal that kills the server if
+the Python process itself dies (e.g. a killed Jupyter kernel).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helpers.core import scratch
+from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
+
+
+class TritonNotFoundError(RuntimeError):
+    """The server binary, the Python-backend stub or a library it needs is missing."""
+
+
+class ServerStartError(RuntimeError):
+    """The server exited, or a model did not become ready; the message holds the reason and the log."""
+
+
+@dataclass(frozen=True)
+class TritonInstallation:
+    """Where the pieces of the bundled Triton server are on this machine."""
+
+    binary: Path
+    backend_files: tuple[Path, ...]  # libtriton_python.so, triton_python_backend_utils.py
+    stub: Path  # triton_python_backend_stub built for this Python version
+    library_dirs: tuple[Path, ...]  # libpython, nvidia_pytriton.libs
+    python_bin: Path  # put first on PATH so the stub's embedded Python finds this environment
+
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment variables for the server process."""
+        env = dict(os.environ if base is None else base)
+        libs = [str(p) for p in self.library_dirs]
+        if env.get("LD_LIBRARY_PATH"):
+            libs.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        env["PATH"] = os.pathsep.join([str(self.python_bin), env.get("PATH", "")])
+        return env
+
+
+def libpython_dir() -> Path:
+    """The folder holding this interpreter's shared ``libpython3.X.so.1.0`` (needed by the stub)."""
+    name = (
+        sysconfig.get_config_var("INSTSONAME")
+        or f"libpython{sys.version_info[0]}.{sys.version_info[1]}.so.1.0"
+    )
+    candidates = [
+        sysconfig.get_config_var("LIBDIR"),
+        os.path.join(sys.base_prefix, "lib"),
+        os.path.join(sys.prefix, "lib"),
+    ]
+    for folder in candidates:
+        if folder and os.path.isfile(os.path.join(folder, name)):
+            return Path(folder)
+    raise TritonNotFoundError(
+        f"{name} not found in {', '.join(str(c) for c in candidates if c)}: Triton's Python-backend stub embeds "
+        "Python and needs it. Use a Python built with --enable-shared (conda and Debian's python3.10 are; "
+        "for pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install 3.10)"
+    )
+
+
+def find_triton() -> TritonInstallation:
+    """Locate the ``tritonserver`` binary and Python backend shipped in ``nvidia-pytriton``."""
+    try:
+        import pytriton
+    except ImportError as exc:
+        raise TritonNotFoundError(
+            "nvidia-pytriton is not installed (pip install nvidia-pytriton==0.7.0)"
+        ) from exc
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    binary = root / "bin" / "tritonserver"
+    backend = [
+        root / "backends" / "python" / "libtriton_python.so",
+        root / "backends" / "python" / "triton_python_backend_utils.py",
+    ]
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    missing = [str(p) for p in [binary, stub, libs, *backend] if not p.exists()]
+    if missing:
+        raise TritonNotFoundError(
+            f"the nvidia-pytriton installation lacks {', '.join(missing)} "
+            f"(is there a stub for Python {version}?)"
+        )
+    return TritonInstallation(
+        binary=binary,
+        backend_files=tuple(backend),
+        stub=stub,
+        library_dirs=(libpython_dir(), libs),
+        python_bin=Path(sys.executable).parent,
+    )
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+# --------------------------------------------------------------------------------------------- lifecycle
+
+# Servers started and not yet stopped. Weak references: a server object that is garbage collected is
+# stopped by its finalizer; the ones still referenced at interpreter exit are stopped by the hook below.
+_LIVE: weakref.WeakValueDictionary[int, TritonServer] = weakref.WeakValueDictionary()
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
+    """SIGTERM the process group (server + Python-backend stubs), then SIGKILL what is left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # stubs may outlive a server that exited: kill the whole group regardless
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _cleanup(proc: subprocess.Popen, workdir: Path, grace_s: float) -> None:
+    """What the finalizer of a forgotten server does: stop its process group, delete its work folder."""
+    _kill_group(proc, grace_s)
+    scratch.remove_scratch(workdir)
+
+
+@atexit.register
+def stop_all_servers() -> None:
+    """Stop every server this process started and has not stopped (runs at interpreter exit)."""
+    for server in list(_LIVE.values()):
+        server.stop()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGKILL the server when the process that started it dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                pids.append(proc.info["pid"])
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return pids
+
+
+def alive(pids: Sequence[int]) -> list[int]:
+    """The PIDs among ``pids`` that still run (zombies awaiting their parent's wait() count as gone)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+class TritonServer:
+    """A ``tritonserver`` process on loopback ports, serving ``model_repository``.
+
+    ``models=None`` loads every model of the repository at start-up; a list switches Triton to
+    explicit model control and loads only those (others can be loaded later with
+    :meth:`load_model`). :meth:`start` returns once the server is live and those models are ready,
+    or raises :class:`ServerStartError` with the reason and the end of the server log.
+    """
+
+    def __init__(
+        self,
+        model_repository: str | Path,
+        *,
+        models: Sequence[str] | None = None,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        startup_timeout: float = 120.0,
+        log_verbose: int = 0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.model_repository = Path(model_repository).resolve()
+        if not self.model_repository.is_dir():
+            raise FileNotFoundError(f"model repository {self.model_repository} does not exist")
+        if startup_timeout <= 0:
+            raise ValueError(f"startup_timeout must be positive, got {startup_timeout}")
+        self.models = list(models) if models is not None else None
+        self._fixed_ports = (http_port, grpc_port)
+        self.http_port = http_port or 0
+        self.grpc_port = grpc_port or 0
+        self.startup_timeout = float(startup_timeout)
+        self.log_verbose = int(log_verbose)
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+        self._workdir: Path | None = None
+        self._log_path: Path | None = None
+        self._final_log = ""
+        self._finalizer: weakref.finalize | None = None
+
+    # ---- addresses
+    @property
+    def http_url(self) -> str:
+        """``127.0.0.1:PORT`` of the HTTP/REST endpoint (what ``tritonclient.http`` takes)."""
+        return f"{LOOPBACK}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
+        return f"{LOOPBACK}:{self.grpc_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def processes(self) -> list[int]:
+        """PIDs of the server and its Python-backend stub processes (its process group)."""
+        return _group_members(self.proc.pid) if self.proc is not None else []
+
+    def log(self) -> str:
+        """Everything the server has written so far (kept after :meth:`stop`)."""
+        if self._log_path is not None and self._log_path.exists():
+            return self._log_path.read_text(encoding="utf-8", errors="replace")
+        return self._final_log
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    # ---- start / stop
+    def _command(self, install: TritonInstallation, backend_dir: Path) -> list[str]:
+        cmd = [
+            str(install.binary),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={backend_dir}",
+            f"--http-address={LOOPBACK}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={LOOPBACK}",
+            f"--grpc-port={self.grpc_port}",
+            "--allow-metrics=false",
+            "--exit-timeout-secs=5",
+            f"--log-verbose={self.log_verbose}",
+            "--strict-readiness=true",
+        ]
+        if self.models is not None:
+            cmd.append("--model-control-mode=explicit")
+            cmd += [f"--load-model={m}" for m in self.models]
+        return cmd + self.extra_args
+
+    def start(self) -> TritonServer:
+        """Start the server and wait until it and its models are ready (see the class docstring)."""
+        if self.is_alive():
+            raise RuntimeError(f"server already running (pid {self.pid})")
+        install = find_triton()
+        for attempt in range(3):
+            self._launch(install)
+            try:
+                self._wait_ready()
+                return self
+            except ServerStartError as exc:
+                port_clash = (
+                    "address already in use" in self.log().lower()
+                    or "failed to start" in self.log().lower()
+                )
+                self.stop()
+                if not port_clash or any(self._fixed_ports) or attempt == 2:
+                    raise exc from None
+        raise AssertionError("unreachable")
+
+    def _launch(self, install: TritonInstallation) -> None:
+        # a scratch folder: removed by stop(), at exit, or (after a SIGKILL) by the next scratch_dir call
+        self._workdir = scratch.scratch_dir("triton-")
+        backend_dir = self._workdir / "backends"
+        (backend_dir / "python").mkdir(parents=True)
+        for src in (*install.backend_files, install.stub):
+            shutil.copy2(src, backend_dir / "python" / src.name)
+        self.http_port = self._fixed_ports[0] or free_port()
+        self.grpc_port = self._fixed_ports[1] or free_port()
+        while self.grpc_port == self.http_port:
+            self.grpc_port = free_port()
+        self._log_path = self._workdir / "server.log"
+        self._start_time = time.perf_counter()
+        with open(self._log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self._command(install, backend_dir),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=install.environment(),
+                cwd=self._workdir,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        _LIVE[id(self)] = self
+        self._finalizer = weakref.finalize(self, _cleanup, self.proc, self._workdir, 5.0)
+
+    def error_lines(self, limit: int = 5) -> list[str]:
+        """The server log's error lines (``E<date> ... "message"``), last ``limit`` of them."""
+        errors = [line for line in self.log().splitlines() if re.match(r"^E\d{4} ", line)]
+        return errors[-limit:]
+
+    def _fail(self, reason: str) -> ServerStartError:
+        errors = "\n".join(self.error_lines())
+        return ServerStartError(
+            f"{reason}\n--- errors in the server log ---\n{errors or '(none)'}\n"
+            f"--- last lines of the server log ---\n{self.log_tail(25)}"
+        )
+
+    def _wait_ready(self) -> None:
+        deadline = self._start_time + self.startup_timeout
+        waiting = "the server"
+        while time.perf_counter() < deadline:
+            if self.proc.poll() is not None:
+                raise self._fail(
+                    f"tritonserver exited with code {self.proc.returncode} during start-up"
+                )
+            try:
+                if http_request(self.http_url, "GET", "/v2/health/live", timeout=2).status == 200:
+                    states = self.repository_index()
+                    wanted = self.models if self.models is not None else [m["name"] for m in states]
+                    by_name = {m["name"]: m for m in states}
+                    for name in wanted:
+                        state = by_name.get(name, {})
+                        if state.get("state") == "UNAVAILABLE" and state.get("reason"):
+                            raise self._fail(f"model {name} failed to load: {state['reason']}")
+                    not_ready = [n for n in wanted if by_name.get(n, {}).get("state") != "READY"]
+                    if not not_ready:
+                        self.startup_s = time.perf_counter() - self._start_time
+                        return
+                    waiting = f"models {', '.join(not_ready)}"
+            except (OSError, http.client.HTTPException):
+                pass  # not listening yet
+            time.sleep(0.1)
+        raise self._fail(
+            f"timed out after {self.startup_timeout:.0f} s waiting for {waiting} to become ready"
+        )
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """Stop the server and its stubs (SIGTERM, then SIGKILL); returns the exit code. Idempotent."""
+        code = None
+        if self.proc is not None:
+            code = _kill_group(self.proc, grace_s)
+            if self._finalizer is not None:
+                self._finalizer.detach()
+        _LIVE.pop(id(self), None)
+        if self._workdir is not None:
+            self._final_log = self.log()
+            self._log_path = None
+            scratch.remove_scratch(self._workdir)
+            self._workdir = None
+        return code
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- model management (KServe v2 repository extension)
+    def repository_index(self) -> list[dict[str, Any]]:
+        """Every model of the repository with its state (READY, UNAVAILABLE + reason, ...)."""
+        resp = http_request(self.http_url, "POST", "/v2/repository/index", body=b"{}", timeout=10)
+        return resp.json() if resp.status == 200 else []
+
+    def load_model(self, name: str, timeout: float = 120.0) -> float:
+        """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
+        start = time.perf_counter()
+        resp = http_request(
+            self.http_url, "POST", f"/v2/repository/models/{name}/load", body=b"{}", timeout=timeout
+        )
+        if resp.status != 200:
+            raise self._fail(
+                f"loading model {name} failed: HTTP {resp.status} {resp.error_message()}"
+            )
+        return time.perf_counter() - start
+
+    def unload_model(self, name: str, timeout: float = 60.0) -> None:
+        resp = http_request(
+            self.http_url,
+            "POST",
+            f"/v2/repository/models/{name}/unload",
+            body=b"{}",
+            timeout=timeout,
+        )
+        if resp.status != 200:
+            raise TritonRequestError(resp.status, resp.error_message())
+
+    def __repr__(self) -> str:
+        state = (
+            f"pid {self.pid}, http {self.http_url}, grpc {self.grpc_url}"
+            if self.is_alive()
+            else "stopped"
+        )
+        return f"TritonServer({self.model_repository.name}, {state})"
+
+
+def pytriton_config(log_file: str | Path | None = None) -> Any:
+    """A PyTriton ``TritonConfig`` on free loopback ports with its server log in ``log_file``.
+
+    PyTriton starts the same bundled server with this process's environment, so the folder of
+    ``libpython`` (which its Python-backend stub needs) is added to ``LD_LIBRARY_PATH`` here.
+    """
+    from pytriton.triton import TritonConfig
+
+    lib = str(libpython_dir())
+    current = os.environ.get("LD_LIBRARY_PATH", "")
+    if lib not in current.split(os.pathsep):
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [lib, current]))
+    log = (
+        Path(log_file) if log_file is not None else scratch.scratch_dir("pytriton-") / "server.log"
+    )
+    return TritonConfig(
+        http_address=LOOPBACK,
+        http_port=free_port(),
+        grpc_address=LOOPBACK,
+        grpc_port=free_port(),
+        allow_metrics=False,
+        metrics_port=free_port(),
+        log_file=log,
+        exit_timeout_secs=5,
+    )
