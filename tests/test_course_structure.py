@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +115,181 @@ def test_structure_checks_catch_problems(tmp_path):
         assert IMPORTS_HELPERS.search(good), good
     assert not IMPORTS_HELPERS.search("# import helpers later\nimport helpersx")
     assert _resolve("book/intro") is not None and _resolve("book/does_not_exist") is None
+
+
+# ---- chapter shape: what you will learn, prerequisites, time, summary, exercises, one solution each ----
+
+_ADMONITION_SOLUTION = re.compile(r"```\{admonition\}\s*Solution\s+(\d+)\b(.*?)```", re.S)
+_CODE_SOLUTION = re.compile(r"^# Solution (\d+)\b")
+_CALL_IN_BACKTICKS = re.compile(r"`[^`\n]*\w\([^`\n]*\)[^`\n]*`")
+
+
+def chapter_shape_problems(cells: list[dict]) -> list[str]:
+    """What a chapter lacks of the course's shape (empty when it has everything)."""
+    problems = []
+    markdown = [_source(c) for c in cells if c.get("cell_type") == "markdown"]
+    intro = markdown[0] if markdown else ""
+    for needed in ("**What you will learn**", "**Prerequisites:**", "**Time:**"):
+        if needed not in intro:
+            problems.append(f"first markdown cell lacks {needed}")
+    everything = "\n".join(markdown)
+    if not re.search(r"^## Summary\s*$", everything, re.M):
+        problems.append("no '## Summary' section")
+    exercises = re.search(r"^## Exercises\s*$(.*?)(?=^#{1,2} |\Z)", everything, re.M | re.S)
+    if not exercises:
+        return problems + ["no '## Exercises' section"]
+    numbers = [int(n) for n in re.findall(r"^(\d+)\. ", exercises.group(1), re.M)]
+    if not numbers or numbers != list(range(1, len(numbers) + 1)):
+        problems.append(f"exercises are not numbered 1..N (found {numbers})")
+    solutions: list[int] = []
+    for c in cells:
+        src = _source(c)
+        if c.get("cell_type") == "markdown":
+            for number, body in _ADMONITION_SOLUTION.findall(src):
+                solutions.append(int(number))
+                if ":class: dropdown" not in body:
+                    problems.append(f"Solution {number} is not a closed dropdown")
+                if _CALL_IN_BACKTICKS.search(body):
+                    problems.append(
+                        f"Solution {number} shows code in prose: make it a code cell tagged "
+                        "hide-cell + solution, so the tests run it"
+                    )
+        elif c.get("cell_type") == "code" and "solution" in c.get("metadata", {}).get("tags", []):
+            m = _CODE_SOLUTION.match(src)
+            if not m:
+                problems.append("a solution code cell does not start with '# Solution N'")
+                continue
+            solutions.append(int(m.group(1)))
+            if "hide-cell" not in c["metadata"]["tags"]:
+                problems.append(f"Solution {m.group(1)} code cell is not tagged hide-cell")
+    if sorted(solutions) != numbers:
+        problems.append(f"exercises {numbers} but solutions {sorted(solutions)}")
+    return problems
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_chapter_has_the_course_shape(nb):
+    problems = chapter_shape_problems(_cells(nb))
+    assert not problems, f"{nb.name}: " + "; ".join(problems)
+
+
+def _md(text: str) -> dict:
+    return {"cell_type": "markdown", "source": text, "metadata": {}}
+
+
+def _code(text: str, tags: list[str] | None = None) -> dict:
+    return {"cell_type": "code", "source": text, "metadata": {"tags": tags or []}, "outputs": []}
+
+
+def test_chapter_shape_check_catches_problems():
+    intro = _md("# T\n\n**What you will learn**\n- x\n\n**Prerequisites:** none. **Time:** 1 min")
+    end = _md("## Summary\n- x\n\n## Exercises\n\n1. Do a.\n2. Do b.\n")
+    sol1 = _md("```{admonition} Solution 1\n:class: dropdown\nBecause.\n```")
+    sol2 = _code("# Solution 2: b\nassert True", ["hide-cell", "solution"])
+    assert chapter_shape_problems([intro, end, sol1, sol2]) == []
+    assert "exercises [1, 2] but solutions [1]" in chapter_shape_problems([intro, end, sol1])
+    leaky = _md("```{admonition} Solution 1\n:class: dropdown\nRun `f(x)`.\n```")
+    assert any("code in prose" in p for p in chapter_shape_problems([intro, end, leaky, sol2]))
+    shown = _code("# Solution 2: b\nassert True", ["solution"])
+    assert any("not tagged hide-cell" in p for p in chapter_shape_problems([intro, end, sol1, shown]))
+    assert any("Time" in p for p in chapter_shape_problems([_md("# T"), end, sol1, sol2]))
+    assert any("Summary" in p for p in chapter_shape_problems([intro, _md("## Exercises\n1. a\n")]))
+
+
+# ---- one import alias per helpers module across the chapters ----
+
+_HELPERS_IMPORT = re.compile(r"^\s*from (helpers(?:\.\w+)*) import \(?([^)\n]*(?:\n[^)\n]*)*?)\)?$", re.M)
+
+
+def module_aliases(sources: dict[str, str]) -> dict[str, set[str]]:
+    """``{helpers.x.module: {name bound in a notebook}}`` for every ``from helpers.x import module``."""
+    import importlib.util
+
+    found: dict[str, set[str]] = {}
+    for text in sources.values():
+        for package, names in _HELPERS_IMPORT.findall(text):
+            for item in names.replace("\n", " ").split(","):
+                parts = item.split(" as ")
+                name = parts[0].strip()
+                if not name:
+                    continue
+                full = f"{package}.{name}"
+                if importlib.util.find_spec(package) is None:
+                    continue
+                if (ROOT / "src" / Path(*full.split("."))).with_suffix(".py").exists():
+                    found.setdefault(full, set()).add(parts[-1].strip())
+    return found
+
+
+def test_each_helpers_module_has_one_alias_across_chapters():
+    sources = {
+        nb.name: "\n".join(_source(c) for c in _cells(nb) if c.get("cell_type") == "code")
+        for nb in NOTEBOOKS
+    }
+    clashes = {m: sorted(a) for m, a in module_aliases(sources).items() if len(a) > 1}
+    assert not clashes, f"modules imported under more than one name: {clashes}"
+    assert module_aliases({"a": "from helpers.core import benchmarking as bench\n",
+                           "b": "from helpers.core import benchmarking\n"}) == {
+        "helpers.core.benchmarking": {"bench", "benchmarking"}
+    }
+
+
+def test_notebook_code_lines_fit_the_page():
+    """No code line over 100 characters: nothing scrolls sideways in the rendered book."""
+    long = [
+        f"{nb.name} cell {i}: {len(line)} chars"
+        for nb in NOTEBOOKS
+        for i, c in enumerate(_cells(nb))
+        if c.get("cell_type") == "code"
+        for line in _source(c).splitlines()
+        if len(line) > 100
+    ]
+    assert not long, "\n".join(long)
+
+
+# ---- the package: light to import, subpackages, __all__ everywhere ----
+
+
+def test_import_helpers_imports_no_framework():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, helpers, helpers.core, helpers.workload, helpers.porting, helpers.compiling, "
+        "helpers.perf, helpers.deploy, helpers.serving\n"
+        "heavy = [m for m in ('torch', 'oneflow', 'onnxruntime', 'openvino', 'numpy', 'matplotlib') "
+        "if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import helpers pulled in: {out.stdout.strip()}"
+
+
+PACKAGE = ROOT / "src" / "helpers"
+MODULES = sorted(
+    p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "triton_models" not in p.parts
+)
+
+
+def test_package_is_grouped_into_subpackages():
+    flat = [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    assert not flat, f"modules outside a subpackage: {flat}"
+    for sub in PACKAGE.iterdir():
+        if sub.is_dir() and sub.name != "__pycache__":
+            assert (sub / "__init__.py").is_file(), f"{sub.name} has no __init__.py"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_module_declares_all_and_documents_itself(path):
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert ast.get_docstring(tree), f"{path.name} has no module docstring"
+    names = {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
+    assert "__all__" in names, f"{path.name} has no __all__"

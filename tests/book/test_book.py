@@ -204,6 +204,13 @@ def test_solutions_start_hidden(built_book: Path, browser) -> None:
             "  return [d.querySelector('.admonition-title').innerText,"
             "          body.some(c => c.offsetParent !== null && c.offsetHeight > 0)]; });"
         )
+        # Solutions that are code run under nbval and render as cells tagged hide-cell + solution.
+        state += browser.execute_script(
+            "return Array.from(document.querySelectorAll('main .cell.tag_solution')).map(c => {"
+            "  const input = c.querySelector('.cell_input') || c;"
+            "  const title = (c.textContent.match(/# Solution \\d+/) || ['Solution (code)'])[0];"
+            "  return [title, input.offsetParent !== null && input.offsetHeight > 0]; });"
+        )
         solutions = [(title, shown) for title, shown in state if "Solution" in title]
         if not solutions:
             problems.append(f"{page}: no solution toggles")

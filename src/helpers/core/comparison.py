@@ -13,6 +13,17 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "to_numpy",
+    "topk_agreement",
+    "Comparison",
+    "compare",
+    "assert_outputs_close",
+    "rowwise_cosine",
+    "nearest_neighbour_agreement",
+    "max_cross_cosine",
+]
+
 
 def to_numpy(x: Any) -> np.ndarray:
     """Convert a torch / OneFlow tensor, NumPy array, scalar or nested list to a float64 NumPy array."""

@@ -17,6 +17,14 @@ import mmap
 import struct
 from pathlib import Path
 
+__all__ = [
+    "ONEFLOW_CUDA_ARCHS",
+    "ONEFLOW_HAS_PTX",
+    "fatbin_archs",
+    "runs_on",
+    "oneflow_gpu_problem",
+]
+
 # SASS architectures in oneflow-0.9.0+cu117's liboneflow (no PTX), read with fatbin_archs().
 ONEFLOW_CUDA_ARCHS: tuple[int, ...] = (60, 61, 70, 75, 80, 86)
 ONEFLOW_HAS_PTX = False

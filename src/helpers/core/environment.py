@@ -18,6 +18,27 @@ from functools import cache, lru_cache
 from importlib import metadata
 from typing import Any
 
+__all__ = [
+    "MODE_ENV",
+    "MODES",
+    "Sizes",
+    "SIZES",
+    "get_mode",
+    "sizes",
+    "has_cuda",
+    "torch_device",
+    "flow_device",
+    "paired_devices",
+    "quiet_native_stderr",
+    "import_oneflow",
+    "seed_everything",
+    "skip_without_gpu",
+    "LIBRARIES",
+    "environment_report",
+    "machine_label",
+    "print_environment_report",
+]
+
 MODE_ENV = "COURSE_MODE"
 MODES = ("quick", "full")
 

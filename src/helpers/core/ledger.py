@@ -17,6 +17,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "RESULTS_ENV",
+    "repo_root",
+    "ledger_dir",
+    "machine_slug",
+    "reference_runs",
+    "record",
+    "load",
+    "lookup",
+]
+
 RESULTS_ENV = "COURSE_RESULTS_DIR"
 
 

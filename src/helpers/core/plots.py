@@ -9,6 +9,17 @@ import numpy as np
 
 from helpers.core.benchmarking import Measurement
 
+__all__ = [
+    "plot_latency_distribution",
+    "plot_speedups",
+    "plot_sweep",
+    "plot_loss_curves",
+    "plot_stage_breakdown",
+    "plot_timeline",
+    "plot_grouped_bars",
+    "plot_speed_accuracy",
+]
+
 
 def _plt() -> Any:
     import matplotlib.pyplot as plt

@@ -18,6 +18,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+__all__ = [
+    "scratch_root",
+    "sweep_stale",
+    "scratch_dir",
+    "remove_scratch",
+    "live_scratch",
+]
+
 _LIVE: set[Path] = set()
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 _OWNED = re.compile(r"^(\d+)-")

@@ -13,6 +13,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = [
+    "CLASS_NAMES",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "make_images",
+    "normalize",
+    "Split",
+    "make_splits",
+    "encode_jpeg",
+    "decode_image",
+    "resize",
+    "preprocess",
+]
+
 CLASS_NAMES = ("circle", "square", "triangle", "cross", "ring", "h-stripes", "v-stripes", "checker")
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)

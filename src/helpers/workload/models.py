@@ -17,6 +17,20 @@ import numpy as np
 
 from helpers.core.environment import import_oneflow
 
+__all__ = [
+    "FRAMEWORKS",
+    "RESNETS",
+    "framework_of",
+    "nn_namespace",
+    "build_resnet",
+    "build_embedder",
+    "state_dict_numpy",
+    "load_numpy_state",
+    "transfer_weights",
+    "twin",
+    "calibrate_batchnorm",
+]
+
 FRAMEWORKS = ("torch", "oneflow")
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 
