@@ -149,3 +149,22 @@ def test_rowwise_cosine_and_neighbours():
     assert max_cross_cosine(np.array([[1.0, 0.0], [1.0, 1.0]])) == pytest.approx(np.sqrt(0.5))
     with pytest.raises(ValueError, match="samples >= 2"):
         max_cross_cosine(ref[:1])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"atol": float("nan")},
+        {"atol": 1e-3, "rtol": float("nan")},
+        {"atol": 1e-3, "min_cosine": float("nan")},
+        {"atol": float("inf")},
+        {"atol": 1e-3, "min_cosine": 1.5},
+        {"atol": 1e-3, "min_topk": {1: float("nan")}},
+        {"atol": 1e-3, "min_topk": {1: 99}},
+    ],
+)
+def test_assert_outputs_close_rejects_bounds_that_would_always_pass(bad):
+    """A NaN bound compares False with everything: without the guard these checks could never fail."""
+    x = np.array([[1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match="must"):
+        assert_outputs_close(x, x + 10.0, **bad)

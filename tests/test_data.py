@@ -88,3 +88,12 @@ def test_decode_image_garbage_bytes():
         data.decode_image(b"definitely not an image")
     with pytest.raises(ValueError, match="0 bytes"):
         data.decode_image(b"")
+
+
+def test_normalize_refuses_float_input_instead_of_normalising_twice():
+    images, _ = data.make_images(2, 16, seed=0)
+    once = data.normalize(images)
+    with pytest.raises(TypeError, match="uint8"):
+        data.normalize(once.transpose(0, 2, 3, 1).copy())
+    with pytest.raises(TypeError, match="already converted"):
+        data.normalize(images.astype(np.float32) / 255.0)

@@ -72,3 +72,11 @@ def test_a_live_process_folder_is_kept() -> None:
     assert ours.name.startswith(f"{os.getpid()}-live-") and ours.parent == scratch.scratch_root()
     assert ours not in scratch.sweep_stale() and ours.is_dir()
     scratch.remove_scratch(ours)
+
+
+def test_each_user_has_a_private_root():
+    """A shared /tmp on a workshop hub: one participant's root must not lock out the next one."""
+    root = scratch.scratch_root()
+    assert root.name == f"inference-course-scratch-{os.getuid()}"
+    scratch.scratch_dir("perm")
+    assert root.stat().st_mode & 0o777 == 0o700 and root.stat().st_uid == os.getuid()

@@ -76,6 +76,129 @@ def test_a_second_crash_fails(tmp_path: Path) -> None:
     assert "again" in out.stderr
 
 
+def test_a_failure_before_a_crash_is_never_lost(tmp_path: Path) -> None:
+    """A planted failing test, then a planted abort: the clean rerun must not turn the verdict green."""
+    import sys
+
+    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())
+    flag = tmp_path / "crashed-once"
+    (tmp_path / "test_planted.py").write_text(
+        "import os, signal\n"
+        "from pathlib import Path\n"
+        f"FLAG = Path({str(flag)!r})\n"
+        "def test_fails_first_time_only():\n"
+        "    assert FLAG.exists(), 'planted failure'\n"
+        "def test_aborts_once():\n"
+        "    if not FLAG.exists():\n"
+        "        FLAG.touch()\n"
+        "        os.kill(os.getpid(), signal.SIGABRT)\n"
+    )
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
+    out = subprocess.run(RERUN + cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "died from signal 6" in out.stderr  # the first attempt aborted ...
+    assert "2 passed" in out.stdout  # ... the rerun passed ...
+    assert out.returncode == 1  # ... and the verdict is still the first attempt's failure
+    assert "test_planted.py::test_fails_first_time_only (call)" in out.stderr
+    assert "2 attempt(s), exit 1" in out.stderr
+
+
 def test_make_test_runs_pytest_through_the_rerun_wrapper() -> None:
     recipe = (ROOT / "Makefile").read_text().split("\ntest: setup", 1)[1].split("\n\n", 1)[0]
-    assert "tools/rerun_on_crash.sh $(PY) -m pytest" in recipe
+    assert (
+        "tools/rerun_on_crash.sh $(UNIT)" in recipe
+        and "UNIT := $(PY) -m pytest" in ROOT.joinpath("Makefile").read_text()
+    )
+    # OneFlow tests in a process of their own; the notebooks never rerun because a unit test crashed
+    assert "COURSE_TEST_GROUP=no-oneflow bash tools/rerun_on_crash.sh" in recipe
+    assert "COURSE_TEST_GROUP=oneflow bash tools/rerun_on_crash.sh" in recipe
+    notebooks = [line for line in recipe.splitlines() if "notebooks" in line and "pytest" in line]
+    assert notebooks and all("rerun_on_crash" not in line for line in notebooks)
+
+
+def test_unit_test_groups_split_every_file_once() -> None:
+    """Each test file lands in exactly one of the two unit-test processes."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import uses_oneflow
+
+    files = sorted((ROOT / "tests").glob("test_*.py"))
+    flow_files = {f.name for f in files if uses_oneflow(f.read_text())}
+    assert "test_graphs.py" in flow_files and "test_data.py" not in flow_files
+    assert uses_oneflow("def test_x(flow):") and not uses_oneflow("import torch  # workflow")
+
+
+def test_no_oneflow_group_never_imports_oneflow(tmp_path: Path) -> None:
+    """Collecting the no-oneflow group imports no OneFlow (a crash there cannot come from it)."""
+    import os
+    import sys
+
+    code = (
+        "import sys, pytest\n"
+        "rc = pytest.main(['-q', '--collect-only', '-p', 'no:cacheprovider', "
+        f"{str(ROOT / 'tests')!r}, '--ignore', {str(ROOT / 'tests' / 'book')!r}])\n"
+        "print('ONEFLOW_LOADED', 'oneflow' in sys.modules)\n"
+    )
+    env = dict(os.environ, COURSE_TEST_GROUP="no-oneflow")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
+    assert "ONEFLOW_LOADED False" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_distclean_never_deletes_an_environment_it_did_not_create(tmp_path: Path) -> None:
+    """`make distclean VENV=$CONDA_PREFIX` (the documented conda route) must keep the user's env."""
+    conda = tmp_path / "conda-env"
+    (conda / "conda-meta").mkdir(parents=True)
+    own = tmp_path / "my-venv"
+    own.mkdir()
+    made = tmp_path / "made-by-make"
+    made.mkdir()
+    (made / ".course-created").write_text("x")
+    for venv in (conda, own):
+        out = subprocess.run(
+            ["make", "-s", "-C", str(ROOT), "distclean", f"VENV={venv}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert venv.exists() and out.returncode != 0, (venv, out.stdout, out.stderr)
+        assert "not created by this Makefile" in out.stdout
+    # the refusal comes first: nothing else (the rendered book, the ledger) was removed either
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "distclean", f"VENV={made}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dry.returncode == 0 and f"rm -rf {made}" in dry.stdout
+
+
+def test_ci_pins_quick_mode_and_runs_the_checks() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "COURSE_MODE=quick" in ci and "make test MODE=quick" in ci and "make check" in ci
+
+
+def test_missing_system_packages_fail_in_ci_only(tmp_path: Path) -> None:
+    """In CI a missing Chromium is a failure, not 18 silently skipped browser tests."""
+    import os
+
+    script = str(ROOT / "tools" / "install_system_deps.sh")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    # no apt-get, and id reports a normal user: the script can only report what is missing
+    (fake_bin / "id").write_text("#!/bin/sh\necho 1000\n")
+    (fake_bin / "id").chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f"{fake_bin}:{os.environ['PATH']}",
+        COURSE_SYSTEM_PACKAGES="course-no-such-package",
+    )
+    reader = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    assert (
+        reader.returncode == 0 and "missing system packages course-no-such-package" in reader.stdout
+    )
+    ci = subprocess.run(
+        ["bash", script], capture_output=True, text=True, env=dict(env, CI="true"), timeout=60
+    )
+    assert ci.returncode == 1 and "CI needs the system packages course-no-such-package" in ci.stderr

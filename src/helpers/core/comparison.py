@@ -135,8 +135,17 @@ def assert_outputs_close(
     Returns the :class:`Comparison` so a notebook can print it.  On failure the
     ``AssertionError`` names how many elements failed, the worst one and the bound.
     """
+    for label, value in (("atol", atol), ("rtol", rtol), ("min_cosine", min_cosine)):
+        if value is not None and not (isinstance(value, (int, float)) and np.isfinite(value)):
+            # NaN compares False with everything, so a NaN bound would make every check pass
+            raise ValueError(f"{label} must be a finite number, got {value!r}")
     if atol < 0 or rtol < 0:
         raise ValueError("tolerances must be non-negative")
+    if min_cosine is not None and not -1.0 <= min_cosine <= 1.0:
+        raise ValueError(f"min_cosine must lie in [-1, 1], got {min_cosine}")
+    for k, need in (min_topk or {}).items():
+        if not (isinstance(need, (int, float)) and 0.0 <= need <= 1.0):
+            raise ValueError(f"min_topk[{k}] must be a fraction in [0, 1], got {need!r}")
     cmp = compare(actual, expected, topk=tuple(min_topk or ()))
     x, y = to_numpy(actual), to_numpy(expected)
     bound = atol + rtol * np.abs(y)

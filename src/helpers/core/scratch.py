@@ -5,7 +5,7 @@ folder behind per run; on a shared machine (a workshop hub, a CI runner) they ad
 :func:`scratch_dir` is removed when the Python process that made it exits (the notebook's kernel
 shuts down, a test session ends), or earlier with :func:`remove_scratch`. A kernel that is killed
 (nbval stops kernels with SIGKILL; so does a crash) cannot clean up, so each folder carries its
-process id in its name (``<tmp>/inference-course-scratch/<pid>-<prefix>…``) and the next
+process id in its name (``<tmp>/inference-course-scratch-<uid>/<pid>-<prefix>…``) and the next
 :func:`scratch_dir` call, in any process, removes the folders of processes that no longer exist.
 """
 
@@ -32,8 +32,12 @@ _OWNED = re.compile(r"^(\d+)-")
 
 
 def scratch_root() -> Path:
-    """The folder every scratch folder lives in: ``inference-course-scratch`` under the system temp dir."""
-    return Path(tempfile.gettempdir()) / "inference-course-scratch"
+    """The folder every scratch folder of this user lives in: ``inference-course-scratch-<uid>`` in the temp dir.
+
+    One root per user: on a shared workshop hub a root made by one participant (mode 0700) would
+    otherwise refuse everybody else's folders with ``PermissionError``.
+    """
+    return Path(tempfile.gettempdir()) / f"inference-course-scratch-{os.getuid()}"
 
 
 def _owned_by(folder: Path) -> int | None:
@@ -66,7 +70,7 @@ def sweep_stale() -> list[Path]:
 def scratch_dir(prefix: str) -> Path:
     """A new empty folder under the system temp dir, removed at interpreter exit.
 
-    ``prefix`` names it (``ch01-`` gives ``/tmp/inference-course-scratch/4242-ch01-abc123``);
+    ``prefix`` names it (``ch01-`` gives ``/tmp/inference-course-scratch-0/4242-ch01-abc123``);
     letters, digits, ``_.-`` only. Folders left by processes that no longer exist are removed first.
     """
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
@@ -75,7 +79,7 @@ def scratch_dir(prefix: str) -> Path:
         )
     sweep_stale()
     root = scratch_root()
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{prefix}", dir=root))
     _LIVE.add(path)
     return path

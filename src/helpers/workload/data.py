@@ -88,6 +88,13 @@ def normalize(images: np.ndarray) -> np.ndarray:
     """uint8 ``(n, h, w, 3)`` images -> float32 ``(n, 3, h, w)`` normalised with ImageNet statistics."""
     if images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(f"expected (n, h, w, 3) images, got shape {images.shape}")
+    if images.dtype != np.uint8:
+        # float input is either already in [0, 1] or already normalised: dividing by 255 again would
+        # silently feed the network near-constant inputs.
+        raise TypeError(
+            f"normalize takes uint8 images (0-255), got {images.dtype}: "
+            "it looks already converted; pass the raw images"
+        )
     x = images.astype(np.float32) / 255.0
     x = (x - IMAGENET_MEAN) / IMAGENET_STD
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
