@@ -45,18 +45,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any):  # noqa: ANN201 - p
         str(item.parent.fspath), {"outputs": {}, "ok": True, "start": time.time()}
     )
     run["ok"] = run["ok"] and report.passed
-    run["outputs"][item.cell_num] = list(getattr(item, "test_outputs", None) or [])
+    # Keyed by the cell's own id (nbformat 4.5), not by nbval's counter, whose numbering is nbval's
+    # business: the hand-over to the book cache must not depend on it.
+    cell_id = getattr(getattr(item, "cell", None), "id", None) or f"#{item.cell_num}"
+    run["outputs"][cell_id] = list(getattr(item, "test_outputs", None) or [])
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if not _is_nb_cell(item) or (nextitem is not None and nextitem.parent is item.parent):
         return
     run = _runs.pop(str(item.parent.fspath), None)
-    if run and run["ok"]:
-        try:
-            _cache_executed(Path(str(item.parent.fspath)), run)
-        except Exception as exc:  # noqa: BLE001 - caching is an optimisation, never a failure
-            print(f"\n(note: could not cache executed {item.parent.fspath}: {exc})")
+    if run and run["ok"] and not item.config.getoption("-k") and not item.config.getoption("-m"):
+        # A mismatch raises: the book would otherwise execute every notebook a second time, silently.
+        _cache_executed(Path(str(item.parent.fspath)), run)
 
 
 def _cache_executed(path: Path, run: dict[str, Any]) -> None:
@@ -66,10 +67,15 @@ def _cache_executed(path: Path, run: dict[str, Any]) -> None:
 
     nb = nbformat.read(str(path), as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    if len(run["outputs"]) != len(code):
-        return  # some cells did not run (e.g. a -k selection): do not cache a partial notebook
+    ids = [c.get("id") for c in code]
+    if set(run["outputs"]) != set(ids) or len(set(ids)) != len(ids):
+        raise RuntimeError(
+            f"{path.name}: nbval ran cells {sorted(run['outputs'])[:5]}... but the notebook's code "
+            f"cells are {ids[:5]}...; cannot hand the outputs to the book's execution cache "
+            "(every code cell needs a unique id: nbformat 4.5)"
+        )
     for n, cell in enumerate(code):
-        cell.outputs = [nbformat.from_dict(o) for o in run["outputs"][n]]
+        cell.outputs = [nbformat.from_dict(o) for o in run["outputs"][cell["id"]]]
         cell.execution_count = n + 1
     cache_dir = _cache_dir()
     cache_dir.parent.mkdir(parents=True, exist_ok=True)

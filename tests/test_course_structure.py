@@ -191,14 +191,18 @@ def test_chapter_shape_check_catches_problems():
     leaky = _md("```{admonition} Solution 1\n:class: dropdown\nRun `f(x)`.\n```")
     assert any("code in prose" in p for p in chapter_shape_problems([intro, end, leaky, sol2]))
     shown = _code("# Solution 2: b\nassert True", ["solution"])
-    assert any("not tagged hide-cell" in p for p in chapter_shape_problems([intro, end, sol1, shown]))
+    assert any(
+        "not tagged hide-cell" in p for p in chapter_shape_problems([intro, end, sol1, shown])
+    )
     assert any("Time" in p for p in chapter_shape_problems([_md("# T"), end, sol1, sol2]))
     assert any("Summary" in p for p in chapter_shape_problems([intro, _md("## Exercises\n1. a\n")]))
 
 
 # ---- one import alias per helpers module across the chapters ----
 
-_HELPERS_IMPORT = re.compile(r"^\s*from (helpers(?:\.\w+)*) import \(?([^)\n]*(?:\n[^)\n]*)*?)\)?$", re.M)
+_HELPERS_IMPORT = re.compile(
+    r"^\s*from (helpers(?:\.\w+)*) import \(?([^)\n]*(?:\n[^)\n]*)*?)\)?$", re.M
+)
 
 
 def module_aliases(sources: dict[str, str]) -> dict[str, set[str]]:
@@ -228,10 +232,12 @@ def test_each_helpers_module_has_one_alias_across_chapters():
     }
     clashes = {m: sorted(a) for m, a in module_aliases(sources).items() if len(a) > 1}
     assert not clashes, f"modules imported under more than one name: {clashes}"
-    assert module_aliases({"a": "from helpers.core import benchmarking as bench\n",
-                           "b": "from helpers.core import benchmarking\n"}) == {
-        "helpers.core.benchmarking": {"bench", "benchmarking"}
-    }
+    assert module_aliases(
+        {
+            "a": "from helpers.core import benchmarking as bench\n",
+            "b": "from helpers.core import benchmarking\n",
+        }
+    ) == {"helpers.core.benchmarking": {"bench", "benchmarking"}}
 
 
 def test_notebook_code_lines_fit_the_page():
@@ -293,3 +299,36 @@ def test_module_declares_all_and_documents_itself(path):
         if isinstance(t, ast.Name)
     }
     assert "__all__" in names, f"{path.name} has no __all__"
+
+
+def test_every_cell_has_a_unique_id():
+    """The hand-over of nbval's outputs to the book cache (conftest.py) matches cells by id."""
+    problems = []
+    for nb in NOTEBOOKS:
+        ids = [c.get("id") for c in _cells(nb)]
+        if None in ids or len(set(ids)) != len(ids):
+            problems.append(nb.name)
+    assert not problems, (
+        f"cells without a unique id (run nbformat's validator.normalize): {problems}"
+    )
+
+
+def test_book_cache_hand_over_fails_loudly_when_cells_do_not_match(tmp_path, monkeypatch):
+    import importlib.util
+
+    import nbformat
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x")]
+    path = tmp_path / "t.ipynb"
+    nbformat.write(nb, str(path))
+    monkeypatch.setattr(root_conftest, "_cache_dir", lambda: tmp_path / "cache")
+    good = {"outputs": {c.id: [] for c in nb.cells}, "start": 0.0}
+    root_conftest._cache_executed(path, good)  # ids match: cached
+    assert (tmp_path / "cache").exists()
+    numbered = {"outputs": {"#0": [], "#1": []}, "start": 0.0}  # a runner that only gave numbers
+    with pytest.raises(RuntimeError, match="cannot hand the outputs"):
+        root_conftest._cache_executed(path, numbered)
