@@ -77,6 +77,24 @@ def test_a_removed_cell_removes_its_region(course):
     assert "saved from" not in (course / "src/helpers/core/timing.py").read_text()
 
 
+def test_ruffs_spelling_of_the_mark_is_the_same_mark(course):
+    """`ruff format` rewrites "#@save" as "# @save": the cell must still be saved."""
+    _notebook(course / "notebooks" / "00_a.ipynb", "# @save helpers.core.timing\nY = 2")
+    assert save_cells.sync(course) == ["helpers.core.timing"]
+    assert "Y = 2" in (course / "src/helpers/core/timing.py").read_text()
+
+
+def test_saved_module_is_ruff_formatted(course):
+    """A cell that ends with a def: the module gets ruff's blank lines, and --check agrees."""
+    _notebook(
+        course / "notebooks" / "00_a.ipynb", "#@save helpers.core.timing\ndef f():\n    return 1"
+    )
+    save_cells.sync(course)
+    text = (course / "src/helpers/core/timing.py").read_text()
+    assert save_cells.sync(course, check=True) == []
+    assert text == save_cells._ruff_format(text, course / "src/helpers/core/timing.py")
+
+
 def test_bad_marks_are_refused(course):
     _notebook(course / "notebooks" / "01_b.ipynb", "#@save helpers/core/timing.py\nx = 1")
     with pytest.raises(ValueError, match="helpers.<subpackage>.<module>"):

@@ -32,7 +32,9 @@ from pathlib import Path
 __all__ = ["SAVE_MARK", "saved_cells", "render_module", "sync", "main"]
 
 SAVE_MARK = "#@save"
-_MARK_RE = re.compile(r"^#@save\s+(helpers(?:\.\w+)+)\s*$")
+# `ruff format` writes the mark as "# @save"; both spellings are the same mark.
+_MARK_RE = re.compile(r"^#\s?@save\s+(helpers(?:\.\w+)+)\s*$")
+_MARK_START = re.compile(r"^#\s?@save\b")
 
 
 def _begin(notebook: str) -> str:
@@ -54,7 +56,7 @@ def saved_cells(root: Path) -> dict[str, dict[str, list[str]]]:
                 continue
             source = "".join(cell["source"])
             first, _, body = source.partition("\n")
-            if not first.startswith(SAVE_MARK):
+            if not _MARK_START.match(first):
                 continue
             match = _MARK_RE.match(first.strip())
             if not match:
@@ -105,6 +107,31 @@ def _replace_region(text: str, notebook: str, body: str | None) -> str:
     return text.rstrip("\n") + "\n\n\n" + block
 
 
+def _ruff_format(text: str, path: Path) -> str:
+    """``text`` as ``ruff format`` would write ``path`` (unchanged when ruff is not installed).
+
+    The module must stay ruff-clean after the copy (a saved cell that ends with a ``def`` gets two
+    blank lines before the region's end line, for example), and ``--check`` compares against the
+    same formatted text, so page, package and ``make check`` agree.
+    """
+    import shutil
+    import subprocess
+
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(ruff).exists():
+        return text
+    out = subprocess.run(
+        [ruff, "format", "--stdin-filename", str(path), "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"ruff format could not format {path}: {out.stderr.strip()}")
+    return out.stdout
+
+
 def sync(root: Path, check: bool = False) -> list[str]:
     """Write (or, with ``check``, only compare) every module with saved cells; return the modules that differ."""
     differ = []
@@ -117,7 +144,7 @@ def sync(root: Path, check: bool = False) -> list[str]:
     for module, regions in sorted(wanted.items()):
         path = module_path(root, module)
         old = path.read_text(encoding="utf-8")
-        new = render_module(old, regions)
+        new = _ruff_format(render_module(old, regions), path)
         if new != old:
             differ.append(module)
             if not check:
