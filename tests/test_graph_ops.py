@@ -61,7 +61,7 @@ def test_op_diff():
         {"op": "bn", "before": 20, "after": 0, "change": -20},
         {"op": "cast", "before": 0, "after": 2, "change": 2},
     ]
-    assert graph_ops.op_diff({"a": 1}, {"a": 1}) == []
+    assert graph_ops.op_diff({"a": 1}, {"a": 1}) == [] and graph_ops.total({}) == 0
     with pytest.raises(TypeError, match="mapping"):
         graph_ops.op_diff([("a", 1)], {})
     with pytest.raises(ValueError, match="non-negative ints"):

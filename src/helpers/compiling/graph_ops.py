@@ -1,10 +1,13 @@
-"""Count the operations in a compiled graph, so that fusion and pruning are *visible*.
+"""Count the operations in a compiled graph, so that fusion and pruning are *visible* (chapters 4 and 6).
 
 - :func:`oneflow_op_counts` -- ops of a compiled OneFlow ``nn.Graph`` (after its optimisation
   passes: AMP casts, add-to-output fusion, MLIR pad+conv fusion and BN folding all show up);
 - :func:`fx_op_counts` -- nodes of a ``torch.fx`` graph (modules by class, functions and
   methods by name), e.g. before and after conv+BN folding;
-- :func:`op_diff` -- which op types appeared or disappeared between two counts.
+- :func:`op_diff` -- which op types appeared or disappeared between two counts;
+- :func:`total` -- the number of ops in a count.
+
+Frameworks are imported lazily (a OneFlow graph is inspected through the graph object itself).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
+
+__all__ = ["oneflow_op_counts", "fx_op_counts", "op_diff", "total"]
 
 
 def _sorted(counts: Mapping[str, int]) -> dict[str, int]:

@@ -1,109 +1,57 @@
-"""Compile-time optimisations (chapter 6): OneFlow ``nn.Graph`` switches and their PyTorch equivalents.
+"""Chapter 6's OneFlow ``nn.Graph`` switches, the ablation that runs them in fresh processes, and tolerances.
 
-OneFlow (case study 1's switches, all on an inference ``nn.Graph``):
+Used by chapter 6 only. It is a module, not page code, because OneFlow reads its MLIR switches once, at
+``import oneflow``: each MLIR setting runs in a fresh Python process
+(:func:`helpers.core.subprocess_run.run_in_subprocess`), and a fresh process can only run code it imports.
+So the page is the source of the technique, and this module is what the child process imports:
 
-- ``amp`` -- ``config.enable_amp(True)``: mixed precision (fp16 on CUDA; CPU ops are not cast);
-- ``conv_search`` -- ``config.enable_cudnn_conv_heuristic_search_algo(False)``: pick cuDNN
-  convolution algorithms by trial runs instead of a lookup table (no cuDNN on a CPU);
-- pad+conv fusion -- the MLIR pass behind :data:`~helpers.core.subprocess_run.PAD_CONV_FUSION_ENV`
-  (a fresh process, see :func:`oneflow_graph_ablation`);
-- ``add_fusion`` -- ``config.allow_fuse_add_to_output(True)``: the residual ``add`` is written by the
-  convolution that produces one of its inputs;
-- BN folding -- the MLIR inference optimisation, :data:`~helpers.core.subprocess_run.BN_FOLDING_ENV`.
+- :class:`SwitchedGraph` -- chapter 3's ``graphs.InferenceGraph`` with case study 1's ``graph.config``
+  switches (``enable_amp``, ``enable_cudnn_conv_heuristic_search_algo(False)``,
+  ``allow_fuse_add_to_output``); :data:`PAD_CONV_FUSION_ENV`, :data:`BN_FOLDING_ENV` (the MLIR passes'
+  environment variables, :data:`MLIR_VARS` all of them); :func:`explicit_padding`. All written on chapter
+  6's page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``: edit them there);
+- :func:`oneflow_graph_ablation` -- the subprocess target (plumbing): load the weights, build one
+  :class:`SwitchedGraph` per variant, compile, time them interleaved, save their outputs;
+- :data:`TOLERANCES` / :func:`tolerance` -- how close an optimised output must stay to the float32
+  reference, per precision.
 
-PyTorch: :func:`fold_conv_bn` (``torch.fx``), :func:`to_channels_last`, :func:`autocast_fn`
-(bf16 on CPU, fp16 on CUDA); ``torch.backends.cudnn.benchmark`` and ``torch.compile`` are used
-directly in the notebook.
+Importing this module imports OneFlow (:class:`SwitchedGraph` subclasses a ``flow.nn.Graph``): a process
+sets the MLIR variables before it imports this module.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from helpers.workload.models import framework_of, nn_namespace
+from helpers.compiling import graphs
+from helpers.workload import models
 
-GRAPH_SWITCHES: tuple[str, ...] = ("amp", "conv_search", "add_fusion")
-
-
-def _check_eval(model: Any) -> None:
-    if not hasattr(model, "training"):
-        raise TypeError(f"expected an nn.Module, got {type(model).__name__}")
-    if model.training:
-        raise ValueError(
-            "inference optimisations need the model in eval mode: call model.eval() first "
-            "(BatchNorm folding is only valid with fixed running statistics)"
-        )
-
-
-# --------------------------------------------------------------------------------------- OneFlow
-def build_inference_graph(
-    model: Any, *, amp: bool = False, conv_search: bool = False, add_fusion: bool = False
-) -> Any:
-    """A forward-only OneFlow ``nn.Graph`` around ``model`` with the chosen switches on."""
-    if framework_of(model) != "oneflow":
-        raise TypeError("build_inference_graph needs a OneFlow module")
-    _check_eval(model)
-    flow, nn, _ = nn_namespace("oneflow")
-
-    class InferenceGraph(nn.Graph):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-            if amp:
-                self.config.enable_amp(True)
-            if conv_search:
-                self.config.enable_cudnn_conv_heuristic_search_algo(False)
-            if add_fusion:
-                self.config.allow_fuse_add_to_output(True)
-
-        def build(self, x: Any) -> Any:
-            return self.model(x)
-
-    from helpers.core.environment import quiet_native_stderr
-
-    with (
-        quiet_native_stderr()
-    ):  # the first nn.Graph of a process prints a harmless "no CUDA driver" line on CPU
-        return InferenceGraph()
+__all__ = [
+    "SwitchedGraph",
+    "MLIR_ROUND_TRIP",
+    "PAD_CONV_FUSION_ENV",
+    "BN_FOLDING_ENV",
+    "MLIR_VARS",
+    "explicit_padding",
+    "switch_names",
+    "oneflow_graph_ablation",
+    "TOLERANCES",
+    "tolerance",
+]
 
 
-def explicit_padding(model: Any) -> Any:
-    """A copy of ``model`` where every zero-padded convolution becomes ``ZeroPad2d`` + an unpadded conv.
-
-    Same weights, same outputs -- the layout of models ported from TensorFlow's ``"SAME"``
-    padding, which gives OneFlow's pad+conv fusion pass something to fuse. Works for PyTorch
-    and OneFlow modules.
-    """
-    _, nn, _ = nn_namespace(framework_of(model))
-    out = copy.deepcopy(model)
-
-    def rewrite(module: Any) -> int:
-        n = 0
-        for name, child in list(module.named_children()):
-            pad = getattr(child, "padding", None)
-            if (
-                isinstance(child, nn.Conv2d)
-                and getattr(child, "padding_mode", "zeros") == "zeros"
-                and not isinstance(pad, str)
-                and tuple(np.broadcast_to(pad, 2)) != (0, 0)
-            ):
-                ph, pw = (int(v) for v in np.broadcast_to(pad, 2))
-                child.padding = (0, 0)
-                setattr(module, name, nn.Sequential(nn.ZeroPad2d((pw, pw, ph, ph)), child))
-                n += 1
-            else:
-                n += rewrite(child)
-        return n
-
-    if rewrite(out) == 0:
-        raise ValueError("the model has no zero-padded Conv2d to rewrite")
-    return out
+def switch_names() -> tuple[str, ...]:
+    """The switch names a variant may turn on: the keyword-only arguments of :class:`SwitchedGraph`."""
+    params = inspect.signature(SwitchedGraph.__init__).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def _variant_switches(variant: dict[str, Any]) -> dict[str, bool]:
@@ -113,13 +61,14 @@ def _variant_switches(variant: dict[str, Any]) -> dict[str, bool]:
         or not variant["name"]
     ):
         raise ValueError(f"each variant needs a non-empty 'name', got {variant!r}")
-    unknown = set(variant) - {"name", *GRAPH_SWITCHES}
+    names = switch_names()
+    unknown = set(variant) - {"name", *names}
     if unknown:
         raise ValueError(
             f"variant {variant['name']!r} has unknown switches {sorted(unknown)}; "
-            f"use {', '.join(GRAPH_SWITCHES)}"
+            f"use {', '.join(names)}"
         )
-    return {k: bool(variant.get(k, False)) for k in GRAPH_SWITCHES}
+    return {k: bool(variant.get(k, False)) for k in names}
 
 
 def oneflow_graph_ablation(
@@ -134,20 +83,18 @@ def oneflow_graph_ablation(
     repeats: int = 5,
     explicit_pad: bool = True,
 ) -> dict[str, Any]:
-    """Build, compile, check and time OneFlow inference graphs, one per variant (a subprocess target).
+    """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
     ``weights_path`` is an ``.npz`` of a PyTorch ResNet state dict, ``input_path`` an ``.npy`` batch.
-    Each variant is ``{"name": ..., "amp": bool, "conv_search": bool, "add_fusion": bool}``; the
-    MLIR passes are whatever this process's environment enabled. Returns per variant: compile
-    seconds (first call), timings (all variants timed round-robin), op counts, and the path of
-    its saved output (``out_dir/<name>.npy``) for the caller's accuracy check.
+    Each variant is ``{"name": ..., <switch>: bool, ...}`` with the switches of :func:`switch_names`;
+    the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``). Returns per
+    variant: compile seconds (first call), timings (all variants timed round-robin), op counts before
+    (``traced_op_counts``) and after OneFlow's passes (``op_counts``), and the path of its saved output
+    (``out_dir/<name>.npy``) for the caller's accuracy check.
     """
-    import os
-
     from helpers.compiling.graph_ops import oneflow_op_counts
     from helpers.core.benchmarking import benchmark_interleaved
-    from helpers.core.environment import flow_device, import_oneflow
-    from helpers.workload.models import build_resnet, load_numpy_state
+    from helpers.core.environment import flow_device, import_oneflow, quiet_native_stderr
 
     switches = {
         v["name"] if isinstance(v, dict) else str(v): _variant_switches(v) for v in variants
@@ -156,13 +103,11 @@ def oneflow_graph_ablation(
         raise ValueError("no variants given")
     if len(switches) != len(variants):
         raise ValueError("variant names must be unique")
-    t0 = time.perf_counter()
     flow = import_oneflow()
-    import_s = time.perf_counter() - t0
     device = flow_device("auto")
-    model = build_resnet("oneflow", arch, num_classes=num_classes)
+    model = models.build_resnet("oneflow", arch, num_classes=num_classes)
     with np.load(weights_path) as npz:
-        load_numpy_state(model, dict(npz))
+        models.load_numpy_state(model, dict(npz))
     model = model.eval()
     if explicit_pad:
         model = explicit_padding(model)
@@ -170,22 +115,24 @@ def oneflow_graph_ablation(
     x = flow.tensor(np.load(input_path)).to(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    graphs, rows = {}, {}
+    compiled, rows = {}, {}
     for name, sw in switches.items():
-        g = build_inference_graph(model, **sw)
+        with quiet_native_stderr():  # the first graph of a process logs a harmless 'no CUDA driver'
+            g = SwitchedGraph(model, **sw)
         start = time.perf_counter()
         y = g(x).numpy()
         compile_s = time.perf_counter() - start
         np.save(out / f"{name}.npy", y.astype(np.float32))
-        graphs[name] = g
+        compiled[name] = g
         rows[name] = {
             "switches": sw,
             "compile_s": compile_s,
             "output": str(out / f"{name}.npy"),
+            "traced_op_counts": oneflow_op_counts(g, stage="traced"),
             "op_counts": oneflow_op_counts(g),
         }
     times = benchmark_interleaved(
-        {n: (lambda g=g: g(x).numpy()) for n, g in graphs.items()},
+        {n: (lambda g=g: g(x).numpy()) for n, g in compiled.items()},
         framework="oneflow",
         warmup=warmup,
         repeats=repeats,
@@ -195,16 +142,8 @@ def oneflow_graph_ablation(
         rows[name].update(
             mean_s=m.mean, median_s=m.median, std_s=m.std, times_s=m.times_s, items=m.items
         )
-    mlir = {
-        k: os.environ[k]
-        for k in (
-            "ONEFLOW_MLIR_ENABLE_ROUND_TRIP",
-            "ONEFLOW_MLIR_FUSE_FORWARD_OPS",
-            "ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION",
-        )
-        if k in os.environ
-    }
-    return {"device": str(device), "oneflow_import_s": import_s, "mlir_env": mlir, "variants": rows}
+    mlir = {k: os.environ[k] for k in MLIR_VARS if k in os.environ}
+    return {"device": str(device), "mlir_env": mlir, "variants": rows}
 
 
 # ------------------------------------------------------------------------------- accuracy checks
@@ -235,73 +174,56 @@ def tolerance(precision: str, reference: Any) -> dict[str, float]:
     return {"atol": tol["atol"] * scale, "min_cosine": tol["min_cosine"]}
 
 
-# --------------------------------------------------------------------------------------- PyTorch
-def reduced_precision_dtype(device: Any) -> Any:
-    """The autocast dtype worth using on ``device``: bfloat16 on CPU, float16 on CUDA."""
-    import torch
+# ---- saved from notebooks/06_compile_optimisations.ipynb by tools/save_cells.py: edit it there ----
+class SwitchedGraph(graphs.InferenceGraph):
+    """Chapter 3's inference nn.Graph with case study 1's graph.config switches."""
 
-    device = torch.device(device)
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"no autocast choice for device type {device.type!r}")
-    return torch.bfloat16 if device.type == "cpu" else torch.float16
-
-
-def autocast_fn(model: Any, device: Any, dtype: Any = None) -> Callable[[Any], Any]:
-    """``x -> model(x)`` under ``torch.autocast`` (and ``inference_mode``) in ``dtype`` (default per device)."""
-    import torch
-
-    device = torch.device(device)
-    dtype = dtype or reduced_precision_dtype(device)
-
-    def run(x: Any) -> Any:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype):
-            return model(x)
-
-    return run
+    def __init__(
+        self, model: Any, *, amp: bool = False, conv_search: bool = False, add_fusion: bool = False
+    ) -> None:
+        super().__init__(model)
+        if amp:  # mixed precision: float16 kernels where the device has them, casts around them
+            self.config.enable_amp(True)
+        if conv_search:  # time cuDNN's convolution algorithms on the first run, keep the fastest
+            self.config.enable_cudnn_conv_heuristic_search_algo(False)  # (not its heuristic's pick)
+        if add_fusion:  # the residual add is done by the operator that computes one of its inputs
+            self.config.allow_fuse_add_to_output(True)
 
 
-def fold_conv_bn(model: Any) -> Any:
-    """A ``torch.fx.GraphModule`` with every Conv2d + BatchNorm2d pair folded into one Conv2d.
+def explicit_padding(model: Any) -> Any:
+    """A copy of model: each zero-padded Conv2d becomes ZeroPad2d + an unpadded Conv2d."""
+    nn = models.nn_namespace(models.framework_of(model))[1]  # torch.nn or oneflow.nn
+    out = copy.deepcopy(model)
 
-    Valid in eval mode only (the BN running statistics become constants of the conv).
-    """
-    import torch
-    from torch.fx.experimental.optimization import fuse
+    def rewrite(module: Any) -> int:
+        n = 0
+        for name, child in list(module.named_children()):
+            pad = getattr(child, "padding", None)
+            if (
+                isinstance(child, nn.Conv2d)
+                and child.padding_mode == "zeros"
+                and isinstance(pad, tuple)
+                and any(pad)
+            ):
+                ph, pw = pad
+                child.padding = (0, 0)
+                setattr(module, name, nn.Sequential(nn.ZeroPad2d((pw, pw, ph, ph)), child))
+                n += 1
+            else:
+                n += rewrite(child)
+        return n
 
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"fold_conv_bn needs a torch.nn.Module, got {type(model).__name__}")
-    _check_eval(model)
-    return fuse(copy.deepcopy(model))
+    if rewrite(out) == 0:
+        raise ValueError("the model has no zero-padded Conv2d to rewrite")
+    return out
 
 
-def to_channels_last(model: Any) -> Any:
-    """A copy of ``model`` with 4-D weights stored channels-last (NHWC), the layout oneDNN and tensor cores prefer."""
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"to_channels_last needs a torch.nn.Module, got {type(model).__name__}")
-    return copy.deepcopy(model).to(memory_format=torch.channels_last)
-
-
-TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def torch_compile(model: Any, mode: str = "default") -> Any:
-    """``torch.compile(model, mode=mode)``, with TorchInductor's CPU kernels using PyTorch's *current* thread count.
-
-    Inductor writes its thread count into the C++ kernels it generates (``#pragma omp parallel
-    num_threads(N)``), and its on-disk cache can hand back kernels built for another count; on a
-    busy machine kernels with too many threads are many times slower. Setting
-    ``torch._inductor.config.cpp.threads`` pins it (and makes it part of the cache key).
-    """
-    import torch
-    import torch._inductor.config as inductor_config
-
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"torch_compile needs a torch.nn.Module, got {type(model).__name__}")
-    if mode not in TORCH_COMPILE_MODES:
-        raise ValueError(
-            f"unknown torch.compile mode {mode!r}; use one of {', '.join(TORCH_COMPILE_MODES)}"
-        )
-    inductor_config.cpp.threads = torch.get_num_threads()
-    return torch.compile(model, mode=mode)
+MLIR_ROUND_TRIP: dict[str, str] = {"ONEFLOW_MLIR_ENABLE_ROUND_TRIP": "1"}  # needed by both passes
+PAD_CONV_FUSION_ENV: dict[str, str] = {**MLIR_ROUND_TRIP, "ONEFLOW_MLIR_FUSE_FORWARD_OPS": "1"}
+BN_FOLDING_ENV: dict[str, str] = {
+    **MLIR_ROUND_TRIP,
+    "ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION": "1",
+}
+# every variable above: a fresh process must not inherit any of them from the process that starts it
+MLIR_VARS: tuple[str, ...] = tuple(sorted({**PAD_CONV_FUSION_ENV, **BN_FOLDING_ENV}))
+# ---- end of cells saved from notebooks/06_compile_optimisations.ipynb ----

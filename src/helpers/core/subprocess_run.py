@@ -1,12 +1,16 @@
-"""Run a benchmark function in a fresh Python process with its own environment variables.
+"""Run a function in a fresh Python process with its own environment variables.
 
-Some switches are read once, when a library is imported: OneFlow's MLIR passes are enabled by
-``ONEFLOW_MLIR_ENABLE_ROUND_TRIP=1`` plus ``ONEFLOW_MLIR_FUSE_FORWARD_OPS=1`` (pad+conv fusion)
-or ``ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION=1`` (BatchNorm folding), set *before*
-``import oneflow``. A notebook that already imported OneFlow cannot flip them, so each such
-variant runs in a new process::
+Process lifecycle: plumbing. Used by chapter 6 only, for a reason any chapter could meet: some switches
+are read once, when a library is imported (OneFlow's MLIR passes, chosen by ``ONEFLOW_MLIR_*``
+variables before ``import oneflow``). A process that already imported the library cannot flip them, so
+each setting runs in a new process::
 
-    res = run_in_subprocess("helpers.compiling.graph_switches:oneflow_graph_ablation", {...}, env=PAD_CONV_FUSION_ENV)
+    out = run_in_subprocess(
+        "helpers.compiling.graph_switches:oneflow_graph_ablation",
+        {...},
+        env=PAD_CONV_FUSION_ENV,  # added to this process's environment
+        unset=MLIR_VARS,  # removed from it first: only ``env`` decides
+    )
 
 The target is ``"package.module:function"``; it is called with ``kwargs`` (JSON values) and must
 return something JSON can encode (measurements, op counts, paths of saved outputs). Failures in
@@ -23,22 +27,11 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-MLIR_ROUND_TRIP = {"ONEFLOW_MLIR_ENABLE_ROUND_TRIP": "1"}
-PAD_CONV_FUSION_ENV: dict[str, str] = {**MLIR_ROUND_TRIP, "ONEFLOW_MLIR_FUSE_FORWARD_OPS": "1"}
-BN_FOLDING_ENV: dict[str, str] = {
-    **MLIR_ROUND_TRIP,
-    "ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION": "1",
-}
-# Variables a parent notebook may have set that would silently change the child's MLIR passes.
-ONEFLOW_MLIR_VARS = (
-    "ONEFLOW_MLIR_ENABLE_ROUND_TRIP",
-    "ONEFLOW_MLIR_FUSE_FORWARD_OPS",
-    "ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION",
-)
+__all__ = ["run_in_subprocess"]
 
 
 def _resolve(target: str) -> Any:
@@ -66,20 +59,26 @@ def run_in_subprocess(
     kwargs: Mapping[str, Any] | None = None,
     *,
     env: Mapping[str, str] | None = None,
+    unset: Iterable[str] = (),
     timeout_s: float = 600.0,
-    clear_mlir_vars: bool = True,
 ) -> dict[str, Any]:
     """Call ``target(**kwargs)`` in a fresh Python process with ``env`` added to this environment.
 
     Returns ``{"result": <the function's return value>, "env": env, "wall_s": seconds including
-    the child's imports}``. ``clear_mlir_vars`` removes OneFlow MLIR variables inherited from
-    this process first, so only ``env`` decides which passes run.
+    the child's imports}``. The variables named in ``unset`` are removed from the inherited
+    environment first (before ``env`` is added), so a variable this process happens to have set
+    cannot change the child silently.
     Raises ``ValueError``/``TypeError`` for a bad target, arguments or environment,
     ``TimeoutError`` when the child runs past ``timeout_s`` (it is killed), and ``RuntimeError``
     with the child's traceback and output tail when it fails or crashes.
     """
     kwargs = dict(kwargs or {})
     env = dict(env or {})
+    if isinstance(unset, str):
+        raise TypeError(f"unset must be a list of variable names, not the string {unset!r}")
+    removed = list(unset)
+    if not all(isinstance(name, str) and name for name in removed):
+        raise TypeError(f"unset must be a list of non-empty variable names, got {removed!r}")
     if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     for key, value in env.items():
@@ -96,17 +95,15 @@ def run_in_subprocess(
     _resolve(target)  # fail here, with a clear message, rather than in the child
 
     child_env = dict(os.environ)
-    if clear_mlir_vars:
-        for key in ONEFLOW_MLIR_VARS:
-            child_env.pop(key, None)
+    for key in removed:
+        child_env.pop(key, None)
     child_env.update(env)
-    src = str(
-        Path(__file__).resolve().parents[1]
-    )  # make `helpers` importable even if not installed
+    # make `helpers` importable in the child even if it is not installed
+    src = str(Path(__file__).resolve().parents[1])
     child_env["PYTHONPATH"] = src + (
         os.pathsep + child_env["PYTHONPATH"] if child_env.get("PYTHONPATH") else ""
     )
-    with tempfile.TemporaryDirectory(prefix="subbench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="subrun-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec_text)
         start = time.perf_counter()
@@ -145,22 +142,6 @@ def run_in_subprocess(
             f"(env {env}) without a result; stderr tail:\n{_tail(proc.stderr)}"
         )
     return {"result": payload["result"], "env": env, "wall_s": wall}
-
-
-def echo_environment(names: list[str], delay_s: float = 0.0) -> dict[str, Any]:
-    """A tiny target: the values of ``names`` in the child's environment (after ``delay_s`` seconds).
-
-    Shows that a fresh process really sees the variables, e.g. before timing an MLIR variant.
-    """
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise TypeError(f"names must be a list of variable names, got {names!r}")
-    time.sleep(delay_s)
-    return {
-        "pid": os.getpid(),
-        "python": sys.executable,
-        "env": {n: os.environ.get(n) for n in names},
-        "oneflow_imported": "oneflow" in sys.modules,
-    }
 
 
 def _main(argv: list[str]) -> int:
