@@ -1,4 +1,4 @@
-"""helpers.serving.triton_server, serving_client and serving_load against a REAL Triton server (the binary in nvidia-pytriton).
+"""helpers.serving.triton_server, triton_client and triton_load against a REAL Triton server (nvidia-pytriton).
 
 One server per module (a tiny MobileNetV2 embedder in ONNX Runtime and OpenVINO), started on free
 loopback ports. The tests send good and bad requests, load a broken model, and check that no server
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import types
@@ -417,14 +419,19 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("how", ["exception", "sigkill"])
-def test_no_server_survives_its_python_process(tiny, tmp_path, how):
+def test_no_server_survives_its_python_process(tiny, tmp_path, monkeypatch, how):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
+    # A scratch root of its own: another process of this user (a notebook, a parallel test run)
+    # would otherwise sweep the killed child's work folder before this test looks for it.
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
     proc = subprocess.run(
         [sys.executable, str(script), str(tiny.repo), how],
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, "TMPDIR": str(private_tmp)},
     )
     assert proc.returncode != 0
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
@@ -436,16 +443,15 @@ def test_no_server_survives_its_python_process(tiny, tmp_path, how):
             " ", 1
         )[1]
     )
-    if (
-        how == "exception"
-    ):  # the helpers' atexit hook (not the parent-death signal) stopped it and cleaned up
+    if how == "exception":
+        # the helpers' atexit hook (not the parent-death signal) stopped it and cleaned up
         assert "alive after the exit hook: False" in proc.stdout
         assert not workdir.exists()
     assert _wait_gone(pids) == [], f"processes survived the death of their parent ({how})"
-    if (
-        how == "sigkill"
-    ):  # nothing ran in the killed process: the next server start removes its work folder
-        assert workdir.exists()
+    if how == "sigkill":
+        # Nothing ran in the killed process: the next server start removes its work folder.
+        assert workdir.exists() and workdir.is_relative_to(private_tmp)
+        monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
         scratch.sweep_stale()
         assert not workdir.exists()
 

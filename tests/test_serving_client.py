@@ -73,3 +73,25 @@ def test_response_helpers():
     assert raw.error_message() == "not json"
     err = sc.TritonRequestError(404, "unknown model")
     assert err.status == 404 and "HTTP 404" in str(err)
+
+
+def test_request_tensors_for_both_protocols():
+    """One source for the tritonclient inputs of triton_client and triton_load: names, shapes, bytes."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)[:, :, ::-1]  # not C-contiguous
+    expected = np.ascontiguousarray(x).tobytes()
+    http_in, http_out = sc.request_tensors(httpclient, {"image": x}, "embedding")
+    grpc_in, grpc_out = sc.request_tensors(grpcclient, {"image": x}, "embedding")
+    for inputs, outputs in ((http_in, http_out), (grpc_in, grpc_out)):
+        assert [(i.name(), i.shape(), i.datatype()) for i in inputs] == [
+            ("image", [1, 2, 3], "FP32")
+        ]
+        assert [o.name() for o in outputs] == ["embedding"]
+    # HTTP sends the tensor as raw bytes after the JSON header (Triton's binary extension)
+    assert http_in[0]._get_binary_data() == expected
+    assert http_in[0]._get_tensor()["parameters"] == {"binary_data_size": len(expected)}
+    assert grpc_in[0]._get_content() == expected
+    with pytest.raises(ValueError, match="no Triton datatype"):
+        sc.request_tensors(httpclient, {"s": np.array(["a"])}, "y")

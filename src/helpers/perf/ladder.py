@@ -1,8 +1,14 @@
-"""The whole journey (chapter 10): step factors from the results ledger, cumulative speedup, waterfall.
+"""The capstone's speed-up ladder (chapter 10): step factors from the ledger, waterfall, decision guide.
 
 Each step of case study 1 is a speedup factor measured by one chapter and stored in the
 ledger. :func:`journey_rows` lines them up beside the reported factors; missing steps are
 reported as missing (and which chapter measures them), never invented.
+
+Why a module although only chapter 10 uses it: this is ledger arithmetic and plotting, plumbing.
+Looking records up by chapter and name, multiplying factors, re-measuring a missing step and
+drawing a waterfall teach nothing the earlier chapters did not; what the capstone teaches, the
+optimised task assembled from the chapters' pieces and checked against the naive one, is written
+on its page. The record names in :data:`TASK_STEPS` are the ones chapters 3-6 write.
 """
 
 from __future__ import annotations
@@ -14,6 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers.core.reported import RESNET101_ONEFLOW
+
+__all__ = [
+    "Step",
+    "TASK_STEPS",
+    "best_by_batch",
+    "first_record",
+    "index_records",
+    "journey_rows",
+    "missing_steps",
+    "plot_waterfall",
+    "recommend",
+    "remeasure_task_steps",
+    "runtime_table",
+    "time_per_item",
+]
 
 
 @dataclass(frozen=True)
@@ -69,7 +90,7 @@ def journey_rows(
     steps: Sequence[Step] = TASK_STEPS,
     remeasured: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per step: measured factor (ledger, or ``remeasured[key]``), reported factor, cumulative products.
+    """One row per step: measured factor (ledger or ``remeasured[key]``), reported, cumulative.
 
     A step with neither a ledger record nor a re-measurement has ``measured=None`` and is skipped in
     the measured cumulative product (the row says which chapter to run).
@@ -116,7 +137,10 @@ def missing_steps(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def runtime_table(
     records: Iterable[Mapping[str, Any]], chapter: str = "07_onnx_runtimes"
 ) -> list[dict[str, Any]]:
-    """Images/s by runtime and batch size from a chapter's ``fps_<runtime>_batch<N>`` ledger records."""
+    """Images/s by runtime and batch size from a chapter's ``fps_<runtime>_batch<N>`` records.
+
+    Each row also carries the ``mode`` (quick or full) the record was measured in.
+    """
     rows = []
     for r in records:
         m = re.fullmatch(r"fps_(.+)_batch(\d+)", r["name"]) if r["chapter"] == chapter else None
@@ -126,6 +150,7 @@ def runtime_table(
                     "runtime": r.get("runtime", m.group(1)),
                     "batch": int(m.group(2)),
                     "images_per_s": r["value"],
+                    "mode": r.get("mode"),
                 }
             )
     return sorted(rows, key=lambda row: (row["batch"], -row["images_per_s"]))
@@ -193,7 +218,11 @@ def plot_waterfall(rows: Sequence[Mapping[str, Any]], ax: Any = None, title: str
 def recommend(
     best: Mapping[int, Mapping[str, Any]], has_gpu: bool, int8: Mapping[str, Any] | None = None
 ) -> list[str]:
-    """Short decision-guide lines backed by the measured best runtimes (and INT8 result, if any)."""
+    """Short decision-guide lines backed by the measured best runtimes (and an INT8 record, if any).
+
+    ``int8`` is one of chapter 8's ledger records of INT8 speed over fp32 eager PyTorch; the line
+    names the record and the size it was measured at. Quick-mode measurements get a caveat.
+    """
     if not best:
         return ["No runtime measurements in the ledger yet: run chapter 7 first."]
     lines = []
@@ -202,15 +231,24 @@ def recommend(
         lines.append(
             f"{regime}: fastest here was {row['runtime']} at {row['images_per_s']:.0f} images/s"
         )
-    if int8:
+    if any(row.get("mode") == "quick" for row in best.values()):
         lines.append(
-            f"INT8 ({int8.get('runtime', 'static quantization')}): {int8['value']:.2f}x over fp32 eager "
-            "PyTorch here, at the accuracy cost chapter 8 measured"
+            "these are quick-mode sizes (small images, a narrow network), where per-call "
+            "overhead weighs more than at deployment size: measure in full mode before choosing"
+        )
+    if int8:
+        size = ", ".join(f"{k} {int8[k]}" for k in ("arch", "image_size", "batch") if k in int8)
+        lines.append(
+            f"INT8 (chapter 8's {int8['name']}{'; ' + size if size else ''}): "
+            f"{int8['value']:.2f}x over fp32 eager PyTorch here, at the accuracy cost chapter 8 "
+            "measured"
         )
     lines.append(
-        "with a GPU: ONNX Runtime's TensorRT EP (fp16/INT8) or the CUDA EP; static graphs pay off most"
+        "with a GPU: ONNX Runtime's TensorRT EP (fp16/INT8) or the CUDA EP; static graphs pay "
+        "off most"
         if has_gpu
-        else "no GPU here: ONNX Runtime or OpenVINO on the CPU, bf16 where the CPU has AVX-512 BF16/AMX, INT8 with VNNI"
+        else "no GPU here: ONNX Runtime or OpenVINO on the CPU, bf16 where the CPU has AVX-512 "
+        "BF16/AMX, INT8 with VNNI"
     )
     return lines
 
@@ -266,6 +304,7 @@ def remeasure_task_steps(
     n = int(x.shape[0])
 
     def per_item(task: Callable[[Any], Any]) -> float:
+        """Median seconds per image of ``task`` on ``xf``."""
         return time_per_item(
             lambda: task(xf), n, framework="oneflow", warmup=warmup, repeats=repeats
         )

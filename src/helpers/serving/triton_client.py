@@ -8,6 +8,11 @@
 
 Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk to a
 server you started (:class:`helpers.serving.triton_server.TritonServer`), not to someone else's.
+
+Why a module although only chapter 9 uses it: this is client plumbing. Chapter 9 writes one raw
+KServe v2 request and the ``tritonclient`` calls on its page; the functions here repeat those lines
+for the many requests that follow (good and deliberately bad ones), and
+:mod:`helpers.serving.triton_load` builds its requests with :func:`request_tensors` too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+__all__ = [
+    "LOOPBACK",
+    "NP_TO_TRITON",
+    "HttpResponse",
+    "TritonRequestError",
+    "check_loopback",
+    "http_request",
+    "infer_binary_body",
+    "infer_grpc",
+    "infer_http",
+    "infer_json",
+    "infer_json_body",
+    "model_stats",
+    "request_tensors",
+]
 
 LOOPBACK = "127.0.0.1"
 
@@ -48,6 +69,7 @@ class HttpResponse:
         return f"{self.version} {self.status} {self.reason}"
 
     def json(self) -> Any:
+        """The body parsed as JSON."""
         return json.loads(self.body.decode("utf-8"))
 
     def error_message(self) -> str:
@@ -173,27 +195,33 @@ def infer_json(
     }
 
 
+def request_tensors(
+    client_module: Any, inputs: Mapping[str, np.ndarray], output: str
+) -> tuple[list[Any], list[Any]]:
+    """The ``InferInput`` list and the requested output for one ``client.infer`` call.
+
+    ``client_module`` is ``tritonclient.http`` or ``tritonclient.grpc``; over HTTP the tensors travel
+    as raw bytes (the module's default, Triton's binary extension), over gRPC as protobuf.
+    """
+    reqs = []
+    for name, array in inputs.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype not in NP_TO_TRITON:
+            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
+        inp = client_module.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
+        inp.set_data_from_numpy(array)
+        reqs.append(inp)
+    return reqs, [client_module.InferRequestedOutput(output)]
+
+
 def _infer_with(
-    client_module: Any,
-    url: str,
-    model: str,
-    inputs: Mapping[str, np.ndarray],
-    output: str,
-    **binary: bool,
+    client_module: Any, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str
 ) -> np.ndarray:
     """One inference with a ``tritonclient`` protocol module (``tritonclient.http`` or ``.grpc``)."""
     client = client_module.InferenceServerClient(url=url)
     try:
-        reqs = []
-        for name, array in inputs.items():
-            array = np.asarray(array)
-            inp = client_module.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
-            inp.set_data_from_numpy(array, **binary)
-            reqs.append(inp)
-        result = client.infer(
-            model, reqs, outputs=[client_module.InferRequestedOutput(output, **binary)]
-        )
-        return result.as_numpy(output)
+        reqs, outputs = request_tensors(client_module, inputs, output)
+        return client.infer(model, reqs, outputs=outputs).as_numpy(output)
     finally:
         client.close()
 
@@ -202,7 +230,7 @@ def infer_http(url: str, model: str, inputs: Mapping[str, np.ndarray], output: s
     """One inference with ``tritonclient.http`` (binary tensors); returns ``output`` as NumPy."""
     import tritonclient.http as httpclient
 
-    return _infer_with(httpclient, url, model, inputs, output, binary_data=True)
+    return _infer_with(httpclient, url, model, inputs, output)
 
 
 def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:

@@ -6,6 +6,11 @@ requests per second and the latency distribution per concurrency level, like Tri
 ``perf_analyzer`` (wrapped by :func:`perf_analyzer` where its libraries are present). Both refuse
 anything but a loopback address and bound the number of levels, clients and seconds: this is a
 measurement of your own server, not a load test of someone else's.
+
+Why a module although only chapter 9 uses it: this is measurement plumbing (threads, a barrier, a
+fixed time window, percentiles, a plot), like :mod:`helpers.core.benchmarking` is for in-process
+code. The requests it sends are built by :func:`helpers.serving.triton_client.request_tensors`, the
+same lines chapter 9 writes on its page.
 """
 
 from __future__ import annotations
@@ -26,8 +31,20 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.benchmarking import _percentile
-from helpers.serving.triton_client import NP_TO_TRITON, check_loopback
+from helpers.core.benchmarking import percentile
+from helpers.serving.triton_client import check_loopback, request_tensors
+
+__all__ = [
+    "MAX_CONCURRENCY",
+    "MAX_LEVELS",
+    "MAX_SECONDS_PER_LEVEL",
+    "LoadPoint",
+    "closed_loop",
+    "find_perf_analyzer",
+    "load_sweep",
+    "perf_analyzer",
+    "plot_load_sweep",
+]
 
 MAX_CONCURRENCY = 64
 MAX_LEVELS = 12
@@ -51,13 +68,16 @@ class LoadPoint:
 
     @property
     def p50(self) -> float:
+        """Median latency (s)."""
         return statistics.median(self.latencies_s)
 
     @property
     def p99(self) -> float:
-        return _percentile(sorted(self.latencies_s), 99)
+        """99th-percentile latency (s), linearly interpolated between the nearest ranks."""
+        return percentile(sorted(self.latencies_s), 99)
 
     def as_dict(self) -> dict[str, Any]:
+        """One table row: label, concurrency, requests, errors, throughput, p50 and p99 in ms."""
         return {
             "label": self.label,
             "concurrency": self.concurrency,
@@ -78,15 +98,7 @@ def _client(
     else:
         import tritonclient.http as mod
     client = mod.InferenceServerClient(url=url)
-    reqs = []
-    for name, array in inputs.items():
-        inp = mod.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
-        if protocol == "grpc":
-            inp.set_data_from_numpy(array)
-        else:
-            inp.set_data_from_numpy(array, binary_data=True)
-        reqs.append(inp)
-    out = [mod.InferRequestedOutput(output)]
+    reqs, out = request_tensors(mod, inputs, output)
     return client, lambda: client.infer(model, reqs, outputs=out)
 
 

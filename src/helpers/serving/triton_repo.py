@@ -14,6 +14,12 @@ Three layouts are written here:
   with the TensorRT execution accelerator (production, GPU);
 - :func:`oneflow_serving_model` -- the OneFlow-Serving image's ``oneflow`` backend
   (``INPUT_0``/``OUTPUT_0``, the graph saved with ``flow.save(graph, ...)`` as ``<version>/model/``).
+
+Why a module although only chapter 9 uses it: this is validation plumbing. The chapter prints the
+``config.pbtxt`` files and the ``model.py`` these functions write (the lesson is what a repository
+holds); building each message field by field and checking it against Triton's schema is the safety
+net that makes a typo fail in Python rather than in a server log, and ``tests/test_serving_repo.py``
+tests it without a server.
 """
 
 from __future__ import annotations
@@ -25,6 +31,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+__all__ = [
+    "DTYPES",
+    "KINDS",
+    "NGC_IMAGE",
+    "ONEFLOW_SERVING_IMAGE",
+    "PYTHON_RUNTIMES",
+    "RUNTIME_MODEL_FILE",
+    "ConfigError",
+    "TensorSpec",
+    "check_config",
+    "config_text",
+    "docker_command",
+    "make_config",
+    "oneflow_serving_model",
+    "onnxruntime_backend_model",
+    "parse_config",
+    "python_runtime_model",
+    "tree",
+    "validate_model_dir",
+    "validate_repository",
+    "write_model",
+]
 
 RUNTIME_MODEL_FILE = Path(__file__).with_name("triton_models") / "runtime_model.py"
 DTYPES = (
@@ -51,13 +80,14 @@ class ConfigError(ValueError):
 
 
 def _pb() -> Any:
+    """Triton's ``model_config_pb2`` module (the ``ModelConfig`` schema)."""
+    # pragma: no cover below: tritonclient[grpc] is pinned in requirements.txt
     try:
         from tritonclient.grpc import model_config_pb2
-    except (
-        ImportError
-    ) as exc:  # pragma: no cover - tritonclient[grpc] is pinned in requirements.txt
+    except ImportError as exc:  # pragma: no cover
         raise ImportError(
-            "Triton's model-config protobuf comes with tritonclient[grpc]: pip install 'tritonclient[grpc]'"
+            "Triton's model-config protobuf comes with tritonclient[grpc]: "
+            "pip install 'tritonclient[grpc]'"
         ) from exc
     return model_config_pb2
 

@@ -7,11 +7,18 @@ loopback ports, waits until the models are ready (or reports *why* not, with the
 stops the whole process group on exit::
 
     with TritonServer("model_repository") as server:
-        print(serving_client.http_request(server.http_url, "GET", "/v2/health/ready").status_line)  # HTTP/1.1 200 OK
+        ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
+        print(ready.status_line)  # HTTP/1.1 200 OK
 
 Four safety nets stop the server: the context manager (also on exceptions), an ``atexit`` hook, a
 finalizer when the object is garbage collected, and a parent-death signal that kills the server if
 the Python process itself dies (e.g. a killed Jupyter kernel).
+
+Why a module although only chapter 9 uses it: this is server lifecycle, plumbing. Finding the
+bundled binary and its libraries, free ports, readiness with a timeout, the log, and a process
+group that is always killed teach nothing about serving, and a mistake there leaves servers
+running after the notebook; the chapter shows what the server is given (the repository, the
+``config.pbtxt`` files and ``model.py``) and what it answers.
 """
 
 from __future__ import annotations
@@ -36,6 +43,19 @@ from typing import Any
 
 from helpers.core import scratch
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
+
+__all__ = [
+    "ServerStartError",
+    "TritonInstallation",
+    "TritonNotFoundError",
+    "TritonServer",
+    "alive",
+    "find_triton",
+    "free_port",
+    "libpython_dir",
+    "pytriton_config",
+    "stop_all_servers",
+]
 
 
 class TritonNotFoundError(RuntimeError):
@@ -256,9 +276,11 @@ class TritonServer:
 
     @property
     def pid(self) -> int | None:
+        """Process id of the running (or last) server, None before :meth:`start`."""
         return self.proc.pid if self.proc is not None else None
 
     def is_alive(self) -> bool:
+        """True while the server process runs."""
         return self.proc is not None and self.proc.poll() is None
 
     def processes(self) -> list[int]:
@@ -272,6 +294,7 @@ class TritonServer:
         return self._final_log
 
     def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of :meth:`log`."""
         return "\n".join(self.log().splitlines()[-lines:])
 
     # ---- start / stop
@@ -422,6 +445,7 @@ class TritonServer:
         return time.perf_counter() - start
 
     def unload_model(self, name: str, timeout: float = 60.0) -> None:
+        """Unload ``name`` (explicit model control); raises :class:`TritonRequestError` on failure."""
         resp = http_request(
             self.http_url,
             "POST",

@@ -1,15 +1,17 @@
-"""A Triton Python-backend model that serves an exported network with ONNX Runtime, OpenVINO or OneFlow.
+"""A Triton Python-backend model: an exported network served with ONNX Runtime, OpenVINO or OneFlow.
 
-Standalone code: Triton's Python-backend stub runs this file as ``<repo>/<model>/<version>/model.py``
-(:mod:`helpers.serving.triton_repo` copies it there); it needs only NumPy, ``triton_python_backend_utils``
-(provided by the stub) and the runtime it serves. Its ``config.pbtxt`` names one input and one
-output and sets these ``parameters``:
+Standalone code: Triton's Python-backend stub runs this file as
+``<repo>/<model>/<version>/model.py`` (:mod:`helpers.serving.triton_repo` copies it there, and
+chapter 9 prints that copy); it needs only NumPy, ``triton_python_backend_utils`` (provided by the
+stub) and the runtime it serves. Its ``config.pbtxt`` names one input and one output and sets
+these ``parameters``:
 
 - ``runtime``: ``onnxruntime``, ``openvino`` or ``oneflow``;
-- ``model_file``: file or folder inside the version folder (``model.onnx``, ``model.int8.onnx``, ``model``);
+- ``model_file``: file or folder in the version folder (``model.onnx``, ``model.int8.onnx``,
+  ``model``);
 - ``threads``: intra-op threads of one model instance (default 1);
-- ``precision`` (OpenVINO): ``f32`` (default) or ``bf16``/``f16``, set explicitly so results are reproducible;
-- ``arch``, ``num_classes`` (OneFlow): the flowvision network rebuilt around the saved graph's variables.
+- ``precision`` (OpenVINO): ``f32`` (default) or ``bf16``/``f16``, explicit so results reproduce;
+- ``arch``, ``num_classes`` (OneFlow): the flowvision network rebuilt around the saved variables.
 
 Triton's dynamic batcher hands ``execute`` several requests at once; the Python backend does not
 merge them, so this model concatenates them along the batch axis, runs the network once and splits
@@ -26,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+__all__ = ["RUNTIMES", "TritonPythonModel", "read_graph_variables"]
 
 Runner = Callable[[np.ndarray], np.ndarray]
 
@@ -47,7 +51,8 @@ def read_graph_variables(folder: str) -> dict[str, np.ndarray]:
     """The variables of a graph saved with ``flow.save(graph, folder)``, as NumPy arrays by name."""
     if not os.path.isfile(os.path.join(folder, "model.mlir")):
         raise FileNotFoundError(
-            f"{folder} is not a saved OneFlow graph (no model.mlir); write it with flow.save(graph, folder)"
+            f"{folder} is not a saved OneFlow graph (no model.mlir); "
+            "write it with flow.save(graph, folder)"
         )
     out: dict[str, np.ndarray] = {}
     for name in sorted(os.listdir(folder)):
@@ -141,9 +146,8 @@ def _oneflow(path: str, params: dict[str, str], kind: str, device_id: int) -> Ru
         def build(self, x: Any) -> Any:
             return self.model(x)
 
-    graphs: dict[
-        tuple[int, ...], Any
-    ] = {}  # nn.Graph accepts one static input shape: one graph per shape
+    # nn.Graph compiles for one static input shape: one graph per shape.
+    graphs: dict[tuple[int, ...], Any] = {}
 
     def run(x: np.ndarray) -> np.ndarray:
         graph = graphs.get(x.shape)
@@ -162,7 +166,8 @@ class TritonPythonModel:
     """The class the Python backend instantiates once per model instance."""
 
     def initialize(self, args: dict[str, str]) -> None:
-        config = json.loads(args["model_config"])
+        """Called once when the instance loads: read config.pbtxt, open the model file."""
+        config = json.loads(args["model_config"])  # config.pbtxt, as JSON
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         runtime = params.get("runtime", "onnxruntime")
         if runtime not in RUNTIMES:
@@ -172,17 +177,17 @@ class TritonPythonModel:
         self.input_name = config["input"][0]["name"]
         self.output_name = config["output"][0]["name"]
         self.output_dtype = pb_utils.triton_string_to_numpy(config["output"][0]["data_type"])
-        self.batched = int(config.get("max_batch_size", 0)) > 0
+        self.batched = int(config.get("max_batch_size", 0)) > 0  # inputs have a batch axis
         self.runtime = runtime
         path = os.path.join(
             args["model_repository"], args["model_version"], params.get("model_file", "model.onnx")
         )
         if not os.path.exists(path):
             raise FileNotFoundError(f"model file {path} does not exist")
-        self.run = RUNTIMES[runtime](
+        self.run = RUNTIMES[runtime](  # a function: NumPy batch in, NumPy batch out
             path,
             params,
-            args.get("model_instance_kind", "CPU"),
+            args.get("model_instance_kind", "CPU"),  # CPU or GPU, from instance_group
             int(args.get("model_instance_device_id", "0") or 0),
         )
 
@@ -192,24 +197,29 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:
+        """Called for every batch of requests the scheduler hands over: one response per request."""
         arrays = [
             pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests
         ]
         try:
-            if not self.batched:
+            if not self.batched:  # no batch axis: every request runs on its own
                 return [
                     self._response(self.run(np.ascontiguousarray(a, dtype=np.float32)))
                     for a in arrays
                 ]
+            # Dynamic batching: Triton hands over several requests, the Python backend does not
+            # merge them. Concatenate along the batch axis and run the network ONCE for all.
             batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
             out = self.run(np.ascontiguousarray(batch, dtype=np.float32))
-        except Exception as exc:  # noqa: BLE001 - every request gets the error instead of a crashed stub
+        except Exception as exc:  # noqa: BLE001 - each request gets the error, the stub lives on
             error = pb_utils.TritonError(
                 f"{self.runtime} failed on input of shape {arrays[0].shape}: {exc}"
             )
             return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+        # Split the batched answer back into one response per request, in request order.
         splits = np.cumsum([len(a) for a in arrays])[:-1]
         return [self._response(part) for part in np.split(out, splits)]
 
     def finalize(self) -> None:
+        """Called once when the instance unloads."""
         self.run = None

@@ -46,18 +46,30 @@ def test_bad_factor_is_rejected():
 
 def test_runtime_table_and_best():
     recs = [
-        rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT"),
-        rec("07_onnx_runtimes", "fps_ov_batch1", 150.0, runtime="OpenVINO"),
-        rec("07_onnx_runtimes", "fps_ort_batch8", 400.0, runtime="ORT"),
+        rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT", mode="full"),
+        rec("07_onnx_runtimes", "fps_ov_batch1", 150.0, runtime="OpenVINO", mode="full"),
+        rec("07_onnx_runtimes", "fps_ort_batch8", 400.0, runtime="ORT", mode="full"),
         rec("07_onnx_runtimes", "nodes_simplified", 5.0),
     ]
     table = ladder.runtime_table(recs)
-    assert len(table) == 3
+    assert len(table) == 3 and {row["mode"] for row in table} == {"full"}
     best = ladder.best_by_batch(table)
     assert best[1]["runtime"] == "OpenVINO" and best[8]["runtime"] == "ORT"
     lines = ladder.recommend(best, has_gpu=False)
     assert any("OpenVINO" in line for line in lines) and any("no GPU" in line for line in lines)
+    assert not any("quick-mode" in line for line in lines)
     assert "run chapter 7" in ladder.recommend({}, has_gpu=False)[0]
+
+
+def test_recommend_flags_quick_mode_and_names_the_int8_record():
+    quick = {1: {"runtime": "ORT", "batch": 1, "images_per_s": 100.0, "mode": "quick"}}
+    int8 = rec("08_int8_quantization", "resnet101_b16_ort_int8_vs_eager_speedup", 3.4, batch=16)
+    lines = ladder.recommend(quick, has_gpu=True, int8=int8)
+    assert any("quick-mode" in line for line in lines)
+    int8_line = next(line for line in lines if line.startswith("INT8"))
+    assert "resnet101_b16_ort_int8_vs_eager_speedup" in int8_line and "batch 16" in int8_line
+    assert "3.40x" in int8_line
+    assert any("TensorRT" in line for line in lines)
 
 
 def test_first_record():
