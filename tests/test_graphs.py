@@ -1,4 +1,8 @@
-"""helpers.compiling.graphs: OneFlow nn.Graph wrappers, PyTorch static routes and compile-vs-steady timing."""
+"""helpers.compiling.graphs: chapter 3's nn.Graph classes, PyTorch static routes, compile-vs-steady timing.
+
+Importing ``graphs`` imports OneFlow (the page's classes subclass ``flow.nn.Graph``): this file runs in the
+OneFlow test group (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -29,11 +33,13 @@ def _x(n=2, seed=0):
 def test_inference_graph_matches_eager_and_needs_static_shapes(flow):
     m = small("oneflow").eval()
     g = graphs.make_inference_graph(m)
-    assert graphs.is_graph(g) and not graphs.is_graph(m)
+    assert isinstance(g, graphs.InferenceGraph) and isinstance(g, flow.nn.Graph)
     x = flow.tensor(_x())
     with flow.no_grad():
         ref = m(x)
     assert_outputs_close(g(x), ref, atol=1e-6, name="graph vs eager")
+    direct = graphs.InferenceGraph(m)  # the constructor other helpers call
+    assert_outputs_close(direct(x), ref, atol=1e-6, name="InferenceGraph(model) vs eager")
     with pytest.raises(Exception, match="static inputs tensor meta"):
         g(flow.tensor(_x(3))).numpy()  # compiled for batch 2
 
@@ -58,6 +64,17 @@ def test_train_graph_updates_weights_like_eager(flow):
         diffs.pop("1.num_batches_tracked") == 3
     )  # the graph does not count BatchNorm steps (bookkeeping only)
     assert max(diffs.values()) < 1e-6
+    assert isinstance(g, graphs.TrainGraph)
+
+
+def test_train_graph_takes_a_loss_function(flow):
+    m = small("oneflow").train()
+    mse = flow.nn.MSELoss()
+    g = graphs.make_train_graph(m, flow.optim.SGD(m.parameters(), lr=0.0), loss_fn=mse)
+    x, y = flow.tensor(_x(4)), flow.zeros(4, 3)
+    with flow.no_grad():
+        ref = float(mse(m(x), y).numpy())  # lr 0: the step changes nothing
+    assert abs(float(g(x, y).numpy()) - ref) < 1e-6
 
 
 def test_graph_wrappers_refuse_wrong_objects(torch_mod, flow):
@@ -104,7 +121,7 @@ def test_measure_static_separates_compile_from_steady_state(flow):
         repeats=3,
         items=2,
     )
-    assert graphs.is_graph(fn)
+    assert isinstance(fn, graphs.InferenceGraph)
     assert meas.first_call_s > meas.steady.median  # the first call compiled the graph
     assert meas.compile_s > 0 and len(meas.steady.times_s) == 3 and meas.steady.items == 2
     d = meas.as_dict()

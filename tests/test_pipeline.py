@@ -1,4 +1,4 @@
-"""helpers.perf.pipeline: serial, two-process (lock) and DataLoader pipelines; bad inputs never hang."""
+"""helpers.perf.pipeline: chapter 5's serial, two-process (lock) and DataLoader pipelines; bad inputs never hang."""
 
 from __future__ import annotations
 
@@ -81,7 +81,44 @@ def test_pipelines_match_serial(jpegs):
         assert {e.stage for e in run.events} == {"load", "infer"}
     assert {e.lane for e in two.events} <= {"process 0", "process 1"}
     rows = pl.speedup_table([serial, two, loader])
-    assert rows[0]["speedup"] == pytest.approx(1.0) and len(rows) == 3
+    assert len(rows) == 3 and rows[1]["speedup"] == pytest.approx(
+        two.throughput / serial.throughput
+    )
+    # the lock: loads never overlap, whichever process ran them (chapter 5 asserts it too)
+    loads = sorted((e.start, e.end) for e in two.events if e.stage == "load")
+    assert len(loads) == 3 and all(end <= start for (_, end), (start, _) in zip(loads, loads[1:]))
+    assert two.meta["startup_s"] > 0 and set(loader.meta) == {
+        "num_workers",
+        "pin_memory",
+        "prefetch_factor",
+    }
+
+
+def test_overlap_fraction_and_busy_fraction():
+    ev = [
+        pl.StageEvent("a", "load", 0, 0.0, 1.0),
+        pl.StageEvent("a", "infer", 0, 1.0, 3.0),
+        pl.StageEvent("b", "load", 1, 1.0, 2.0),  # under a's infer
+        pl.StageEvent(
+            "b", "infer", 1, 2.0, 4.0
+        ),  # 2.0-3.0 under a's infer: same stage, not counted
+    ]
+    run = pl.PipelineRun("toy", ev, {0: np.zeros((1, 2)), 1: np.ones((1, 2))}, 4.0, 2)
+    assert run.overlap_fraction("load", "infer") == pytest.approx(1 / 4)
+    assert run.busy_fraction("infer") == pytest.approx(3 / 4)
+    assert run.logits().shape == (2, 2)
+
+
+def test_torch_threads_restores_the_count(torch_mod):
+    before = torch_mod.get_num_threads()
+    with pl.torch_threads(1):
+        assert torch_mod.get_num_threads() == 1
+    with pl.torch_threads(None):
+        assert torch_mod.get_num_threads() == before
+    assert torch_mod.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        with pl.torch_threads(0):
+            pass
 
 
 @pytest.mark.parametrize("runner", [pl.run_serial, pl.run_two_process, pl.run_dataloader])

@@ -1,15 +1,19 @@
-"""Static graphs in both frameworks: OneFlow ``nn.Graph`` wrappers, PyTorch's routes, and their compile cost.
+"""Static graphs in both frameworks: OneFlow ``nn.Graph`` classes, PyTorch's routes, and their compile cost.
 
-- :func:`make_inference_graph` -- a OneFlow ``nn.Graph`` whose ``build`` runs a module forward;
-- :func:`make_train_graph` -- forward + loss + backward + optimizer step in one ``nn.Graph``;
+- :class:`InferenceGraph` and :class:`TrainGraph` -- the ``nn.Graph`` classes that chapter 3 writes on its
+  page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``); the one inference
+  wrapper of the course (chapters 2, 3, 5, 9 and the deploy/compiling helpers use it);
+- :func:`make_inference_graph` / :func:`make_train_graph` -- those classes plus a type check (a clear error
+  for a PyTorch module) and OneFlow's harmless "no CUDA driver" line hidden;
 - :func:`torch_static` -- PyTorch's routes on the same module: ``trace``, ``script``, ``freeze``
   (script + ``torch.jit.freeze``) and ``compile`` (``torch.compile``, TorchInductor);
 - :func:`measure_static` -- build time, first-call (compile) time and steady-state timing of
   a static variant, measured separately so compile cost never pollutes the steady state.
 
 A OneFlow graph compiles on its first call for the exact input shapes and dtypes of that call:
-a graph built at batch 1 refuses batch 16 (make one graph per shape). Heavy frameworks are
-imported lazily.
+a graph built at batch 1 refuses batch 16 (make one graph per shape). Importing this module imports
+OneFlow (the page's classes subclass ``flow.nn.Graph``); modules that must stay light import it inside
+their functions. PyTorch is imported lazily.
 """
 
 from __future__ import annotations
@@ -17,49 +21,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from helpers.core.benchmarking import Measurement, benchmark, synchronize
 from helpers.core.environment import import_oneflow, quiet_native_stderr
 from helpers.workload.models import framework_of
 
+__all__ = [
+    "TORCH_ROUTES",
+    "InferenceGraph",
+    "TrainGraph",
+    "make_inference_graph",
+    "make_train_graph",
+    "torch_static",
+    "StaticMeasurement",
+    "measure_static",
+]
+
+flow = import_oneflow()  # the notebook's setup cell does the same before the page's classes
+
 TORCH_ROUTES = ("trace", "script", "freeze", "compile")
 
 
-@lru_cache(maxsize=1)
-def _graph_classes() -> tuple[type, type]:
-    flow = import_oneflow()
-
-    class InferenceGraph(flow.nn.Graph):
-        """``nn.Graph`` running ``model(x)``: modules are added in ``__init__``, the logic is in ``build``."""
-
-        def __init__(self, model: Any) -> None:
-            super().__init__()
-            self.model = model
-
-        def build(self, x: Any) -> Any:
-            return self.model(x)
-
-    class TrainGraph(flow.nn.Graph):
-        """``nn.Graph`` running one training step: forward, loss, backward and the optimizer update."""
-
-        def __init__(self, model: Any, loss_fn: Any, optimizer: Any) -> None:
-            super().__init__()
-            self.model = model
-            self.loss_fn = loss_fn
-            self.add_optimizer(optimizer)
-
-        def build(self, x: Any, y: Any) -> Any:
-            loss = self.loss_fn(self.model(x), y)
-            loss.backward()
-            return loss
-
-    return InferenceGraph, TrainGraph
-
-
-def _check_oneflow_module(model: Any) -> Any:
-    flow = import_oneflow()
+def _check_oneflow_module(model: Any) -> None:
     if not isinstance(model, flow.nn.Module):
         try:
             fw = framework_of(model)
@@ -69,40 +53,28 @@ def _check_oneflow_module(model: Any) -> Any:
             f"nn.Graph needs a OneFlow nn.Module, got a {fw} object ({type(model).__name__}); "
             "convert a PyTorch model first (helpers.workload.models.twin / transfer_weights)"
         )
-    return flow
 
 
-def make_inference_graph(model: Any) -> Any:
-    """A OneFlow ``nn.Graph`` that runs ``model`` forward (it compiles on its first call)."""
+def make_inference_graph(model: Any) -> InferenceGraph:
+    """``InferenceGraph(model)``: a OneFlow ``nn.Graph`` running ``model`` forward (compiles on its first call)."""
     _check_oneflow_module(model)
-    with (
-        quiet_native_stderr()
-    ):  # the first graph of a process logs a harmless 'no CUDA driver' line on CPU
-        return _graph_classes()[0](model)
+    # the first graph of a process logs a harmless 'no CUDA driver' line on CPU-only machines
+    with quiet_native_stderr():
+        return InferenceGraph(model)
 
 
-def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> Any:
-    """A OneFlow ``nn.Graph`` doing one training step of ``model`` with ``optimizer`` (default loss: cross-entropy).
+def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> TrainGraph:
+    """``TrainGraph``: one training step of ``model`` with ``optimizer`` (default loss: cross-entropy).
 
     Calling it with ``(x, y)`` returns the loss and updates the weights in place, like the eager step.
     """
-    flow = _check_oneflow_module(model)
+    _check_oneflow_module(model)
     if not isinstance(optimizer, flow.optim.Optimizer):
         raise TypeError(
             f"optimizer must be a oneflow.optim optimizer, got {type(optimizer).__module__}.{type(optimizer).__name__}"
         )
     with quiet_native_stderr():
-        return _graph_classes()[1](
-            model, loss_fn if loss_fn is not None else flow.nn.CrossEntropyLoss(), optimizer
-        )
-
-
-def is_graph(obj: Any) -> bool:
-    """True for a OneFlow ``nn.Graph`` (without importing OneFlow when it is not loaded)."""
-    import sys
-
-    flow = sys.modules.get("oneflow")
-    return flow is not None and isinstance(obj, flow.nn.Graph)
+        return TrainGraph(model, optimizer, loss_fn)
 
 
 def torch_static(model: Any, example: Any, route: str) -> Any:
@@ -249,3 +221,33 @@ def _force(out: Any, framework: str) -> None:
     synchronize(framework)
     if framework == "oneflow" and hasattr(out, "numpy"):
         out.numpy()
+
+
+# ---- saved from notebooks/03_dynamic_to_static.ipynb by tools/save_cells.py: edit it there ----
+class InferenceGraph(flow.nn.Graph):
+    """An nn.Graph that runs model(x): the module is declared in __init__, the logic is in build."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model  # 1. declare: the module joins the graph...
+
+    def build(self, x):
+        return self.model(x)  # ...and build() holds the logic
+
+
+class TrainGraph(flow.nn.Graph):
+    """An nn.Graph running one training step: forward, loss, backward and the optimizer update."""
+
+    def __init__(self, model, optimizer, loss_fn=None):
+        super().__init__()
+        self.model = model
+        self.loss_fn = flow.nn.CrossEntropyLoss() if loss_fn is None else loss_fn
+        self.add_optimizer(optimizer)  # the optimizer joins the graph too
+
+    def build(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()  # inside build: compiled with the forward pass and the update
+        return loss
+
+
+# ---- end of cells saved from notebooks/03_dynamic_to_static.ipynb ----

@@ -1,16 +1,16 @@
-"""Batch size: latency vs throughput, BatchNorm's batch (in)dependence, GPU utilisation.
+"""Measuring batch sizes and thread counts: sweep tables, GPU utilisation, the fastest thread count.
+
+Plumbing for the chapters that measure parallelism (the lesson itself, e.g. chapter 5's BatchNorm
+batch-independence check, is written on the pages):
 
 - :func:`sweep_rows` -- a batch sweep as table rows (latency per call, images/s, cost per image);
-- :func:`batch_dependence` -- how much a sample's output changes when it is computed inside a
-  batch instead of alone. In eval mode BatchNorm uses its fixed running statistics, so the
-  answer is "not at all" (up to float rounding); in train mode it normalises with the batch's
-  own statistics and the answer is "a lot" -- the case study's worry, settled by measurement;
-- :class:`GpuUtilisation` -- samples ``nvidia-smi`` in a thread while a workload runs.
+- :class:`GpuUtilisation` -- samples ``nvidia-smi`` in a thread while a workload runs;
+- :func:`fastest_thread_count` -- PyTorch's fastest intra-op thread count on this machine now
+  (chapters 4, 5 and 6 time every PyTorch variant with it).
 """
 
 from __future__ import annotations
 
-import copy
 import shutil
 import subprocess
 import threading
@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from helpers.core.benchmarking import Measurement
+
+__all__ = ["sweep_rows", "GpuUtilisation", "fastest_thread_count"]
 
 
 def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
@@ -40,45 +42,6 @@ def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
         }
         for b, m in sorted(measurements.items())
     ]
-
-
-def batch_dependence(
-    model: Any, x: Any, batch_sizes: Sequence[int], *, train_mode: bool = False
-) -> dict[int, float]:
-    """Max absolute difference between each sample's output computed alone and inside batches of ``b``.
-
-    ``x`` holds at least ``max(batch_sizes)`` samples. The model is copied, so running it in
-    train mode (``train_mode=True``: BatchNorm uses batch statistics and updates its running
-    averages) leaves the caller's model untouched. Returns ``{batch size: max abs difference}``.
-    """
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    if not batch_sizes or any(not isinstance(b, int) or b < 1 for b in batch_sizes):
-        raise ValueError(f"batch_sizes must be positive ints, got {list(batch_sizes)}")
-    n = max(batch_sizes)
-    if x.shape[0] < n:
-        raise ValueError(f"need at least {n} samples for batch size {n}, got {x.shape[0]}")
-    if train_mode and 1 in batch_sizes:
-        raise ValueError(
-            "train-mode BatchNorm cannot normalise a batch of 1 sample (its variance is undefined)"
-        )
-    net = copy.deepcopy(model).train(train_mode)
-    with torch.no_grad():
-        if train_mode:
-            # the "alone" reference in train mode: the same samples in eval mode would not be comparable,
-            # so compare against batches of the smallest size instead
-            ref_b = min(batch_sizes)
-            ref = torch.cat([net(x[i : i + ref_b]) for i in range(0, n - n % ref_b, ref_b)])
-        else:
-            ref = torch.cat([net(x[i : i + 1]) for i in range(n)])
-        out = {}
-        for b in batch_sizes:
-            m = len(ref) - len(ref) % b
-            got = torch.cat([net(x[i : i + b]) for i in range(0, m, b)])
-            out[b] = float((got - ref[:m]).abs().max())
-    return out
 
 
 class GpuUtilisation:
@@ -136,6 +99,7 @@ class GpuUtilisation:
 
     @property
     def mean(self) -> float:
+        """Mean utilisation (percent) over the samples taken."""
         if not self.samples:
             raise RuntimeError(
                 "no utilisation samples were collected (the workload was too short?)"
@@ -154,7 +118,8 @@ def fastest_thread_count(
 
     On a quiet machine more threads are usually faster; on a busy one (other processes on the same
     cores) threads that must meet at every layer can be many times *slower* than one thread. The
-    thread count is restored afterwards. Default candidates: 1 and all cores.
+    thread count is restored afterwards. Default candidates: 1, PyTorch's current count (its
+    default is the number of physical cores) and all logical cores.
     """
     import os
 
@@ -163,7 +128,7 @@ def fastest_thread_count(
     from helpers.core.benchmarking import benchmark_interleaved
 
     if candidates is None:
-        candidates = sorted({1, os.cpu_count() or 1})
+        candidates = sorted({1, torch.get_num_threads(), os.cpu_count() or 1})
     candidates = list(candidates)
     if not candidates or any(
         not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in candidates

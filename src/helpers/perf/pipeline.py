@@ -2,35 +2,67 @@
 
 A service receives encoded images. Each batch must be *loaded* (JPEG decode, resize,
 normalise: CPU work) and then *inferred* (the network: GPU work in the case study). Run one
-after the other, the accelerator idles while the CPU loads and vice versa. Three runners:
+after the other, the accelerator idles while the CPU loads and vice versa. Chapter 5 writes the
+three runners on its page, in ``#@save`` cells that ``tools/save_cells.py`` copies to the end of
+this module:
 
 - :func:`run_serial` -- load, infer, load, infer ... in this process (the baseline);
-- :func:`run_two_process` -- the case study's fix: N worker processes, each loading its next
-  batch under a shared lock (so only one process loads at a time) and then running the model,
-  so one process's loading overlaps another's inference;
+- :func:`run_two_process` -- the case study's fix: N worker processes (:func:`case_study_worker`),
+  each loading its next batch under a shared lock (so only one process loads at a time) and then
+  running the model, so one process's loading overlaps another's inference;
 - :func:`run_dataloader` -- the standard tool: ``torch.utils.data.DataLoader`` workers load and
   prefetch batches (pinned memory on a GPU) while this process runs the model.
 
-Every runner records a timeline of :class:`StageEvent` (who did what, when) for
-:func:`helpers.core.plots.plot_timeline`, and returns the logits in batch order so the pipelined
-results can be checked against the serial ones. Bad inputs (no workers, no images) raise at
-once; a stuck or crashed worker raises ``TimeoutError`` / ``RuntimeError`` instead of hanging.
-Timestamps are ``time.time()`` (one clock for all processes of the machine).
+Why a module for one chapter's code: the two-process runner starts its workers with ``spawn``,
+and a spawned process imports its target function: it cannot run a function defined in a
+notebook, so the page's worker must live in an importable module. Chapter 5 uses it; the capstone
+is to reuse the runners later.
+
+This header holds the plumbing: the timeline and result types (:class:`StageEvent`,
+:class:`PipelineRun`, for :func:`helpers.core.plots.plot_timeline`), the generated dataset and the
+load stage, argument checks, :func:`torch_threads`, :class:`WorkerPool` (spawned processes with
+timeouts: a stuck or crashed worker raises ``TimeoutError`` / ``RuntimeError`` instead of hanging)
+and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock for all processes of the
+machine).
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import pickle
 import queue as queue_mod
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader
 
 from helpers.core import scratch
 from helpers.workload.data import decode_image, encode_jpeg, make_images, normalize, resize
+
+__all__ = [
+    "StageEvent",
+    "PipelineRun",
+    "make_jpeg_dataset",
+    "load_batch",
+    "make_batches",
+    "check_dataset",
+    "check_workers",
+    "torch_threads",
+    "WorkerPool",
+    "speedup_table",
+    "infer",
+    "run_serial",
+    "case_study_worker",
+    "run_two_process",
+    "JpegDataset",
+    "run_dataloader",
+]
 
 
 @dataclass(frozen=True)
@@ -45,7 +77,21 @@ class StageEvent:
 
     @property
     def duration(self) -> float:
+        """Seconds the stage took."""
         return self.end - self.start
+
+
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """Total length of the union of ``(start, end)`` intervals."""
+    covered, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                covered += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return covered + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
 @dataclass
@@ -73,18 +119,21 @@ class PipelineRun:
 
     def busy_fraction(self, stage: str) -> float:
         """Share of the wall time during which at least one ``stage`` event was running."""
-        spans = sorted((e.start, e.end) for e in self.events if e.stage == stage)
+        spans = [(e.start, e.end) for e in self.events if e.stage == stage]
         if not spans:
             raise ValueError(f"no {stage!r} events in {self.name}")
-        covered, cur_s, cur_e = 0.0, *spans[0]
-        for s, e in spans[1:]:
-            if s > cur_e:
-                covered += cur_e - cur_s
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        covered += cur_e - cur_s
-        return covered / self.wall_s
+        return _covered(spans) / self.wall_s
+
+    def overlap_fraction(self, stage: str, other: str) -> float:
+        """Share of the wall time during which one lane ran ``stage`` while another lane ran ``other``."""
+        spans = [
+            (max(a.start, b.start), min(a.end, b.end))
+            for a in self.events
+            if a.stage == stage
+            for b in self.events
+            if b.stage == other and b.lane != a.lane and min(a.end, b.end) > max(a.start, b.start)
+        ]
+        return _covered(spans) / self.wall_s
 
     def __str__(self) -> str:
         return (
@@ -113,7 +162,8 @@ def make_batches(n: int, batch_size: int) -> list[list[int]]:
     return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
 
 
-def _check_common(jpegs: Sequence[bytes], batch_size: int, image_size: int) -> list[list[int]]:
+def check_dataset(jpegs: Sequence[bytes], batch_size: int, image_size: int) -> list[list[int]]:
+    """Check a pipeline's dataset and sizes; return the index lists of its batches."""
     if jpegs is None or len(jpegs) == 0:
         raise ValueError("the dataset is empty: the pipeline needs at least one encoded image")
     if not isinstance(image_size, int) or image_size < 8:
@@ -125,179 +175,95 @@ def _check_common(jpegs: Sequence[bytes], batch_size: int, image_size: int) -> l
     return make_batches(len(jpegs), batch_size)
 
 
-def _check_workers(workers: Any, what: str) -> None:
+def check_workers(workers: Any, what: str) -> None:
+    """Check that a process or thread count ``what`` is a positive int."""
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         hint = (
             " (0 workers would mean no pipeline at all: use run_serial for the serial baseline)"
-            if workers == 0
+            if workers == 0 and what == "workers"
             else ""
         )
         raise ValueError(f"{what} must be a positive int, got {workers!r}{hint}")
 
 
-def _infer(model: Any, x: np.ndarray, device: Any) -> np.ndarray:
-    import torch
-
-    with torch.inference_mode():
-        return (
-            model(torch.from_numpy(x).to(device)).float().cpu().numpy()
-        )  # .cpu() waits for the GPU
-
-
-def run_serial(
-    model: Any,
-    jpegs: Sequence[bytes],
-    *,
-    batch_size: int,
-    image_size: int,
-    device: Any = "cpu",
-    threads: int | None = None,
-    warmup: int = 1,
-) -> PipelineRun:
-    """Load a batch, run the model on it, repeat: one process, nothing overlaps.
-
-    ``threads`` sets PyTorch's intra-op threads for the run (restored afterwards);
-    ``warmup`` batches are run first, untimed.
-    """
-    import torch
-
-    batches = _check_common(jpegs, batch_size, image_size)
-    model = model.eval().to(device)
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with PyTorch's intra-op thread count set to ``n`` (None: unchanged), then restore it."""
+    if n is not None:
+        check_workers(n, "threads")
     saved = torch.get_num_threads()
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    if n is not None:
+        torch.set_num_threads(n)
     try:
-        for idx in batches[:warmup]:
-            _infer(model, load_batch(jpegs, idx, image_size), device)
-        events, outputs = [], {}
-        t0 = time.time()
-        for b, idx in enumerate(batches):
-            s = time.time()
-            x = load_batch(jpegs, idx, image_size)
-            m = time.time()
-            outputs[b] = _infer(model, x, device)
-            e = time.time()
-            events += [StageEvent("main", "load", b, s, m), StageEvent("main", "infer", b, m, e)]
-        wall = time.time() - t0
+        yield
     finally:
         torch.set_num_threads(saved)
-    return PipelineRun("serial", events, outputs, wall, len(jpegs), {"threads": threads or saved})
 
 
-def _case_study_worker(
-    wid: int,
-    payload: str,
-    batches: list[list[int]],
-    image_size: int,
-    device: str,
-    threads: int,
-    lock: Any,
-    next_batch: Any,
-    go: Any,
-    out_q: Any,
-) -> None:
-    """One worker process of the case study: lock, take + load the next batch, unlock, infer, repeat."""
-    try:
-        import pickle
+class WorkerPool:
+    """Spawned worker processes that report on one queue: start-up, timeouts, errors, clean-up.
 
-        import torch
-
-        torch.set_num_threads(threads)
-        with open(payload, "rb") as fh:
-            model, jpegs = pickle.load(fh)
-        model = model.eval().to(device)
-        _infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
-        out_q.put(("ready", wid, None))
-        go.wait()
-        while True:
-            with lock:  # only one process loads at a time; the others run their model meanwhile
-                b = next_batch.value
-                if b >= len(batches):
-                    break
-                next_batch.value = b + 1
-                s = time.time()
-                x = load_batch(jpegs, batches[b], image_size)
-                m = time.time()
-            y = _infer(model, x, device)
-            e = time.time()
-            lane = f"process {wid}"
-            out_q.put(
-                (
-                    "result",
-                    wid,
-                    (b, y, [StageEvent(lane, "load", b, s, m), StageEvent(lane, "infer", b, m, e)]),
-                )
-            )
-        out_q.put(("done", wid, None))
-    except BaseException:  # noqa: BLE001 - every failure must reach the parent, never hang it
-        out_q.put(("error", wid, traceback.format_exc()))
-
-
-def run_two_process(
-    model: Any,
-    jpegs: Sequence[bytes],
-    *,
-    batch_size: int,
-    image_size: int,
-    workers: int = 2,
-    threads_per_worker: int = 1,
-    device: str = "cpu",
-    timeout_s: float = 60.0,
-    startup_timeout_s: float = 180.0,
-) -> PipelineRun:
-    """The case study's pipeline: ``workers`` processes share a lock around data loading.
-
-    Workers are started with ``spawn`` (safe with threads and CUDA), load a copy of ``model`` and
-    the images from a temporary file (a big start-up message would block the parent if a worker
-    died while reading it) and warm up before the clock starts. ``startup_timeout_s`` bounds the start-up (importing
-    PyTorch, copying the model); ``timeout_s`` bounds the wait for any next batch. A worker
-    that raises, dies or stalls stops the run with a clear error; workers are always cleaned up.
+    ``target(wid, payload_path, *args, out_q)`` runs in each of ``n`` processes of the
+    multiprocessing context ``ctx``. ``payload`` (e.g. the model and the images) is pickled to a
+    scratch file that every worker reads (a big start-up message would block the parent if a worker
+    died while reading it). A worker puts ``("ready", wid, None)`` once started, then
+    ``("result", wid, body)`` per item and ``("done", wid, None)`` at the end, or
+    ``("error", wid, traceback_text)``. ``startup_timeout_s`` bounds the start-up (a fresh Python
+    importing PyTorch); ``timeout_s`` bounds the wait for any next message. A worker that raises,
+    dies or stalls stops the run with a clear error; the processes and the file are always cleaned
+    up when the ``with`` block ends.
     """
-    import multiprocessing as mp
-    import pickle
 
-    batches = _check_common(jpegs, batch_size, image_size)
-    _check_workers(workers, "workers")
-    _check_workers(threads_per_worker, "threads_per_worker")
-    if timeout_s <= 0 or startup_timeout_s <= 0:
-        raise ValueError("timeouts must be positive seconds")
-    ctx = mp.get_context("spawn")
-    lock, go, out_q = ctx.Lock(), ctx.Event(), ctx.Queue()
-    next_batch = ctx.Value("i", 0)
-    tmp = scratch.scratch_dir(
-        "pipeline-"
-    )  # removed below, or by the next scratch_dir call if this kernel is killed
-    payload = f"{tmp}/payload.pkl"
-    procs = [
-        ctx.Process(
-            target=_case_study_worker,
-            daemon=True,
-            name=f"pipeline-worker-{w}",
-            args=(
-                w,
-                payload,
-                batches,
-                image_size,
-                str(device),
-                threads_per_worker,
-                lock,
-                next_batch,
-                go,
-                out_q,
-            ),
-        )
-        for w in range(workers)
-    ]
+    def __init__(
+        self,
+        ctx: Any,
+        target: Callable[..., None],
+        n: int,
+        payload: Any,
+        args: tuple[Any, ...],
+        *,
+        timeout_s: float = 60.0,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        check_workers(n, "workers")
+        if timeout_s <= 0 or startup_timeout_s <= 0:
+            raise ValueError("timeouts must be positive seconds")
+        self.n, self.payload = n, payload
+        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
+        self.startup_s = float("nan")
+        self._queue = ctx.Queue()
+        # removed on exit, or by the next scratch_dir call if this kernel is killed
+        self._tmp = scratch.scratch_dir("pipeline-")
+        self._path = f"{self._tmp}/payload.pkl"
+        self._procs = [
+            ctx.Process(
+                target=target,
+                daemon=True,
+                name=f"pipeline-worker-{w}",
+                args=(w, self._path, *args, self._queue),
+            )
+            for w in range(n)
+        ]
 
-    def get(timeout: float, waiting_for: str) -> tuple[str, int, Any]:
+    def __enter__(self) -> WorkerPool:
+        try:
+            with open(self._path, "wb") as fh:
+                pickle.dump(self.payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            self._launched = time.time()
+            for p in self._procs:
+                p.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _get(self, timeout: float, waiting_for: str) -> tuple[str, int, Any]:
         deadline = time.time() + timeout
         while True:
             try:
-                msg = out_q.get(timeout=min(1.0, max(0.01, deadline - time.time())))
+                msg = self._queue.get(timeout=min(1.0, max(0.01, deadline - time.time())))
             except queue_mod.Empty:
-                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                dead = [p for p in self._procs if not p.is_alive() and p.exitcode not in (0, None)]
                 if dead:
                     raise RuntimeError(
                         f"pipeline worker {dead[0].name} died (exit code {dead[0].exitcode}) "
@@ -313,153 +279,34 @@ def run_two_process(
                 raise RuntimeError(f"pipeline worker {msg[1]} failed:\n{msg[2]}")
             return msg
 
-    try:
-        with open(payload, "wb") as fh:
-            pickle.dump((model.eval().cpu(), list(jpegs)), fh, protocol=pickle.HIGHEST_PROTOCOL)
-        launched = time.time()
-        for p in procs:
-            p.start()
+    def wait_ready(self) -> None:
+        """Wait until every worker has started (``startup_s`` is how long that took)."""
         ready = 0
-        while ready < workers:
-            kind, _, _ = get(startup_timeout_s, "starting the workers")
+        while ready < self.n:
+            kind, _, _ = self._get(self.startup_timeout_s, "starting the workers")
             ready += kind == "ready"
-        t0 = time.time()
-        startup = t0 - launched
-        go.set()
-        events, outputs, done = [], {}, 0
-        while done < workers:
-            kind, _, body = get(
-                timeout_s, f"waiting for batch results ({len(outputs)}/{len(batches)} done)"
-            )
+        self.startup_s = time.time() - self._launched
+
+    def results(self) -> Iterator[Any]:
+        """The body of every ``result`` message, until every worker is done."""
+        done = count = 0
+        while done < self.n:
+            kind, _, body = self._get(self.timeout_s, f"waiting for results ({count} so far)")
             if kind == "result":
-                b, y, evs = body
-                outputs[b] = y
-                events += evs
+                count += 1
+                yield body
             elif kind == "done":
                 done += 1
-        wall = max(e.end for e in events) - t0
-    finally:
-        started = [p for p in procs if p.pid is not None]
+
+    def __exit__(self, *exc: object) -> None:
+        started = [p for p in self._procs if p.pid is not None]
         for p in started:
             p.join(timeout=5)
         for p in started:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-        scratch.remove_scratch(tmp)
-    return PipelineRun(
-        f"{workers} processes + lock",
-        events,
-        outputs,
-        wall,
-        len(jpegs),
-        {"workers": workers, "threads_per_worker": threads_per_worker, "startup_s": startup},
-    )
-
-
-class JpegDataset:
-    """A map-style dataset of encoded images; each item is pre-processed when it is fetched.
-
-    Items are ``(image (3, H, W) float32 tensor, load start, load end, worker id)`` so the
-    DataLoader's timeline can be recorded across its worker processes.
-    """
-
-    def __init__(self, jpegs: Sequence[bytes], image_size: int) -> None:
-        _check_common(jpegs, 1, image_size)
-        self.jpegs = list(jpegs)
-        self.image_size = image_size
-
-    def __len__(self) -> int:
-        return len(self.jpegs)
-
-    def __getitem__(self, i: int) -> tuple[Any, float, float, int]:
-        import torch
-        from torch.utils.data import get_worker_info
-
-        s = time.time()
-        x = torch.from_numpy(load_batch(self.jpegs, [i], self.image_size)[0])
-        info = get_worker_info()
-        return x, s, time.time(), info.id if info is not None else -1
-
-
-def run_dataloader(
-    model: Any,
-    jpegs: Sequence[bytes],
-    *,
-    batch_size: int,
-    image_size: int,
-    num_workers: int = 2,
-    device: Any = "cpu",
-    prefetch_factor: int = 2,
-    pin_memory: bool | None = None,
-    threads: int | None = None,
-    timeout_s: float = 60.0,
-    multiprocessing_context: str | None = None,
-) -> PipelineRun:
-    """The standard tool: a ``DataLoader`` with ``num_workers`` loading processes feeds the model.
-
-    ``pin_memory`` defaults to True on CUDA (page-locked host memory makes the copy to the GPU
-    faster and asynchronous) and False on CPU, where it does nothing useful. ``timeout_s`` is the
-    DataLoader's own per-batch timeout: a stuck worker raises instead of hanging.
-    """
-    import torch
-    from torch.utils.data import DataLoader
-
-    batches = _check_common(jpegs, batch_size, image_size)
-    _check_workers(num_workers, "num_workers")
-    if timeout_s <= 0:
-        raise ValueError("timeout_s must be positive seconds")
-    device = torch.device(device)
-    if pin_memory is None:
-        pin_memory = device.type == "cuda"
-    loader = DataLoader(
-        JpegDataset(jpegs, image_size),
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=num_workers,
-        prefetch_factor=prefetch_factor,
-        pin_memory=pin_memory,
-        timeout=timeout_s,
-        multiprocessing_context=multiprocessing_context,
-        persistent_workers=False,
-    )
-    model = model.eval().to(device)
-    saved = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    events, outputs = [], {}
-    try:
-        with torch.inference_mode():
-            warm = np.zeros((len(batches[0]), 3, image_size, image_size), dtype=np.float32)
-            _infer(model, warm, device)  # warm the model, not the loader
-            t0 = time.time()
-            for b, (x, starts, ends, wids) in enumerate(loader):
-                m = time.time()
-                y = model(x.to(device, non_blocking=pin_memory)).float().cpu().numpy()
-                e = time.time()
-                outputs[b] = y
-                wid = int(wids[0])
-                events += [
-                    StageEvent(
-                        f"loader worker {wid}", "load", b, float(starts.min()), float(ends.max())
-                    ),
-                    StageEvent("main", "infer", b, m, e),
-                ]
-            wall = time.time() - t0
-    finally:
-        torch.set_num_threads(saved)
-    if len(outputs) != len(batches):
-        raise RuntimeError(
-            f"the DataLoader delivered {len(outputs)} batches, expected {len(batches)}"
-        )
-    return PipelineRun(
-        f"DataLoader, {num_workers} workers",
-        events,
-        outputs,
-        wall,
-        len(jpegs),
-        {"num_workers": num_workers, "pin_memory": pin_memory, "prefetch_factor": prefetch_factor},
-    )
+        scratch.remove_scratch(self._tmp)
 
 
 def speedup_table(
@@ -478,3 +325,162 @@ def speedup_table(
         }
         for r in runs
     ]
+
+
+# ---- saved from notebooks/05_parallelism.ipynb by tools/save_cells.py: edit it there ----
+def infer(model, x, device):
+    """The model stage: a NumPy batch in, NumPy logits out (.cpu() waits for a GPU to finish)."""
+    with torch.inference_mode():
+        return model(torch.from_numpy(x).to(device)).float().cpu().numpy()
+
+
+def run_serial(model, jpegs, *, batch_size, image_size, device="cpu", threads=None):
+    """Load a batch, run the model (eval mode, on `device`) on it, repeat: nothing overlaps."""
+    batches = check_dataset(jpegs, batch_size, image_size)
+    with torch_threads(threads):
+        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
+        events, outputs = [], {}
+        t0 = time.time()
+        for b, idx in enumerate(batches):
+            s = time.time()
+            x = load_batch(jpegs, idx, image_size)  # the model waits while we load...
+            m = time.time()
+            outputs[b] = infer(model, x, device)  # ...and the loader waits while it runs
+            e = time.time()
+            events += [StageEvent("main", "load", b, s, m), StageEvent("main", "infer", b, m, e)]
+        wall = time.time() - t0
+        meta = {"threads": torch.get_num_threads()}
+    return PipelineRun("serial", events, outputs, wall, len(jpegs), meta)
+
+
+def case_study_worker(
+    wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q
+):
+    """One of the case study's processes: [lock: take and load the next batch], infer, repeat."""
+    try:
+        torch.set_num_threads(threads)
+        with open(payload, "rb") as fh:  # this process's own copy of the model and the images
+            model, jpegs = pickle.load(fh)
+        model = model.eval().to(device)
+        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
+        out_q.put(("ready", wid, None))
+        go.wait()  # every process starts at the same moment
+        lane = f"process {wid}"
+        while True:
+            with lock:  # only one process loads at a time; the others run their model meanwhile
+                b = next_batch.value
+                if b >= len(batches):
+                    break
+                next_batch.value = b + 1
+                s = time.time()
+                x = load_batch(jpegs, batches[b], image_size)
+                m = time.time()
+            y = infer(model, x, device)
+            e = time.time()
+            events = [StageEvent(lane, "load", b, s, m), StageEvent(lane, "infer", b, m, e)]
+            out_q.put(("result", wid, (b, y, events)))
+        out_q.put(("done", wid, None))
+    except BaseException:  # every failure must reach the parent, never leave it waiting
+        out_q.put(("error", wid, traceback.format_exc()))
+
+
+def run_two_process(
+    model,
+    jpegs,
+    *,
+    batch_size,
+    image_size,
+    workers=2,
+    threads_per_worker=1,
+    device="cpu",
+    timeout_s=60.0,
+):
+    """The case study's pipeline: `workers` processes that load their next batch under one lock."""
+    batches = check_dataset(jpegs, batch_size, image_size)
+    check_workers(threads_per_worker, "threads_per_worker")
+    ctx = mp.get_context("spawn")
+    lock, next_batch, go = ctx.Lock(), ctx.Value("i", 0), ctx.Event()
+    args = (batches, image_size, str(device), threads_per_worker, lock, next_batch, go)
+    payload = (model, list(jpegs))  # pickled to a file that every process reads
+    with WorkerPool(ctx, case_study_worker, workers, payload, args, timeout_s=timeout_s) as pool:
+        pool.wait_ready()  # start-up (a fresh Python importing PyTorch) is not timed
+        t0 = time.time()
+        go.set()
+        events, outputs = [], {}
+        for b, y, batch_events in pool.results():
+            outputs[b] = y
+            events += batch_events
+    wall = max(e.end for e in events) - t0
+    meta = {
+        "workers": workers,
+        "threads_per_worker": threads_per_worker,
+        "startup_s": pool.startup_s,
+    }
+    return PipelineRun(f"{workers} processes + lock", events, outputs, wall, len(jpegs), meta)
+
+
+class JpegDataset(torch.utils.data.Dataset):
+    """The encoded images; an item is loaded (decoded, resized, normalised) when it is fetched."""
+
+    def __init__(self, jpegs, image_size):
+        check_dataset(jpegs, 1, image_size)
+        self.jpegs, self.image_size = list(jpegs), image_size
+
+    def __len__(self):
+        return len(self.jpegs)
+
+    def __getitem__(self, i):
+        start = time.time()
+        x = torch.from_numpy(load_batch(self.jpegs, [i], self.image_size)[0])
+        info = torch.utils.data.get_worker_info()  # which loader process runs this
+        return x, start, time.time(), info.id if info is not None else -1
+
+
+def run_dataloader(
+    model,
+    jpegs,
+    *,
+    batch_size,
+    image_size,
+    num_workers=2,
+    device="cpu",
+    threads=None,
+    prefetch_factor=2,
+    timeout_s=60.0,
+):
+    """The standard tool: DataLoader worker processes load and prefetch while this one infers."""
+    check_dataset(jpegs, batch_size, image_size)
+    check_workers(num_workers, "num_workers")
+    pin = torch.device(device).type == "cuda"  # page-locked memory: faster, asynchronous copies
+    loader = DataLoader(
+        JpegDataset(jpegs, image_size),
+        batch_size=batch_size,
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor,  # batches each worker loads ahead
+        pin_memory=pin,
+        persistent_workers=True,  # the workers outlive a pass over the data...
+        timeout=timeout_s,  # a stuck worker raises instead of hanging
+    )
+    events, outputs = [], {}
+    with torch_threads(threads), torch.inference_mode():
+        for b, (x, *_) in enumerate(loader):  # ...so this untimed first pass starts them
+            if b == 0:
+                model(x.to(device))  # and warms the model up at this thread count
+        t0 = time.time()
+        for b, (x, starts, ends, wids) in enumerate(loader):
+            m = time.time()
+            outputs[b] = model(x.to(device, non_blocking=pin)).float().cpu().numpy()
+            e = time.time()
+            lane = f"loader worker {int(wids[0])}"  # (one worker loads a whole batch)
+            events += [
+                StageEvent(lane, "load", b, float(starts.min()), float(ends.max())),
+                StageEvent("main", "infer", b, m, e),
+            ]
+        wall = time.time() - t0
+    meta = {"num_workers": num_workers, "pin_memory": pin, "prefetch_factor": prefetch_factor}
+    return PipelineRun(
+        f"DataLoader, {num_workers} workers", events, outputs, wall, len(jpegs), meta
+    )
+
+
+# ---- end of cells saved from notebooks/05_parallelism.ipynb ----

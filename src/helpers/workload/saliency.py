@@ -15,84 +15,58 @@ variant               what changes (cumulative)
 ``single_forward``    the unused second forward is removed: the pruned task
 ====================  =================================================================
 
-Every variant returns the same :class:`TaskResult` (logits of the first forward and the
-saliency map), so a notebook can assert that pruning changed nothing but the time.
+Chapter 4 writes the task on its page, in ``#@save`` cells that ``tools/save_cells.py`` copies to the
+end of this module: the variants (:func:`make_task`, eager PyTorch or OneFlow) and the ``nn.Graph``
+version with its input-gradient holder (:func:`make_graph_task`: OneFlow 0.9.0 cannot return an
+input's ``.grad`` from a graph, so a zero parameter added to the input and SGD with ``lr=1`` leave
+``-grad`` in the holder). Chapter 10 and :mod:`helpers.perf.ladder` reuse them. Every variant returns
+the same ``TaskResult`` (logits of the first forward, saliency map), so a notebook can assert that
+pruning changed nothing but the time.
 
-Three ways to run a variant:
-
-- :func:`make_task` -- eager PyTorch or eager OneFlow (same code, ``nn_namespace`` picks the framework);
-- :func:`make_graph_task` -- a OneFlow ``nn.Graph``. OneFlow 0.9.0 cannot return an input's
-  ``.grad`` from a graph (``backward`` inside ``build`` needs an optimizer, and
-  ``flow.autograd.grad`` in graphs was still an open pull request). The supported route,
-  used by OneFlow's own test ``test_graph_grad.py``: add a zero "input-gradient holder"
-  parameter to the input and give the graph an SGD optimizer with ``lr=1`` for it; after
-  one step the holder holds ``0 - 1 * grad = -grad`` exactly. It is reset to zero before
-  every call.
+This header holds the plumbing: argument checks with errors that explain, and
+:func:`task_peak_memory`. Importing the module imports OneFlow (the graph classes subclass
+``flow.nn.Graph``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
-from helpers.workload.models import framework_of, nn_namespace
+from helpers.core.environment import import_oneflow, quiet_native_stderr
+from helpers.workload import models
+from helpers.workload.models import framework_of
 
-VARIANTS: tuple[str, ...] = ("original", "frozen_params", "no_update", "single_forward")
-STEPS: dict[str, str] = {
-    "original": "as first written: parameter grads + optimizer step + unused 2nd forward",
-    "frozen_params": "freeze parameters: only the input gradient is computed",
-    "no_update": "remove the optimizer zero_grad/step",
-    "single_forward": "remove the unused second forward",
-}
-# The optimizer the team left in: SGD with momentum, learning rate 0 (weights never change).
-LEFTOVER_LR = 0.0
-LEFTOVER_MOMENTUM = 0.9
+__all__ = [
+    "TaskResult",
+    "VARIANTS",
+    "STEPS",
+    "top_class_score",
+    "saliency_from_grad",
+    "original_task",
+    "no_update_task",
+    "single_forward_task",
+    "make_task",
+    "WithGradHolder",
+    "TaskGraph",
+    "make_graph_task",
+    "check_task_args",
+    "check_input",
+    "task_peak_memory",
+]
 
-
-class TaskResult(NamedTuple):
-    """What the service returns: the first forward's logits and the saliency map ``(batch, H, W)``."""
-
-    logits: Any
-    saliency: Any
-
-
-@dataclass(frozen=True)
-class _Plan:
-    params_require_grad: bool
-    optimizer_step: bool
-    second_forward: bool
+flow = import_oneflow()  # the notebook's setup cell does the same before the page's classes
 
 
-def plan(variant: str) -> _Plan:
-    """What a variant does (raises a clear error for an unknown variant name)."""
+def check_task_args(model: Any, variant: str, input_shape: tuple[int, ...] | None = None) -> str:
+    """Check a task's ``variant`` name and model (an eval-mode module); return its framework.
+
+    With ``input_shape`` (a graph task) the model must be a OneFlow module and the shape
+    ``(batch, 3, H, W)`` with positive sizes.
+    """
     if variant not in VARIANTS:
         raise ValueError(f"unknown task variant {variant!r}; use one of {', '.join(VARIANTS)}")
-    i = VARIANTS.index(variant)
-    return _Plan(params_require_grad=i < 1, optimizer_step=i < 2, second_forward=i < 3)
-
-
-def saliency_from_grad(grad: Any) -> Any:
-    """Saliency map from an input gradient ``(batch, C, H, W)``: max over channels of ``|grad|``."""
-    if grad is None:
-        raise ValueError("no input gradient: did the input require grad and was backward called?")
-    if grad.dim() != 4:
-        raise ValueError(
-            f"expected an input gradient of shape (batch, C, H, W), got {tuple(grad.shape)}"
-        )
-    return grad.abs().max(dim=1)[0]
-
-
-def top_class_score(logits: Any) -> Any:
-    """The scalar whose input gradient is the saliency map: sum over the batch of each top logit.
-
-    In eval mode the samples of a batch do not interact, so each sample's gradient is its own.
-    """
-    return logits.max(dim=1)[0].sum()
-
-
-def _check_model(model: Any) -> str:
     fw = framework_of(model)
     if not hasattr(model, "parameters") or not callable(model):
         raise TypeError(f"expected an nn.Module, got {type(model).__name__}")
@@ -101,62 +75,8 @@ def _check_model(model: Any) -> str:
             "the deployed task runs the model in eval mode: call model.eval() first "
             "(in train mode BatchNorm would mix the samples of a batch)"
         )
-    return fw
-
-
-def _check_input(x: Any, fw: str) -> None:
-    if framework_of(x) != fw:
-        raise TypeError(f"input is a {framework_of(x)} tensor but the model is a {fw} module")
-    if x.dim() != 4:
-        raise ValueError(f"expected images of shape (batch, 3, H, W), got {tuple(x.shape)}")
-
-
-def make_task(model: Any, variant: str) -> Callable[[Any], TaskResult]:
-    """An eager PyTorch or OneFlow version of the task ``variant`` on a private copy of ``model``.
-
-    The copy keeps variants independent (each sets its own ``requires_grad`` flags). The model
-    must be in eval mode, as in the deployed service.
-    """
-    p = plan(variant)
-    fw = _check_model(model)
-    flow_or_torch, _, _ = nn_namespace(fw)
-    net = copy.deepcopy(model)
-    for param in net.parameters():
-        param.requires_grad_(p.params_require_grad)
-    optimizer = None
-    if p.optimizer_step:
-        optimizer = flow_or_torch.optim.SGD(
-            net.parameters(), lr=LEFTOVER_LR, momentum=LEFTOVER_MOMENTUM
-        )
-
-    def task(x: Any) -> TaskResult:
-        _check_input(x, fw)
-        if optimizer is not None:
-            optimizer.zero_grad()
-        x = x.detach().clone().requires_grad_(True)
-        logits = net(x)
-        top_class_score(logits).backward()
-        if optimizer is not None:
-            optimizer.step()
-        if p.second_forward:
-            net(x)  # computed and thrown away, as in the first version
-        return TaskResult(logits.detach(), saliency_from_grad(x.grad))
-
-    task.variant = variant  # type: ignore[attr-defined]
-    task.module = net  # type: ignore[attr-defined]
-    return task
-
-
-class GraphTask:
-    """The task ``variant`` compiled as a OneFlow ``nn.Graph`` for one input shape.
-
-    Call it with a OneFlow tensor of ``input_shape``; ``.graph`` is the ``nn.Graph`` (compiled on
-    the first call), for op counts with :func:`helpers.compiling.graph_ops.oneflow_op_counts`.
-    """
-
-    def __init__(self, model: Any, variant: str, input_shape: tuple[int, ...]) -> None:
-        p = plan(variant)
-        if _check_model(model) != "oneflow":
+    if input_shape is not None:
+        if fw != "oneflow":
             raise TypeError(
                 "make_graph_task needs a OneFlow module (nn.Graph is OneFlow's); "
                 "for PyTorch use make_task or torch.compile"
@@ -165,87 +85,23 @@ class GraphTask:
             raise ValueError(
                 f"input_shape must be (batch, 3, H, W) with positive sizes, got {input_shape}"
             )
-        flow, nn, _ = nn_namespace("oneflow")
-        self.variant = variant
-        self.input_shape = tuple(int(d) for d in input_shape)
-        net = copy.deepcopy(model)
-        for param in net.parameters():
-            param.requires_grad_(p.params_require_grad)
-
-        class WithGradHolder(nn.Module):
-            """model(x + holder): the holder's gradient is the input's gradient."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self.net = net
-                weight = next(net.parameters())
-                self.holder = nn.Parameter(
-                    flow.zeros(*input_shape, dtype=weight.dtype, device=weight.device)
-                )
-
-            def forward(self, x: Any) -> Any:
-                return self.net(x + self.holder)
-
-        self.module = WithGradHolder()
-        groups: list[dict[str, Any]] = [
-            {"params": [self.module.holder], "lr": 1.0, "momentum": 0.0}
-        ]
-        if p.optimizer_step:  # the leftover update of every weight, as in the first version
-            groups.insert(
-                0,
-                {
-                    "params": list(net.parameters()),
-                    "lr": LEFTOVER_LR,
-                    "momentum": LEFTOVER_MOMENTUM,
-                },
-            )
-        optimizer = flow.optim.SGD(groups, lr=1.0)
-        module = self.module
-
-        class TaskGraph(nn.Graph):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = module
-                self.add_optimizer(optimizer)
-
-            def build(self, x: Any) -> Any:
-                logits = self.model(x)
-                top_class_score(logits).backward()
-                if p.second_forward:
-                    self.model(x)  # not returned; the compiler keeps it anyway (see the op counts)
-                return logits
-
-        from helpers.core.environment import quiet_native_stderr
-
-        with (
-            quiet_native_stderr()
-        ):  # the first nn.Graph of a process prints a harmless "no CUDA driver" line on CPU
-            self.graph = TaskGraph()
-        self._flow = flow
-
-    def __call__(self, x: Any) -> TaskResult:
-        _check_input(x, "oneflow")
-        if tuple(x.shape) != self.input_shape:
-            raise ValueError(
-                f"this graph was built for input shape {self.input_shape}, got {tuple(x.shape)}; "
-                "an nn.Graph has static shapes: build one GraphTask per shape"
-            )
-        with self._flow.no_grad():
-            self.module.holder.zero_()
-        logits = self.graph(x)
-        # SGD with lr=1 on a zero holder: holder = -grad, so |holder| = |grad| exactly.
-        saliency = self.module.holder.detach().abs().max(dim=1)[0]
-        return TaskResult(logits, saliency)
+    return fw
 
 
-def make_graph_task(model: Any, variant: str, input_shape: tuple[int, ...]) -> GraphTask:
-    """:class:`GraphTask` for ``variant`` (OneFlow only; the graph compiles on the first call)."""
-    return GraphTask(model, variant, input_shape)
+def check_input(x: Any, fw: str, shape: tuple[int, ...] | None = None) -> None:
+    """Check that ``x`` is a batch of images of framework ``fw`` (and, for a graph, of ``shape``)."""
+    if framework_of(x) != fw:
+        raise TypeError(f"input is a {framework_of(x)} tensor but the model is a {fw} module")
+    if x.dim() != 4:
+        raise ValueError(f"expected images of shape (batch, 3, H, W), got {tuple(x.shape)}")
+    if shape is not None and tuple(x.shape) != tuple(shape):
+        raise ValueError(
+            f"this graph was built for input shape {tuple(shape)}, got {tuple(x.shape)}; "
+            "an nn.Graph has static shapes: build one graph task per shape"
+        )
 
 
-def task_peak_memory(
-    task: Callable[[Any], TaskResult], x: Any, device: Any = "cpu"
-) -> dict[str, Any]:
+def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
     """Peak extra tensor memory of one call of a PyTorch ``make_task`` task (see ``profiling.torch_peak_memory``).
 
     Gradients left by earlier calls are dropped first, so each variant is measured from the same
@@ -262,3 +118,143 @@ def task_peak_memory(
             param.grad = None
 
     return torch_peak_memory(lambda: task(x), device=device, setup=drop_grads)
+
+
+# ---- saved from notebooks/04_pruning.ipynb by tools/save_cells.py: edit it there ----
+class TaskResult(NamedTuple):
+    """The service's answer: the first forward's logits and a saliency map (H, W) per image."""
+
+    logits: Any
+    saliency: Any
+
+
+def top_class_score(logits):
+    """The scalar whose input gradient is the saliency map: each image's top logit, summed.
+
+    In eval mode the images of a batch do not interact, so each image's gradient is its own.
+    """
+    return logits.max(dim=1)[0].sum()
+
+
+def saliency_from_grad(grad):
+    """|d score / d input|, the maximum over the colour channels: one (H, W) map per image."""
+    return grad.abs().max(dim=1)[0]
+
+
+def original_task(net, optimizer, x):
+    """The task as first written; `optimizer` is SGD with lr=0, left over from training code."""
+    optimizer.zero_grad()
+    x = x.detach().clone().requires_grad_(True)
+    logits = net(x)  # forward
+    top_class_score(logits).backward()  # backward: the input's gradient AND every weight's
+    optimizer.step()  # an "update" with lr=0: the weights never change
+    net(x)  # a second forward whose result nobody reads
+    return TaskResult(logits.detach(), saliency_from_grad(x.grad))
+
+
+VARIANTS = ("original", "frozen_params", "no_update", "single_forward")
+STEPS = {
+    "original": "as first written: weight gradients + optimizer step + unused 2nd forward",
+    "frozen_params": "freeze the weights: only the input's gradient is computed",
+    "no_update": "remove the optimizer's zero_grad/step",
+    "single_forward": "remove the unused second forward",
+}
+
+
+def no_update_task(net, x):
+    """Weights frozen and optimizer removed; the unused second forward is still there."""
+    x = x.detach().clone().requires_grad_(True)
+    logits = net(x)
+    top_class_score(logits).backward()  # the weights are frozen: only the input's gradient
+    net(x)
+    return TaskResult(logits.detach(), saliency_from_grad(x.grad))
+
+
+def single_forward_task(net, x):
+    """The pruned task: one forward and the input's gradient, nothing else."""
+    x = x.detach().clone().requires_grad_(True)
+    logits = net(x)
+    top_class_score(logits).backward()
+    return TaskResult(logits.detach(), saliency_from_grad(x.grad))
+
+
+def make_task(model, variant):
+    """The task `variant` on a private copy of `model` (eager PyTorch or OneFlow), as task(x)."""
+    fw = check_task_args(model, variant)
+    net = copy.deepcopy(model)  # each variant sets its own requires_grad flags
+    for param in net.parameters():
+        param.requires_grad_(variant == "original")  # step 1 freezes every weight
+    if variant in ("original", "frozen_params"):  # same code; frozen_params has frozen weights
+        framework = models.nn_namespace(fw)[0]
+        optimizer = framework.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
+        run = partial(original_task, net, optimizer)
+    elif variant == "no_update":
+        run = partial(no_update_task, net)
+    else:
+        run = partial(single_forward_task, net)
+
+    def task(x):
+        check_input(x, fw)
+        return run(x)
+
+    task.variant, task.module = variant, net
+    return task
+
+
+class WithGradHolder(flow.nn.Module):
+    """net(x + holder): the holder is a zero parameter, so its gradient is the input's gradient."""
+
+    def __init__(self, net, input_shape):
+        super().__init__()
+        self.net = net
+        w = next(net.parameters())
+        self.holder = flow.nn.Parameter(flow.zeros(*input_shape, dtype=w.dtype, device=w.device))
+
+    def forward(self, x):
+        return self.net(x + self.holder)
+
+
+class TaskGraph(flow.nn.Graph):
+    """The task as one compiled job: forward, backward, the optimizer step, maybe a 2nd forward."""
+
+    def __init__(self, module, optimizer, second_forward):
+        super().__init__()
+        self.model = module
+        self.add_optimizer(optimizer)  # backward() inside build needs an optimizer
+        self.second_forward = second_forward
+
+    def build(self, x):
+        logits = self.model(x)
+        top_class_score(logits).backward()
+        if self.second_forward:  # decided once, while the graph is traced
+            self.model(x)  # not returned; the compiler keeps it anyway (see the op counts)
+        return logits
+
+
+def make_graph_task(model, variant, input_shape):
+    """The task `variant` as a OneFlow nn.Graph for inputs of `input_shape`, as task(x)."""
+    check_task_args(model, variant, input_shape)
+    net = copy.deepcopy(model)
+    for param in net.parameters():
+        param.requires_grad_(variant == "original")
+    module = WithGradHolder(net, input_shape)
+    groups = []
+    if variant in ("original", "frozen_params"):  # the leftover update of every weight (lr 0)
+        groups.append({"params": list(net.parameters()), "lr": 0.0, "momentum": 0.9})
+    # SGD with lr=1 on the zero holder: after one step it holds 0 - 1 * grad = -grad, exactly
+    groups.append({"params": [module.holder], "lr": 1.0, "momentum": 0.0})
+    with quiet_native_stderr():  # OneFlow's one-off "no CUDA driver" line on CPU-only machines
+        graph = TaskGraph(module, flow.optim.SGD(groups, lr=1.0), variant != "single_forward")
+
+    def task(x):
+        check_input(x, "oneflow", shape=input_shape)
+        with flow.no_grad():
+            module.holder.zero_()  # a fresh holder for every call
+        logits = graph(x)
+        return TaskResult(logits, saliency_from_grad(module.holder.detach()))  # |-grad| = |grad|
+
+    task.variant, task.module, task.graph = variant, module, graph
+    return task
+
+
+# ---- end of cells saved from notebooks/04_pruning.ipynb ----

@@ -1,15 +1,14 @@
-"""helpers.perf.batch_sweep: sweep tables, BatchNorm batch (in)dependence, GPU utilisation sampling."""
+"""helpers.perf.batch_sweep: sweep tables, GPU utilisation sampling, the fastest thread count."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
-import numpy as np
 import pytest
 
 from helpers.core.benchmarking import Measurement
 from helpers.perf import batch_sweep
-from helpers.workload import models
 
 
 def test_sweep_rows():
@@ -23,27 +22,6 @@ def test_sweep_rows():
         batch_sweep.sweep_rows({})
     with pytest.raises(ValueError, match="positive ints"):
         batch_sweep.sweep_rows({0: Measurement("b0", [0.01])})
-
-
-def test_batchnorm_eval_is_batch_independent_train_is_not(torch_mod):
-    torch_mod.manual_seed(0)
-    model = models.build_resnet("torch", "resnet18", num_classes=4).eval()
-    x = torch_mod.from_numpy(
-        np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32)
-    )
-    ev = batch_sweep.batch_dependence(model, x, [1, 2, 4])
-    assert ev[1] == 0.0 and max(ev.values()) < 1e-4
-    tr = batch_sweep.batch_dependence(model, x, [2, 4], train_mode=True)
-    assert tr[2] == 0.0 and tr[4] > 1e-2
-    assert not model.training  # the caller's model is untouched
-    with pytest.raises(ValueError, match="at least 8 samples"):
-        batch_sweep.batch_dependence(model, x, [8])
-    with pytest.raises(ValueError, match="batch of 1"):
-        batch_sweep.batch_dependence(model, x, [1, 2], train_mode=True)
-    with pytest.raises(ValueError, match="positive ints"):
-        batch_sweep.batch_dependence(model, x, [])
-    with pytest.raises(TypeError, match="torch.nn.Module"):
-        batch_sweep.batch_dependence("model", x, [1])
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="checks the no-GPU error path")
@@ -72,3 +50,8 @@ def test_fastest_thread_count(torch_mod):
         batch_sweep.fastest_thread_count(lambda: None, [0])
     with pytest.raises(ValueError, match="positive thread counts"):
         batch_sweep.fastest_thread_count(lambda: None, [])
+
+
+def test_fastest_thread_count_default_candidates(torch_mod):
+    _, times = batch_sweep.fastest_thread_count(lambda: None, warmup=0, repeats=1)
+    assert set(times) == {1, torch_mod.get_num_threads(), os.cpu_count()}

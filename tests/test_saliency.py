@@ -1,4 +1,4 @@
-"""helpers.workload.saliency: the forward->backward->forward task, its pruned variants, eager and nn.Graph."""
+"""helpers.workload.saliency: chapter 4's forward->backward->forward task, its variants, eager and nn.Graph."""
 
 from __future__ import annotations
 
@@ -29,14 +29,23 @@ def x_np():
     return np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)
 
 
-def test_plan_is_cumulative_and_rejects_unknown_variants():
-    plans = [st.plan(v) for v in st.VARIANTS]
-    assert [p.params_require_grad for p in plans] == [True, False, False, False]
-    assert [p.optimizer_step for p in plans] == [True, True, False, False]
-    assert [p.second_forward for p in plans] == [True, True, True, False]
-    assert set(st.STEPS) == set(st.VARIANTS)
+def test_variants_prune_cumulatively(torch_mod, torch_model, x_np):
+    assert st.VARIANTS[0] == "original" and st.VARIANTS[-1] == "single_forward"
+    assert list(st.STEPS) == list(st.VARIANTS)
+    x = torch_mod.from_numpy(x_np)
+    weight_grads, forwards = {}, {}
+    for v in st.VARIANTS:
+        task = st.make_task(torch_model, v)
+        calls = []
+        hook = task.module.register_forward_hook(lambda *_, seen=calls: seen.append(1))
+        task(x)
+        hook.remove()
+        weight_grads[v] = task.module.fc.weight.grad is not None
+        forwards[v] = len(calls)
+    assert weight_grads == {v: v == "original" for v in st.VARIANTS}
+    assert forwards == {v: 1 if v == "single_forward" else 2 for v in st.VARIANTS}
     with pytest.raises(ValueError, match="unknown task variant 'fast'"):
-        st.plan("fast")
+        st.make_task(torch_model, "fast")
 
 
 def test_torch_variants_give_identical_maps(torch_mod, torch_model, x_np):
@@ -109,8 +118,6 @@ def test_bad_inputs(torch_mod, flow, torch_model, flow_model, x_np):
     gt = st.make_graph_task(flow_model, "single_forward", SHAPE)
     with pytest.raises(ValueError, match="static shapes"):
         gt(flow.tensor(x_np[:1]))
-    with pytest.raises(ValueError, match="no input gradient"):
-        st.saliency_from_grad(None)
     with pytest.raises(ValueError, match="unknown task variant"):
         st.make_task(torch_model, "nope")
 
