@@ -332,3 +332,44 @@ def test_book_cache_hand_over_fails_loudly_when_cells_do_not_match(tmp_path, mon
     numbered = {"outputs": {"#0": [], "#1": []}, "start": 0.0}  # a runner that only gave numbers
     with pytest.raises(RuntimeError, match="cannot hand the outputs"):
         root_conftest._cache_executed(path, numbered)
+
+
+# ---- a module that only one chapter uses says why it is not on that chapter's page ----
+
+
+def _flatten_parens(text: str) -> str:
+    return re.sub(r"\(\s*([^)]*)\)", lambda m: m.group(1).replace("\n", " "), text)
+
+
+def chapters_using(module: str) -> set[str]:
+    """The chapters (notebook stems) that import ``module`` (``helpers.x.y``)."""
+    package, name = module.rsplit(".", 1)
+    pattern = re.compile(
+        rf"from {re.escape(package)} import [^\n]*\b{name}\b|{re.escape(module)}\b"
+    )
+    found = set()
+    for nb in NOTEBOOKS:
+        code = "\n".join(_source(c) for c in _cells(nb) if c.get("cell_type") == "code")
+        if pattern.search(_flatten_parens(code)):
+            found.add(nb.stem)
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_single_chapter_module_says_why(path):
+    import ast
+
+    module = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts)
+    if len(chapters_using(module)) > 1:
+        return
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    assert "Why a module:" in doc, (
+        f"{module} is used by {sorted(chapters_using(module)) or 'no chapter'} only: its docstring "
+        "must say 'Why a module: ...' (plumbing, reused by the package, a fresh process imports it), "
+        "or the code belongs on that chapter's page"
+    )
+
+
+def test_chapters_using_finds_aliases_and_parenthesised_imports(monkeypatch):
+    assert "00_measuring" in chapters_using("helpers.core.benchmarking")
+    assert chapters_using("helpers.core.no_such_module") == set()

@@ -17,6 +17,10 @@ So the page is the source of the technique, and this module is what the child pr
 
 Importing this module imports OneFlow (:class:`SwitchedGraph` subclasses a ``flow.nn.Graph``): a process
 sets the MLIR variables before it imports this module.
+
+Why a module: chapter 6's ablation runs each variant in a fresh Python process (the MLIR switches
+are read when OneFlow is imported), and a fresh process can only run code it imports; the page's
+cells are saved here.
 """
 
 from __future__ import annotations

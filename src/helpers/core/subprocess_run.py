@@ -15,6 +15,9 @@ each setting runs in a new process::
 The target is ``"package.module:function"``; it is called with ``kwargs`` (JSON values) and must
 return something JSON can encode (measurements, op counts, paths of saved outputs). Failures in
 the child (an exception, a crash, a timeout) come back as clear errors with the child's output.
+
+Why a module: plumbing (start a fresh interpreter with its own environment, pass JSON in and out,
+time out, clean up) that has nothing to teach on a page.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Looking records up by chapter and name, multiplying factors, re-measuring a miss
 drawing a waterfall teach nothing the earlier chapters did not; what the capstone teaches, the
 optimised task assembled from the chapters' pieces and checked against the naive one, is written
 on its page. The record names in :data:`TASK_STEPS` are the ones chapters 3-6 write.
+
+Why a module: ledger arithmetic, table and plot plumbing for the capstone; what it computes is
+printed on the page.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ load stage, argument checks, :func:`torch_threads`, :class:`WorkerPool` (spawned
 timeouts: a stuck or crashed worker raises ``TimeoutError`` / ``RuntimeError`` instead of hanging)
 and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock for all processes of the
 machine).
+
+Why a module: chapter 5's spawned worker processes can only run code they import, so the page's
+pipeline cells are saved here; the rest is process plumbing (start, time out, clean up).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Why a module although only chapter 9 uses it: this is measurement plumbing (thre
 fixed time window, percentiles, a plot), like :mod:`helpers.core.benchmarking` is for in-process
 code. The requests it sends are built by :func:`helpers.serving.triton_client.request_tensors`, the
 same lines chapter 9 writes on its page.
+
+Why a module: bounded load-run plumbing (threads, deadlines, percentiles, perf_analyzer) behind
+chapter 9's measurements.
 """
 
 from __future__ import annotations

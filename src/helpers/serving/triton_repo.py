@@ -20,6 +20,9 @@ Why a module although only chapter 9 uses it: this is validation plumbing. The c
 holds); building each message field by field and checking it against Triton's schema is the safety
 net that makes a typo fail in Python rather than in a server log, and ``tests/test_serving_repo.py``
 tests it without a server.
+
+Why a module: model-repository and config.pbtxt validation plumbing; chapter 9 shows the files it
+writes.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ bundled binary and its libraries, free ports, readiness with a timeout, the log,
 group that is always killed teach nothing about serving, and a mistake there leaves servers
 running after the notebook; the chapter shows what the server is given (the repository, the
 ``config.pbtxt`` files and ``model.py``) and what it answers.
+
+Why a module: server lifecycle plumbing (free ports, start, readiness, always stop) that must never
+leave a process behind.
 """
 
 from __future__ import annotations
