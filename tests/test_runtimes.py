@@ -109,8 +109,11 @@ def test_optimisation_levels_shrink_the_graph(tiny_onnx, tmp_path):
     path, _, _ = tiny_onnx
     sizes = {}
     for level in ("disable", "basic", "extended"):
-        runtimes.optimize_offline(path, tmp_path / f"{level}.onnx", level)
-        sizes[level] = sum(export.op_counts(tmp_path / f"{level}.onnx").values())
+        saved = tmp_path / f"{level}.onnx"
+        runtimes.create_session(
+            path, "cpu", optimization=level, optimized_model_path=saved, verbose=False
+        )
+        sizes[level] = sum(export.op_counts(saved).values())
     assert sizes["disable"] > sizes["basic"] > sizes["extended"], sizes
 
 
@@ -146,7 +149,9 @@ def test_openvino_bad_arguments(tiny_onnx):
         runtimes.openvino_model(path, performance_hint="FAST")
     with pytest.raises(TypeError, match="openvino.Model"):
         runtimes.openvino_model(42)
-    if "GPU" not in runtimes.openvino_devices():
+    import openvino as ov
+
+    if "GPU" not in ov.Core().available_devices:
         with pytest.raises(runtimes.ProviderUnavailableError, match="not available"):
             runtimes.openvino_model(path, device="GPU")
 

@@ -1,13 +1,16 @@
-"""Export a PyTorch (or OneFlow) model to ONNX, verify it, and see what graph rewrites do.
+"""Export a PyTorch model to ONNX and verify it in ONNX Runtime; count a graph's ops.
 
-``export_onnx`` writes the file (named inputs/outputs, dynamic batch axis) and runs
-``onnx.checker``; ``export_and_verify`` also runs the file in ONNX Runtime on the
-example input and asserts it matches the source model within a stated tolerance.
-``export_onnx(..., fold_constants=False)`` keeps the graph as traced (BatchNorm nodes,
-Identity chains) so ``simplify`` (ONNX Runtime's offline 'basic' rewrites: constant
-folding, Conv+BatchNorm folding, redundant-node removal) can be shown as op counts
-before and after (``op_count_table``). ``export_oneflow_onnx`` converts a OneFlow
-``nn.Graph`` with oneflow-onnx and checks it against OneFlow.
+Chapter 7 writes the export on its page: ``torch.onnx.export`` with a named input and output
+and a dynamic batch axis, ``onnx.checker``, then the file run in ONNX Runtime and asserted
+against PyTorch. Chapters 8 and 9 reuse it, so ``tools/save_cells.py`` copies those cells into
+the region at the end of this module (edit them on the page, not here)::
+
+    report = export_and_verify(model, example, "model.onnx")   # export, check, verify
+    report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as traced
+
+Above the region, plumbing the chapters share: :class:`ExportReport` (what an export
+produced), :func:`op_counts` / :func:`op_count_table` (what a graph rewrite changed, as op
+counts) and :func:`graph_inputs`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from helpers.core.comparison import assert_outputs_close
+
+__all__ = [
+    "ExportReport",
+    "op_counts",
+    "op_count_table",
+    "graph_inputs",
+    "export_onnx",
+    "export_and_verify",
+]
 
 
 @dataclass
@@ -42,8 +59,6 @@ class ExportReport:
 
 
 def _load(model_or_path: Any) -> Any:
-    import onnx
-
     if isinstance(model_or_path, (str, Path)):
         if not Path(model_or_path).is_file():
             raise FileNotFoundError(f"no ONNX file at {model_or_path}")
@@ -91,41 +106,17 @@ def op_count_table(graphs: dict[str, Any], with_domain: bool = False) -> list[di
     return rows
 
 
-def io_shapes(model_or_path: Any) -> dict[str, tuple[Any, ...]]:
-    """Input and output shapes of an ONNX graph (symbolic dimensions by name, e.g. ``('batch', 3, 224, 224)``)."""
+def graph_inputs(model_or_path: Any) -> list[str]:
+    """Names of an ONNX graph's real inputs (graph inputs that are not initializers), in order."""
     model = _load(model_or_path)
-
-    def dims(v: Any) -> tuple[Any, ...]:
-        return tuple(d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim)
-
     inits = {i.name for i in model.graph.initializer}
-    return {
-        **{v.name: dims(v) for v in model.graph.input if v.name not in inits},
-        **{v.name: dims(v) for v in model.graph.output},
-    }
+    return [v.name for v in model.graph.input if v.name not in inits]
 
 
-def infer_shapes(model_or_path: Any) -> dict[str, tuple[Any, ...]]:
-    """Run ONNX shape inference; return the shape of every intermediate tensor it could infer.
-
-    A graph whose intermediate shapes are all known is one a runtime can plan memory for ahead of time.
-    """
-    import onnx
-
-    model = onnx.shape_inference.infer_shapes(_load(model_or_path), strict_mode=True)
-    produced = {
-        out for node in model.graph.node if node.op_type != "Constant" for out in node.output
-    }
-    return {
-        v.name: tuple(d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim)
-        for v in model.graph.value_info
-        if v.name in produced
-    }
-
-
+# ---- saved from notebooks/07_onnx_runtimes.ipynb by tools/save_cells.py: edit it there ----
 def export_onnx(
-    model: Any,
-    example_input: Any,
+    model: torch.nn.Module,
+    example_input: torch.Tensor,
     path: str | Path,
     *,
     input_name: str = "input",
@@ -135,21 +126,18 @@ def export_onnx(
     expected_rank: int | None = 4,
     fold_constants: bool = True,
 ) -> ExportReport:
-    """Export a ``torch.nn.Module`` (in eval mode) to ``path`` and run ``onnx.checker`` on the file.
+    """Export ``model`` (in eval mode) to ``path`` with a named input and output; check the file.
 
-    ``example_input`` must have rank ``expected_rank`` (4 = NCHW images; ``None`` skips the check),
-    so a wrong input fails here with a clear message, not deep inside the exporter.
+    ``dynamic_batch`` names axis 0 of both ``batch``, so the file runs any batch size.
+    ``example_input`` must have rank ``expected_rank`` (4 = NCHW images; ``None`` skips the check).
     ``fold_constants=False`` writes the graph as traced: no constant folding and BatchNorm kept as
-    its own node (``training=PRESERVE`` skips the exporter's eval-mode Conv+BN fusion) -- the
-    "before" picture for :func:`simplify`. Outputs are the same either way.
+    its own node (``TrainingMode.PRESERVE`` skips the exporter's eval-mode Conv+BN fusion).
     """
-    import onnx
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"export_onnx needs a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(example_input, torch.Tensor):
-        raise TypeError(f"example_input must be a torch.Tensor, got {type(example_input).__name__}")
+    if not isinstance(model, torch.nn.Module) or not isinstance(example_input, torch.Tensor):
+        raise TypeError(
+            "export_onnx needs a torch.nn.Module and a torch.Tensor example, got "
+            f"{type(model).__name__} and {type(example_input).__name__}"
+        )
     if expected_rank is not None and example_input.dim() != expected_rank:
         raise ValueError(
             f"example input has rank {example_input.dim()} (shape {tuple(example_input.shape)}); "
@@ -157,41 +145,33 @@ def export_onnx(
         )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    batch_axis = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
+    mode = torch.onnx.TrainingMode.EVAL if fold_constants else torch.onnx.TrainingMode.PRESERVE
     was_training = model.training
     model.eval()
-    axes = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
     try:
         with torch.no_grad():
-            mode = (
-                torch.onnx.TrainingMode.EVAL if fold_constants else torch.onnx.TrainingMode.PRESERVE
-            )
             torch.onnx.export(
                 model,
                 (example_input,),
                 str(path),
                 input_names=[input_name],
                 output_names=[output_name],
-                dynamic_axes=axes,
+                dynamic_axes=batch_axis,
                 opset_version=opset,
-                dynamo=False,
+                dynamo=False,  # the TorchScript-based exporter (torch 2.9 defaults to dynamo)
                 do_constant_folding=fold_constants,
                 training=mode,
             )
     finally:
         model.train(was_training)
-    onnx.checker.check_model(str(path))
-    return ExportReport(
-        path=path,
-        opset=opset,
-        input_name=input_name,
-        output_name=output_name,
-        op_counts=op_counts(path),
-    )
+    onnx.checker.check_model(str(path))  # structure, types, opset: a malformed graph fails here
+    return ExportReport(path, opset, input_name, output_name, op_counts(path))
 
 
 def export_and_verify(
-    model: Any,
-    example_input: Any,
+    model: torch.nn.Module,
+    example_input: torch.Tensor,
     path: str | Path,
     *,
     atol: float = 1e-4,
@@ -199,26 +179,21 @@ def export_and_verify(
     rtol: float = 0.0,
     **kwargs: Any,
 ) -> ExportReport:
-    """:func:`export_onnx`, then run the file in ONNX Runtime (CPU) and assert it matches the model.
+    """:func:`export_onnx`, then run the file in ONNX Runtime (CPU) and assert it matches ``model``.
 
     The default tolerance (1e-4 absolute) covers float32 accumulation-order differences between
     PyTorch's and ONNX Runtime's kernels; a real export bug is orders of magnitude larger.
     """
-    import onnxruntime as ort
-    import torch
-
-    from helpers.core.comparison import assert_outputs_close
-
     report = export_onnx(model, example_input, path, **kwargs)
-    sess = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
     x = example_input.detach().cpu().numpy().astype(np.float32)
-    got = sess.run([report.output_name], {report.input_name: x})[0]
+    got = session.run([report.output_name], {report.input_name: x})[0]
     was_training = model.training
     try:
         with torch.no_grad():
             want = model.eval()(example_input)
     finally:
-        model.train(was_training)  # verifying must not leave a model that was training in eval mode
+        model.train(was_training)  # verifying must not leave a training model in eval mode
     cmp = assert_outputs_close(
         got,
         want,
@@ -231,167 +206,4 @@ def export_and_verify(
     return report
 
 
-def simplify(src: str | Path, dst: str | Path) -> ExportReport:
-    """Simplify an ONNX graph offline with ONNX Runtime's 'basic' rewrites and check the result.
-
-    Constant folding, Conv+BatchNorm folding (the BN scale and shift go into the conv's weights and
-    bias), and removal of Identity and redundant Shape/Reshape/Cast chains. The output uses standard
-    ONNX ops only, so any runtime can load it (unlike ONNX Runtime's 'extended'/'all' levels).
-    """
-    import onnx
-
-    from helpers.deploy.runtimes import optimize_offline
-
-    src = Path(src)
-    optimize_offline(src, dst, "basic")
-    onnx.checker.check_model(str(dst))
-    model = onnx.load(str(dst))
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    return ExportReport(
-        path=Path(dst),
-        opset=opset,
-        input_name=model.graph.input[0].name,
-        output_name=model.graph.output[0].name,
-        op_counts=op_counts(model),
-    )
-
-
-def rename_io(model_or_path: Any, renames: dict[str, str], dst: str | Path | None = None) -> Any:
-    """Rename graph inputs/outputs (``{old: new}``) everywhere they are used; save to ``dst`` if given.
-
-    Converters name tensors after internal ops (``_G_0_input.0.0_2/out``); a served model wants
-    stable names such as ``input`` and ``output``.
-    """
-    import onnx
-
-    model = _load(model_or_path)
-    graph = model.graph
-    known = {v.name for v in graph.input} | {v.name for v in graph.output}
-    unknown = [k for k in renames if k not in known]
-    if unknown:
-        raise KeyError(f"{unknown} are not inputs or outputs of the graph (it has {sorted(known)})")
-    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
-        if v.name in renames:
-            v.name = renames[v.name]
-    for node in graph.node:
-        node.input[:] = [renames.get(n, n) for n in node.input]
-        node.output[:] = [renames.get(n, n) for n in node.output]
-    if dst is not None:
-        onnx.save(model, str(dst))
-    return model
-
-
-def _import_oneflow_onnx() -> Any:
-    """Import oneflow-onnx's exporter (OneFlow first, quietly; NumPy 1.24+ removed ``np.bool``, which it uses)."""
-    from helpers.core.environment import import_oneflow
-
-    import_oneflow()
-    if "bool" not in np.__dict__:  # (hasattr would trigger NumPy's FutureWarning about np.bool)
-        np.bool = np.bool_  # type: ignore[attr-defined]
-    from oneflow_onnx.oneflow2onnx.flow2onnx import Export
-
-    return Export
-
-
-def export_oneflow_onnx(
-    model: Any,
-    example_input: Any,
-    path: str | Path,
-    *,
-    input_name: str = "input",
-    output_name: str = "output",
-    opset: int = 13,
-    atol: float = 1e-4,
-    rtol: float = 1e-4,
-    min_cosine: float = 0.99999,
-    expected_rank: int | None = 4,
-) -> ExportReport:
-    """Convert a OneFlow ``nn.Module`` or ``nn.Graph`` to ONNX with oneflow-onnx, check it, and compare with OneFlow.
-
-    A module is wrapped in an inference ``nn.Graph`` first (oneflow-onnx converts compiled graphs).
-    The graph is traced at the example's batch size and the file keeps it: oneflow-onnx 0.6.2 bakes the
-    traced batch into reshapes such as ResNet's flatten, so export one file per batch size you serve.
-    Inputs and outputs are renamed to ``input_name``/``output_name``. The tolerance is float32
-    accumulation-order noise: ``atol + rtol * |expected|``, with a relative part because that noise
-    grows with the size of the values and the depth of the network (ResNet-101 logits move by ~1e-4).
-    """
-    import contextlib
-    import io
-    import tempfile
-
-    import onnx
-    import onnxruntime as ort
-
-    from helpers.core.comparison import assert_outputs_close
-    from helpers.core.environment import import_oneflow
-
-    flow = import_oneflow()
-    if isinstance(example_input, np.ndarray):
-        example_input = flow.tensor(np.ascontiguousarray(example_input, dtype=np.float32))
-    if not isinstance(example_input, flow.Tensor):
-        raise TypeError(
-            f"example_input must be a OneFlow tensor or NumPy array, got {type(example_input).__name__}"
-        )
-    if expected_rank is not None and example_input.dim() != expected_rank:
-        raise ValueError(
-            f"example input has rank {example_input.dim()} (shape {tuple(example_input.shape)}); "
-            f"the model expects rank {expected_rank}, e.g. (batch, 3, H, W)"
-        )
-    if isinstance(model, flow.nn.Graph):
-        graph = model
-    elif isinstance(model, flow.nn.Module):
-        model.eval()
-
-        class InferenceGraph(flow.nn.Graph):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def build(self, x: Any) -> Any:
-                return self.model(x)
-
-        graph = InferenceGraph()
-    else:
-        raise TypeError(
-            f"export_oneflow_onnx needs a oneflow.nn.Module or nn.Graph, got {type(model).__name__}"
-        )
-    Export = _import_oneflow_onnx()
-    with flow.no_grad():
-        want = graph(
-            example_input
-        ).numpy()  # compiles the graph; the exporter reads the compiled job
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
-        weights = Path(tmp) / "weights"
-        flow.save(graph.state_dict(), str(weights))
-        Export(graph, str(weights), str(path), opset=opset, dynamic_batch_size=False)
-    model_proto = onnx.load(str(path))
-    renames = {
-        model_proto.graph.input[0].name: input_name,
-        model_proto.graph.output[0].name: output_name,
-    }
-    rename_io(model_proto, renames, dst=path)
-    onnx.checker.check_model(str(path))
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = sess.run([output_name], {input_name: example_input.numpy()})[0]
-    cmp = assert_outputs_close(
-        got,
-        want,
-        atol=atol,
-        rtol=rtol,
-        min_cosine=min_cosine,
-        name=f"ONNX Runtime vs OneFlow nn.Graph ({path.name})",
-    )
-    opset_used = next(
-        (o.version for o in model_proto.opset_import if o.domain in ("", "ai.onnx")), 0
-    )
-    return ExportReport(
-        path=path,
-        opset=opset_used,
-        input_name=input_name,
-        output_name=output_name,
-        op_counts=op_counts(path),
-        max_abs=cmp.max_abs,
-        cosine=cmp.cosine,
-    )
+# ---- end of cells saved from notebooks/07_onnx_runtimes.ipynb ----

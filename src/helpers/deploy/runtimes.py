@@ -13,6 +13,10 @@ told otherwise). Both return a :class:`Runner`::
 Asking for a provider or device that is not installed or cannot run here (``provider="cuda"``
 without a GPU, ``provider="openvino"`` with the onnxruntime-gpu wheel, ``device="GPU"`` for
 OpenVINO without an OpenCL driver) raises a clear error instead of silently falling back.
+
+Plumbing for chapters 7, 8 and 9: chapter 7 shows the raw calls on its page
+(``onnxruntime.InferenceSession(path, providers=[...])``, ``openvino.compile_model``) and then
+hands over to these runners, which add the provider choice, the precision read-back and timing.
 """
 
 from __future__ import annotations
@@ -30,6 +34,26 @@ from typing import Any
 import numpy as np
 
 from helpers.core.benchmarking import Measurement, benchmark
+
+__all__ = [
+    "ORT_PROVIDERS",
+    "PREFERENCE",
+    "OPT_LEVELS",
+    "OV_PRECISIONS",
+    "ProviderUnavailableError",
+    "provider_status",
+    "usable_providers",
+    "describe_providers",
+    "pick_provider",
+    "Runner",
+    "session_options",
+    "create_session",
+    "trt_profile",
+    "openvino_model",
+    "ov_type_name",
+    "runtime_precisions",
+    "cpu_threads",
+]
 
 # Short names used by the course -> ONNX Runtime's provider names, best first.
 ORT_PROVIDERS: dict[str, str] = {
@@ -428,21 +452,6 @@ def trt_profile(
     return {f"trt_profile_{key}_shapes": ",".join(val) for key, val in shapes.items()}
 
 
-def optimize_offline(src: str | Path, dst: str | Path, optimization: str = "basic") -> Path:
-    """Let ONNX Runtime rewrite ``src`` at ``optimization`` level and save the result to ``dst``.
-
-    ``'basic'`` (constant folding, Conv+BatchNorm folding, Identity/redundant-node removal) keeps standard
-    ONNX ops, so the file runs anywhere; higher levels add ONNX Runtime-specific fused ops (FusedConv, NCHWc
-    layouts) and are only meant for the machine that wrote them.
-    """
-    import onnxruntime as ort
-
-    src = _check_path(src)
-    opts = session_options(optimization=optimization, optimized_model_path=dst)
-    ort.InferenceSession(str(src), sess_options=opts, providers=["CPUExecutionProvider"])
-    return Path(dst)
-
-
 # --------------------------------------------------------------------------- OpenVINO
 
 
@@ -450,11 +459,6 @@ def _ov_core() -> Any:
     import openvino as ov
 
     return ov.Core()
-
-
-def openvino_devices() -> list[str]:
-    """OpenVINO devices usable here (e.g. ``['CPU']``)."""
-    return list(_ov_core().available_devices)
 
 
 def openvino_model(

@@ -8,10 +8,11 @@
   identical initial weights, data order, optimizer and hyper-parameters; returns a
   :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
   ``.plot()`` and ``.assert_within(...)``;
-- :func:`train_run`, :func:`make_train_step`, :func:`batch_order`, :func:`perturb_weights`,
-  :func:`accuracy` -- its parts: one run over a fixed batch order, the eager (or OneFlow
-  ``nn.Graph``) SGD/Adam step, the seeded per-epoch shuffle, a float32-sized nudge of the weights
-  (to measure how chaotic training itself is) and held-out accuracy.
+- :func:`train_run`, :func:`make_train_step`, :func:`batch_order`, :func:`perturb_weights`
+  -- its parts: one run over a fixed batch order, the eager (or OneFlow ``nn.Graph``) SGD/Adam
+  step, the seeded per-epoch shuffle and a float32-sized nudge of the weights (to measure how
+  chaotic training itself is). Held-out accuracy and batch-wise prediction come from
+  :mod:`helpers.workload.predict`, the course's one source for them.
 
 Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
 modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
@@ -37,73 +38,9 @@ from helpers.workload.models import (
     state_dict_numpy,
     transfer_weights,
 )
+from helpers.workload.predict import model_device, predict_batched, predict_classes
 
 # ----------------------------------------------------------------------------- inference alignment
-
-
-def _framework(model: Any) -> str:
-    """'torch', 'oneflow' or 'numpy' (plain callables)."""
-    try:
-        return framework_of(model)
-    except TypeError:
-        if callable(model):
-            return "numpy"
-        raise TypeError(f"{type(model).__name__} is neither a model nor a callable") from None
-
-
-def _device_of(model: Any, framework: str) -> Any:
-    """The device of a model's first parameter (for a OneFlow nn.Graph: of its modules); else the default device."""
-    blocks = getattr(model, "_blocks", None)  # nn.Graph keeps its modules here, wrapped in proxies
-    inners = (
-        [getattr(b, "_oneflow_internal_origin__", b) for b in blocks.values()]
-        if isinstance(blocks, dict)
-        else [model]
-    )
-    for inner in inners:
-        params = getattr(inner, "parameters", None)
-        if callable(params):
-            try:
-                return next(iter(params())).device
-            except (StopIteration, TypeError, AttributeError):
-                continue
-    from helpers.core.environment import paired_devices
-
-    return paired_devices()[0 if framework == "torch" else 1]
-
-
-def _float_dtype_of(model: Any) -> type:
-    """np.float64 for a model whose first parameter is float64, else np.float32."""
-    params = getattr(model, "parameters", None)
-    if callable(params):
-        try:
-            if str(next(iter(params())).dtype).endswith("float64"):
-                return np.float64
-        except (StopIteration, TypeError, AttributeError):
-            pass
-    return np.float32
-
-
-def _runner(model: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
-    """A function NumPy batch -> NumPy output for any supported model, without gradients."""
-    fw = _framework(model)
-    if fw == "numpy":
-        return fw, lambda x: to_numpy(model(x))
-    device, dtype = _device_of(model, fw), _float_dtype_of(model)
-    mod, _, _ = nn_namespace(fw)
-
-    def run(x: np.ndarray) -> np.ndarray:
-        x = x.astype(dtype, copy=False)  # a float64 model gets float64 inputs
-        with mod.no_grad():
-            out = model(
-                mod.tensor(x).to(device) if fw == "oneflow" else mod.from_numpy(x).to(device)
-            )
-        if not hasattr(out, "shape"):
-            raise TypeError(
-                f"the {fw} model returned a {type(out).__name__}; alignment needs a single output tensor"
-            )
-        return to_numpy(out)
-
-    return fw, run
 
 
 def _as_inputs(inputs: Any) -> np.ndarray:
@@ -113,16 +50,6 @@ def _as_inputs(inputs: Any) -> np.ndarray:
             f"inputs must be a non-empty batch (first axis = samples), got shape {arr.shape}"
         )
     return np.ascontiguousarray(arr, dtype=np.float32)
-
-
-def run_batched(model: Any, inputs: Any, batch_size: int | None = None) -> np.ndarray:
-    """Outputs of ``model`` on ``inputs`` (NumPy batch), computed ``batch_size`` samples at a time."""
-    x = _as_inputs(inputs)
-    bs = len(x) if batch_size is None else batch_size
-    if not isinstance(bs, int) or bs < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    _, run = _runner(model)
-    return np.concatenate([run(x[i : i + bs]) for i in range(0, len(x), bs)])
 
 
 @dataclass
@@ -264,10 +191,10 @@ def alignment_report(
     if not candidates:
         raise ValueError("give at least one candidate to compare with the reference")
     x = _as_inputs(inputs)
-    ref = run_batched(reference, x, batch_size)
+    ref = predict_batched(reference, x, batch_size)
     report = AlignmentReport(reference_name, len(x))
     for name, model in candidates.items():
-        out = run_batched(model, x, batch_size)
+        out = predict_batched(model, x, batch_size)
         if out.shape != ref.shape:
             raise ValueError(
                 f"outputs differ in shape: {reference_name} gives {ref.shape}, {name} gives {out.shape}; "
@@ -313,7 +240,7 @@ def make_train_step(
             "use_graph=True needs a OneFlow model (nn.Graph is OneFlow's static graph)"
         )
     mod, nn, F = nn_namespace(fw)
-    device = _device_of(model, fw)
+    device = model_device(model, fw)
     if optimizer == "sgd":
         opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     else:
@@ -344,21 +271,6 @@ def make_train_step(
         return float(loss.item())
 
     return step
-
-
-def accuracy(
-    model: Any, x: np.ndarray, y: np.ndarray, batch_size: int = 64
-) -> tuple[float, np.ndarray]:
-    """Eval-mode accuracy of ``model`` on ``(x, y)`` and its predicted classes (the model's mode is restored)."""
-    if len(x) != len(y):
-        raise ValueError(f"{len(x)} inputs but {len(y)} labels")
-    was_training = getattr(model, "training", False)
-    model.eval()
-    try:
-        pred = run_batched(model, x, batch_size).argmax(axis=1)
-    finally:
-        model.train(was_training)
-    return float(np.mean(pred == np.asarray(y))), pred
 
 
 @dataclass
@@ -596,7 +508,8 @@ def train_run(
     losses_arr = np.array(losses)
     if not np.isfinite(losses_arr).all():
         raise FloatingPointError(f"{name}: the loss became NaN or inf (lower the learning rate)")
-    acc, pred = accuracy(model, *val) if val is not None else (None, None)
+    pred = predict_classes(model, val[0]) if val is not None else None
+    acc = None if val is None else float(np.mean(pred == np.asarray(val[1])))
     return TrainingCurve(name, losses_arr, acc, pred, seconds)
 
 

@@ -1,11 +1,12 @@
 """Train a PyTorch classifier on the generated dataset quickly, so accuracy means something.
 
-Chapters that measure what an optimisation does to *accuracy* (INT8 quantization, chapter 8)
-need a model that has learned the task; random weights have nothing to lose. This is a
-short, robust recipe for that: AdamW with a one-cycle learning-rate schedule (warm up, then
-anneal), light augmentation (horizontal flips and a small random translation), and an
-epoch-wise shuffled batch order (:func:`helpers.porting.alignment.batch_order`, the same one the
-precision-alignment chapter uses)::
+Why a module: plumbing. Chapter 8, its only user, measures what INT8 quantization does to
+*accuracy*, which needs a model that has learned the task (random weights have nothing to lose).
+Training is not that chapter's lesson, so the recipe lives here rather than on its page. It is a
+short, robust one: AdamW with a one-cycle learning-rate schedule (warm up, then anneal), light
+augmentation (horizontal flips and a small random translation), and an epoch-wise shuffled
+batch order (:func:`helpers.porting.alignment.batch_order`, the same one the precision-alignment
+chapter uses). Held-out accuracy comes from :func:`helpers.workload.predict.accuracy`::
 
     result = train_classifier(model, train_split, steps=300, batch_size=64, val=val_split)
     print(result)                  # steps, seconds, final loss, held-out accuracy
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["TrainResult", "augment_batch", "train_classifier"]
+
 
 @dataclass
 class TrainResult:
@@ -34,6 +37,7 @@ class TrainResult:
 
     @property
     def steps(self) -> int:
+        """Number of optimisation steps run."""
         return len(self.losses)
 
     def __str__(self) -> str:
@@ -87,7 +91,8 @@ def train_classifier(
     """
     import torch
 
-    from helpers.porting.alignment import accuracy, batch_order
+    from helpers.porting.alignment import batch_order
+    from helpers.workload.predict import accuracy
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"train_classifier trains a torch.nn.Module, got {type(model).__name__}")
@@ -137,7 +142,7 @@ def train_classifier(
         losses.append(value)
     seconds = time.perf_counter() - start
     model.eval()
-    val_acc = accuracy(model, val.x, val.y)[0] if val is not None else None
+    val_acc = accuracy(model, val.x, val.y) if val is not None else None
     return TrainResult(
         losses=np.array(losses), seconds=seconds, batch_size=batch_size, val_accuracy=val_acc
     )
