@@ -13,7 +13,8 @@ on its page. Subpackages follow the course's architecture:
 
 Code first written on a chapter's page and reused elsewhere is copied here by ``tools/save_cells.py``
 (cells that start with ``#@save``); a test fails when a page and the package differ.
-Modules import heavy frameworks lazily, so ``import helpers`` is cheap.
+``import helpers`` and its subpackages import no framework; a module whose saved page code subclasses a
+framework class (``compiling.graphs``, ``workload.saliency``) imports that framework when it is imported.
 """
 
 __version__ = "0.2.0"

@@ -1,6 +1,6 @@
 """Deployment formats and runtimes (case study 2, chapters 7-8).
 
-- :mod:`~helpers.deploy.export` -- ONNX export and verification, graph simplification and op counts
+- :mod:`~helpers.deploy.export` -- ONNX export and verification (saved from chapter 7's page), op counts
 - :mod:`~helpers.deploy.runtimes` -- ONNX Runtime sessions and OpenVINO models behind one Runner API
-- :mod:`~helpers.deploy.quantization` -- INT8 post-training static quantization and accuracy
+- :mod:`~helpers.deploy.quantization` -- INT8 post-training static quantization (saved from chapter 8's page)
 """

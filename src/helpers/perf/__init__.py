@@ -2,7 +2,7 @@
 
 - :mod:`~helpers.perf.profiling` -- per-stage timing, PyTorch profiler tables, peak tensor memory
 - :mod:`~helpers.perf.roofline` -- this machine's matmul peak and a model's FLOPs
-- :mod:`~helpers.perf.batch_sweep` -- batch-size sweeps, BatchNorm batch (in)dependence, GPU utilisation
-- :mod:`~helpers.perf.pipeline` -- two-stage load/infer pipelines with timelines
+- :mod:`~helpers.perf.batch_sweep` -- batch-size sweeps, thread counts, GPU utilisation
+- :mod:`~helpers.perf.pipeline` -- two-stage load/infer pipelines (saved from chapter 5's page) with timelines
 - :mod:`~helpers.perf.ladder` -- the capstone's speed-up ladder: step factors, waterfall, decision guide
 """

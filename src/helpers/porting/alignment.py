@@ -18,6 +18,10 @@ Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScrip
 modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
 Inputs are float batches (first axis = samples); they are fed to every model as float32, or as
 float64 to a float64 model (a float64 copy makes a good "exact" reference).
+
+Why a module: report and training-run plumbing (tables, plots, loss curves in two frameworks) for
+chapter 2, whose page shows the comparisons it makes; chapter 8's training recipe reuses its batch
+order.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ from helpers.workload.models import (
     transfer_weights,
 )
 from helpers.workload.predict import model_device, predict_batched, predict_classes
+
+__all__ = [
+    "AlignmentRow",
+    "AlignmentReport",
+    "alignment_report",
+    "OPTIMIZERS",
+    "make_train_step",
+    "TrainingCurve",
+    "TrainingAlignment",
+    "batch_order",
+    "perturb_weights",
+    "train_run",
+    "train_aligned",
+]
 
 # ----------------------------------------------------------------------------- inference alignment
 
