@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.core import benchmarking
 from helpers.core.benchmarking import (
+    SPREAD_WARNING,
     Measurement,
     benchmark,
     compare_rows,
     compare_table,
     format_table,
+    percentile,
     speedup,
     synchronize,
     time_calls,
+    time_loop,
 )
 
 
@@ -29,10 +33,67 @@ def test_benchmark_counts_warmup_and_repeats():
     assert len(m.times_s) == 5 and m.warmup == 2 and m.items == 4
     assert m.label == "noop" and m.framework == "none"
     assert all(t >= 0 for t in m.times_s)
-    assert m.throughput == pytest.approx(4 / m.mean)
+    assert m.throughput == pytest.approx(4 / m.median)  # at the median, like every statistic shown
 
 
-@pytest.mark.parametrize("repeats", [0, -1, 2.5])
+class _FakeClock:
+    """A clock that only moves when the fake work says so: timing without timing noise."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_time_loop_times_the_work_only_when_it_synchronises(monkeypatch):
+    """Chapter 0's claim as a unit test: a call that only queues work looks fast without sync."""
+    clock = _FakeClock()
+    monkeypatch.setattr(benchmarking, "time", clock)
+    events, queued = [], []
+
+    def fn():  # queueing costs 1 ms; the work itself (10 ms) is done at the next sync
+        events.append("call")
+        queued.append(0.010)
+        clock.now += 0.001
+
+    def sync():
+        events.append("sync")
+        clock.now += sum(queued)
+        queued.clear()
+
+    honest = time_loop(fn, warmup=2, repeats=3, sync=sync)
+    assert honest == pytest.approx([0.011] * 3)
+    # warm-up untimed, one sync after it, then a sync inside every timed call
+    assert events == ["call", "call", "sync"] + ["call", "sync"] * 3
+    events.clear()
+    lying = time_loop(fn, warmup=0, repeats=3, sync=None)
+    assert lying == pytest.approx([0.001] * 3) and events == ["call"] * 3
+    assert time_loop(fn, warmup=1, repeats=0, sync=sync) == []
+
+
+def test_benchmark_is_the_time_loop_plus_checks(monkeypatch):
+    seen = []
+    real = benchmarking.time_loop
+
+    def spy(fn, *, warmup, repeats, sync):
+        seen.append((warmup, repeats, sync is None))
+        return real(fn, warmup=warmup, repeats=repeats, sync=sync)
+
+    monkeypatch.setattr(benchmarking, "time_loop", spy)
+    benchmark(lambda: None, framework="none", warmup=2, repeats=4)
+    benchmark(lambda: None, framework="none", warmup=1, repeats=2, sync=False)
+    # the warm-up alone, then the timed calls (memory tracking starts in between)
+    assert seen == [(2, 0, False), (0, 4, False), (1, 0, True), (0, 2, True)]
+    seen.clear()
+    m = benchmark(lambda: None, framework="none", warmup=0, repeats=3, progress=True)
+    assert len(m.times_s) == 3 and seen[1:] == [(0, 1, False)] * 3  # one call per bar step
+    seen.clear()
+    time_calls(lambda: None, 3, framework="none")
+    assert seen == [(0, 3, False)]
+
+
+@pytest.mark.parametrize("repeats", [0, -1, 2.5, True])
 def test_benchmark_rejects_bad_repeats(repeats):
     with pytest.raises(ValueError, match="repeats"):
         benchmark(lambda: None, framework="none", repeats=repeats)
@@ -108,11 +169,43 @@ def test_measurement_rejects_empty_and_bad_items():
         Measurement("empty", [])
     with pytest.raises(ValueError, match="items"):
         Measurement("bad", [0.1], items=0)
+    for bad in (float("nan"), -0.001, float("inf"), "1"):
+        with pytest.raises(ValueError, match="finite seconds >= 0"):
+            Measurement("bad", [0.1, bad])
 
 
-def test_measurement_str_mentions_statistics():
-    text = str(Measurement("eager", _ms([10, 10, 10]), items=2))
-    assert "eager" in text and "10.00 ms" in text and "p99" in text and "items/s" in text
+def test_measurement_spread_statistics():
+    m = Measurement("known", _ms(range(1, 101)))  # 1..100 ms
+    assert m.p25 == pytest.approx(0.02575) and m.p75 == pytest.approx(0.07525)
+    assert m.iqr == pytest.approx(0.0495) and m.relative_iqr == pytest.approx(0.0495 / 0.0505)
+    assert m.tail_ratio == pytest.approx(0.09901 / 0.0505) and m.max == pytest.approx(0.1)
+    assert m.runs == 100 and m.as_dict()["iqr_s"] == pytest.approx(m.iqr)
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 50)
+
+
+def test_measurement_str_leads_with_median_and_p99():
+    text = str(Measurement("eager", _ms([10, 10, 10, 10, 12]), items=2, warmup=3))
+    assert text == (
+        "eager: median 10.00 ms, p99 11.92 ms per call (5 runs after 3 warm-up)\n"
+        "  spread: IQR 0.00 ms (0% of the median), p99/p50 1.19; mean 10.40 +- 0.89 ms; "
+        "200.0 items/s at the median"
+    )
+
+
+def test_measurement_warns_when_the_spread_is_large():
+    steady = Measurement("steady", _ms([10, 10.2, 10.4, 10.6, 10.8]))  # IQR 0.4 ms = 4 %
+    assert not steady.noisy and steady.warnings() == [] and "WARNING" not in str(steady)
+    noisy = Measurement("noisy", _ms([8, 10, 12, 14, 30]))  # IQR 4 ms = 33 % of the median
+    assert noisy.relative_iqr > SPREAD_WARNING and noisy.noisy
+    last = str(noisy).splitlines()[-1]
+    assert last.startswith("  WARNING: the IQR is 33% of the median (over 10%)")
+    # the threshold itself: just under and just over 10 % of the median
+    assert not Measurement("under", _ms([9.6, 9.9, 10, 10.4, 10.4])).noisy  # IQR 5 %
+    assert Measurement("over", _ms([9, 9.4, 10, 10.5, 11])).noisy  # IQR 11 %
+    # fewer than 4 runs: no quartiles to speak of, no warning
+    assert not Measurement("few", _ms([1, 5, 9])).noisy
 
 
 def test_speedup_ratio():
@@ -129,6 +222,15 @@ def test_compare_table_contains_labels_and_speedups():
     fast = Measurement("static-graph", _ms([10, 10]))
     rows = compare_rows([base, fast])
     assert [r["label"] for r in rows] == ["eager-baseline", "static-graph"]
+    assert list(rows[0]) == [
+        "label",
+        "runs",
+        "p50_ms",
+        "p99_ms",
+        "iqr_pct",
+        "items_per_s",
+        "speedup",
+    ]
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(2.0)
     table = compare_table([base, fast])
     lines = table.splitlines()
@@ -147,6 +249,8 @@ def test_format_table_alignment_and_empty():
     assert "1.50" in table and "22.25" in table and "long-name" in table
     with pytest.raises(ValueError):
         format_table([])
+    with pytest.raises(ValueError, match=r"row 1 lacks \['x'\]"):
+        format_table([{"name": "a", "x": 1.5}, {"name": "b"}])
 
 
 def test_benchmark_interleaved_round_robin_order():

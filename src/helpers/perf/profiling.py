@@ -1,7 +1,8 @@
-"""Where the time goes: per-stage timing of a pipeline and PyTorch profiler tables.
+"""Where the time goes: per-stage timing of a pipeline, PyTorch profiler tables, peak tensor memory.
 
-OneFlow's profiler aborts the process on machines without a GPU (OneFlow 0.9.0,
-CUDA build), so profile the PyTorch twin of a model; the op mix is the same.
+Plumbing shared by chapters 0, 4, 5 and 7 (and :mod:`helpers.workload.saliency`). OneFlow's
+profiler aborts the process on machines without a GPU (OneFlow 0.9.0, CUDA build), so profile
+the PyTorch twin of a model; the op mix is the same.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from helpers.core.benchmarking import Measurement, benchmark
+
+__all__ = ["time_stages", "torch_profile", "torch_peak_memory"]
 
 
 def time_stages(

@@ -1,15 +1,27 @@
-"""How close to the limit: this machine's matmul peak and a model's FLOPs."""
+"""How close to the limit: this machine's matmul peak and a model's FLOPs (a roofline's two axes).
+
+Why a module: measurement plumbing, like :mod:`helpers.core.benchmarking`. Only chapter 0 uses it,
+but it holds instruments, not the lesson: a timed matrix product (timed by chapter 0's own
+:func:`~helpers.core.benchmarking.time_loop`) and PyTorch's FLOP counter. The chapter's page
+compares the two (the percent of peak).
+"""
 
 from __future__ import annotations
 
-import time
 from typing import Any
+
+from helpers.core.benchmarking import time_loop
+
+__all__ = ["matmul_peak_gflops", "count_flops", "percent_of_peak"]
 
 
 def matmul_peak_gflops(
     dtype: str = "float32", n: int = 1024, repeats: int = 5, device: str = "auto"
 ) -> float:
-    """Best observed GFLOP/s of an ``n x n`` PyTorch matmul (``float32``, ``bfloat16`` or ``float16``)."""
+    """Best observed GFLOP/s of an ``n x n`` PyTorch matmul (``float32``, ``bfloat16`` or ``float16``).
+
+    One untimed warm-up call, then ``repeats`` synchronised calls; the fastest one counts.
+    """
     import torch
 
     from helpers.core.environment import torch_device
@@ -23,17 +35,10 @@ def matmul_peak_gflops(
         raise ValueError("float16 matmul is not a meaningful CPU peak; use bfloat16 on CPU")
     a = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
     b = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
-    best = float("inf")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else None
     with torch.inference_mode():
-        for i in range(repeats + 1):
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            a @ b
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            if i:  # the first call is warm-up
-                best = min(best, time.perf_counter() - t0)
+        times = time_loop(lambda: a @ b, warmup=1, repeats=repeats, sync=sync)
+    best = min(times)  # the peak: the best call, not the typical one
     return 2 * n**3 / best / 1e9
 
 

@@ -1,13 +1,15 @@
-"""Migrating PyTorch code to OneFlow: the three routes of chapter 1, as small reusable tools.
+"""Running PyTorch code on OneFlow without editing it, and finding what will not carry over.
 
-- :func:`rewrite_imports` -- the "``import oneflow as torch``" route: rewrite a file's ``torch`` /
-  ``torchvision`` import lines to ``oneflow`` / ``flowvision`` and list every changed line;
-- :func:`load_source` -- execute (rewritten) source as a fresh module;
+Chapter 1 edits a file's import lines itself, on the page (``import oneflow as torch``, a text
+edit and a ``difflib`` diff); this module holds the two tools that chapters 1-3 reuse:
+
 - :func:`mock_torch` / :func:`import_with_mock_torch` -- the ``oneflow.mock_torch`` route: an
   *unchanged* file imported while ``import torch`` yields OneFlow (``torchvision`` aliased to
-  ``flowvision``, which ``mock_torch`` itself does not do);
-- :func:`api_usage` -- which ``torch.*`` / ``torchvision.*`` names a file uses, and whether
-  OneFlow (``oneflow.*`` / ``flowvision.*``) has each of them: the APIs that will *not* carry over.
+  ``flowvision``, which ``mock_torch`` itself does not do); chapters 2 and 3 import the team's
+  model this way;
+- :func:`api_usage` / :func:`missing_apis` / :func:`resolve` -- which ``torch.*`` /
+  ``torchvision.*`` names a file uses, and whether OneFlow (``oneflow.*`` / ``flowvision.*``) has
+  each of them: the APIs that will *not* carry over.
 
 Only module-level names can be checked statically: tensor methods (``x.dim()``) and names built
 at run time (``getattr(torchvision.models, arch)``) are not; run the migrated code to check those.
@@ -19,16 +21,23 @@ import ast
 import importlib
 import importlib.util
 import inspect
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from helpers.core.environment import import_oneflow
+
+__all__ = [
+    "REPLACEMENTS",
+    "mock_torch",
+    "import_with_mock_torch",
+    "resolve",
+    "api_usage",
+    "missing_apis",
+]
 
 # PyTorch package -> the OneFlow package that replaces it.
 REPLACEMENTS = {"torch": "oneflow", "torchvision": "flowvision"}
@@ -49,113 +58,6 @@ def _parse(source: str, what: str = "source") -> ast.Module:
         return ast.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"{what} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
-
-
-@dataclass
-class Rewrite:
-    """Source with its import lines moved to OneFlow, and the changed lines ``(line number, old, new)``."""
-
-    source: str
-    changes: list[tuple[int, str, str]] = field(default_factory=list)
-
-    def diff(self) -> str:
-        """The changed lines as a small unified-diff-like text."""
-        return "\n".join(
-            f"line {n}:\n- {old.strip()}\n+ {new.strip()}" for n, old, new in self.changes
-        )
-
-
-def _rewrite_import(node: ast.Import) -> str | None:
-    parts, changed, need_root_alias = [], False, False
-    for alias in node.names:
-        new = _target(alias.name)
-        if new is None:
-            parts.append(f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else ""))
-            continue
-        changed = True
-        if alias.asname:
-            parts.append(f"import {new} as {alias.asname}")
-        elif "." not in alias.name:
-            parts.append(f"import {new} as {alias.name}")  # import torch -> import oneflow as torch
-        else:  # import torch.nn binds the name 'torch': import oneflow.nn, then bind 'torch' to oneflow
-            parts.append(f"import {new}")
-            need_root_alias = alias.name.split(".")[0]
-    if not changed:
-        return None
-    if need_root_alias:
-        parts.append(f"import {REPLACEMENTS[need_root_alias]} as {need_root_alias}")
-    return "; ".join(parts)
-
-
-def rewrite_imports(source: str) -> Rewrite:
-    """Rewrite every ``torch`` / ``torchvision`` import of ``source`` to ``oneflow`` / ``flowvision``.
-
-    ``import torch`` becomes ``import oneflow as torch`` (the rest of the file keeps saying
-    ``torch``), ``from torch import nn`` becomes ``from oneflow import nn``, ``import torchvision``
-    becomes ``import flowvision as torchvision``. Raises ``ValueError`` for invalid Python or for
-    source that imports neither package (nothing to migrate).
-    """
-    tree = _parse(source)
-    lines = source.splitlines(keepends=True)
-    edits: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            new = _rewrite_import(node)
-            if new is None:
-                continue
-            indent = re.match(r"\s*", lines[node.lineno - 1]).group(0)
-            edits[node.lineno - 1] = (node.end_lineno - 1, indent + new + "\n")
-        elif (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and node.module
-            and _target(node.module)
-        ):
-            first = lines[node.lineno - 1]
-            new_first = re.sub(
-                r"\bfrom\s+" + re.escape(node.module) + r"\b",
-                f"from {_target(node.module)}",
-                first,
-                count=1,
-            )
-            if (
-                new_first == first
-            ):  # 'from' and the module name on different lines: rare, refuse loudly
-                raise ValueError(
-                    f"line {node.lineno}: cannot rewrite this import automatically: {first.strip()!r}"
-                )
-            edits[node.lineno - 1] = (node.lineno - 1, new_first)
-    if not edits:
-        raise ValueError("the source imports neither torch nor torchvision: nothing to migrate")
-    out, changes, i = [], [], 0
-    while i < len(lines):
-        if i in edits:
-            last, new = edits[i]
-            old = "".join(lines[i : last + 1])
-            out.append(new if new.endswith("\n") or i == len(lines) - 1 else new + "\n")
-            changes.append((i + 1, old.rstrip("\n"), new.rstrip("\n")))
-            i = last + 1
-        else:
-            out.append(lines[i])
-            i += 1
-    return Rewrite("".join(out), changes)
-
-
-def load_source(source: str, name: str, filename: str | None = None) -> ModuleType:
-    """Execute ``source`` as a new module called ``name`` (registered in ``sys.modules``) and return it."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"module name must be a Python identifier, got {name!r}")
-    _parse(source)  # a clear ValueError for invalid source
-    code = compile(source, filename or f"<{name}>", "exec")
-    module = ModuleType(name)
-    module.__file__ = filename or f"<{name}>"
-    sys.modules[name] = module  # dataclasses, pickling and inspect look the module up by name
-    try:
-        exec(code, module.__dict__)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
 
 
 def _source_file(module_or_path: ModuleType | str | Path) -> Path:

@@ -2,9 +2,10 @@
 
 This module is deliberately written as ordinary PyTorch code, the way the team wrote it before
 any migration: plain ``import torch`` / ``import torchvision`` lines, an ``nn.Module``, a training
-loop and a serving helper. Chapter 1 migrates this very file to OneFlow without editing it
-(:mod:`helpers.porting.migration` re-imports it with the import lines changed, or under
-``oneflow.mock_torch``), so keep it free of course-specific code and of framework branches.
+loop and a serving helper. Chapter 1 migrates this very file to OneFlow: it copies the file and
+edits its four import lines on the page, and it imports the file unchanged under
+``oneflow.mock_torch`` (:mod:`helpers.porting.migration`), as chapters 2 and 3 do too. So keep it
+free of course-specific code and of framework branches, and keep its import lines as they are.
 
 - :class:`BusinessModel` -- ``torchvision.models.<arch>`` backbone (ResNet-101 in the case study)
   whose classifier is replaced by :class:`TaskHead` (Linear -> ReLU -> Dropout -> Linear);
@@ -17,6 +18,8 @@ import torch
 import torch.nn.functional as F
 import torchvision
 from torch import nn
+
+__all__ = ["ARCHS", "TaskHead", "BusinessModel", "train_steps", "predict", "compile_for_serving"]
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101")
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
+
 import numpy as np
 import pytest
 
-from helpers.workload import team_model
+from helpers.core.comparison import assert_outputs_close
+from helpers.workload import models, team_model
+
+# Chapter 1's migration: the team file's import lines and the lines that replace them.
+EDITS = {
+    "import torch": "import oneflow as torch",
+    "import torch.nn.functional as F": "import oneflow.nn.functional as F",
+    "import torchvision": "import flowvision as torchvision",
+    "from torch import nn": "from oneflow import nn",
+}
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +74,26 @@ def test_train_steps_lowers_the_loss_on_a_fixed_batch(torch_mod):
 def test_compile_for_serving_wraps_lazily(torch_mod, model):
     compiled = team_model.compile_for_serving(model)  # compiles on the first call only: cheap here
     assert compiled is not model and callable(compiled)
+
+
+def test_the_file_runs_on_oneflow_after_its_import_lines_change(torch_mod, flow, tmp_path):
+    """Plain PyTorch on purpose: chapter 1's four import edits are all the migration it needs."""
+    original = inspect.getsource(team_model)
+    lines = original.splitlines()
+    assert sorted(line for line in lines if line in EDITS) == sorted(EDITS)  # each once
+    edited = tmp_path / "team_model_edited.py"
+    edited.write_text("\n".join(EDITS.get(line, line) for line in lines) + "\n")
+    spec = importlib.util.spec_from_file_location("team_model_edited_test", edited)
+    fb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fb)
+    torch_mod.manual_seed(0)
+    ref = team_model.BusinessModel("resnet18", num_classes=4, hidden=8).eval()
+    got = fb.BusinessModel("resnet18", num_classes=4, hidden=8).eval()
+    assert models.framework_of(got) == "oneflow"
+    models.transfer_weights(ref, got)
+    x = np.random.default_rng(0).normal(size=(2, 3, 32, 32)).astype(np.float32)
+    with torch_mod.no_grad():
+        expected = ref(torch_mod.from_numpy(x))
+    assert_outputs_close(got(flow.tensor(x)), expected, atol=1e-4, name="edited team model")
+    with pytest.raises(AttributeError, match="compile"):
+        fb.compile_for_serving(got)  # OneFlow 0.9.0 has no torch.compile
