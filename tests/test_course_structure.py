@@ -373,3 +373,71 @@ def test_single_chapter_module_says_why(path):
 def test_chapters_using_finds_aliases_and_parenthesised_imports(monkeypatch):
     assert "00_measuring" in chapters_using("helpers.core.benchmarking")
     assert chapters_using("helpers.core.no_such_module") == set()
+
+
+# ---- the page teaches: each chapter's key calls are written in its own code cells ----
+
+KEY_CODE = {
+    "00_measuring": [
+        r"def time_loop\(",
+        r"time\.perf_counter\(\)",
+        r"torch\.cuda\.Event\(enable_timing=True\)",
+        r"np\.percentile\(",
+    ],
+    "01_migration": [r"difflib\.unified_diff\(", r"mock_torch", r"flowvision"],
+    "03_dynamic_to_static": [r"class InferenceGraph\(flow\.nn\.Graph\)", r"def build\(self"],
+    "04_pruning": [
+        r"def original_task\(",
+        r"param\.requires_grad_\(",
+        r"def single_forward_task\(",
+        r"class WithGradHolder",
+        r"def make_graph_task\(",
+    ],
+    "05_parallelism": [r"def run_two_process\(", r"Lock\(\)", r"with lock:", r"DataLoader\("],
+    "06_compile_optimisations": [
+        r"config\.enable_amp\(",
+        r"config\.enable_cudnn_conv_heuristic_search_algo\(",
+        r"config\.allow_fuse_add_to_output\(",
+        r"ONEFLOW_MLIR_ENABLE_ROUND_TRIP",
+        r"ONEFLOW_MLIR_FUSE_FORWARD_OPS",
+        r"ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION",
+    ],
+    "07_onnx_runtimes": [
+        r"torch\.onnx\.export\(",
+        r"onnx\.checker\.check_model\(",
+        r"ort\.InferenceSession\(.*providers=",
+        r"ov\.compile_model\(",
+    ],
+    "08_int8_quantization": [
+        r"quantize_static\(",
+        r"class \w+\(CalibrationDataReader\)",
+        r"QuantFormat\.QDQ",
+        r"per_channel",
+        r"nncf\.quantize\(",
+    ],
+    "09_triton_serving": [r"TritonPythonModel", r"http\.client", r"/v2/models/"],
+    "10_capstone": [r"st\.make_task\(", r"st\.make_graph_task\(", r"make_inference_graph\("],
+}
+
+
+def missing_key_code(code: str, patterns: list[str]) -> list[str]:
+    """The patterns of ``patterns`` that ``code`` does not contain."""
+    return [p for p in patterns if not re.search(p, code)]
+
+
+@pytest.mark.parametrize("stem", sorted(KEY_CODE))
+def test_key_technique_is_written_on_the_page(stem):
+    nb = ROOT / "notebooks" / f"{stem}.ipynb"
+    code = "\n".join(_source(c) for c in _cells(nb) if c.get("cell_type") == "code")
+    missing = missing_key_code(code, KEY_CODE[stem])
+    assert not missing, f"{stem}: the technique is not written on the page any more: {missing}"
+
+
+def test_key_code_check_fails_when_the_code_moves_into_the_package():
+    page = "import onnx\ntorch.onnx.export(model, x, path)\nonnx.checker.check_model(path)\n"
+    assert missing_key_code(page, KEY_CODE["07_onnx_runtimes"][:2]) == []
+    hidden = "report = export.export_and_verify(model, x, path)\n"
+    assert (
+        missing_key_code(hidden, KEY_CODE["07_onnx_runtimes"][:2])
+        == KEY_CODE["07_onnx_runtimes"][:2]
+    )
