@@ -1,0 +1,720 @@
+"""One precision policy: the math mode really in effect, and the tolerance it implies.
+
+A float32 model does not always compute in float32. On an Ampere-or-newer NVIDIA GPU (A100, A10,
+L4, RTX 30xx/40xx, H100/H200) convolutions and matrix products may run on tensor cores in
+**TF32**: each input is rounded to a 10-bit mantissa (unit roundoff 2^-11, like float16) and the
+products are summed in float32. PyTorch allows it for cuDNN convolutions by default
+(``torch.backends.cudnn.allow_tf32 = True``) but not for matmuls
+(``torch.backends.cuda.matmul.allow_tf32 = False``, i.e. ``float32_matmul_precision 'highest'``);
+OneFlow 0.9.0 allows it for both (see :func:`oneflow_math_mode`). A comparison written for
+float32 on a CPU (``atol=1e-4``) then fails on the GPU although nothing is wrong.
+
+This module names the math modes, reads the one in effect from each framework's own settings,
+and turns it into the tolerance every cross-framework, cross-device or cross-variant comparison
+takes::
+
+    from helpers.core import precision
+    from helpers.core.comparison import assert_outputs_close
+
+    mode = precision.coarsest(precision.torch_math_mode(device), precision.oneflow_math_mode(fdevice))
+    tol = precision.tolerance(mode, scale=precision.output_scale(ref))
+    assert_outputs_close(out, ref, **tol.as_kwargs(), name="OneFlow vs PyTorch")
+
+- :data:`UNIT_ROUNDOFF` -- fp32 2^-24, tf32 2^-11, bf16 2^-8, fp16 2^-11, int8 1/254 (see there)
+- :func:`torch_math_mode` / :func:`oneflow_math_mode` -- the mode in effect on a device
+- :func:`tolerance` -- ``(atol, rtol)`` for a mode: unit roundoff times a stated accumulation factor
+- :func:`strict_fp32` / :func:`set_tf32` -- PyTorch without TF32; :func:`oneflow_strict_fp32_env`
+- :func:`deterministic` -- deterministic algorithms for exactness proofs
+- :func:`emulate_tf32` / :func:`round_mantissa` -- TF32 on a CPU, to prove tolerances without a GPU
+
+Why a module: one policy for every chapter that compares outputs (and for ``tests/gpu``), so a
+tolerance is never a literal on a page. Heavy frameworks are imported inside the functions, so
+importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MODES",
+    "UNIT_ROUNDOFF",
+    "MANTISSA_BITS",
+    "ACCUMULATION",
+    "REDUCTION",
+    "ONEFLOW_TF32_ENV",
+    "NVIDIA_TF32_ENV",
+    "CUBLAS_DETERMINISTIC_CONFIG",
+    "unit_roundoff",
+    "coarsest",
+    "torch_math_mode",
+    "oneflow_math_mode",
+    "Tolerance",
+    "tolerance",
+    "output_scale",
+    "set_tf32",
+    "restore_tf32",
+    "strict_fp32",
+    "oneflow_strict_fp32_env",
+    "deterministic",
+    "round_mantissa",
+    "round_to_tf32",
+    "emulate_tf32",
+]
+
+MODES = ("fp32", "tf32", "bf16", "fp16", "int8")
+
+# Unit roundoff u: the largest relative error of rounding one real number to the format
+# (round-to-nearest), 2^-(stored mantissa bits + 1).
+# - fp32: 23 stored mantissa bits -> 2^-24.
+# - tf32: float32's 8-bit exponent with a 10-bit mantissa: tensor cores round each fp32 input to it
+#   and accumulate the products in fp32 -> 2^-11.
+# - bf16: 7 stored bits -> 2^-8.  fp16: 10 stored bits -> 2^-11 (its narrow exponent can also
+#   overflow above 65504; the policy does not model that).
+# - int8: symmetric linear quantization, q = round(x / s) with s = max|x| / 127: the rounding error is
+#   at most s / 2 = max|x| / 254, so u = 1/254 (about 2^-8), relative to the tensor's RANGE (max|x|),
+#   not to each element. Small elements lose far more than 1/254 of themselves.
+UNIT_ROUNDOFF: dict[str, float] = {
+    "fp32": 2.0**-24,
+    "tf32": 2.0**-11,
+    "bf16": 2.0**-8,
+    "fp16": 2.0**-11,
+    "int8": 1.0 / 254.0,
+}
+MANTISSA_BITS: dict[str, int] = {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10}
+
+# The accumulation factor of :func:`tolerance`: how many times the mode's rounding a compared output
+# may move, relative to the output's scale. Measured on this course's models (torchvision ResNets,
+# BatchNorm calibrated as in chapter 6, random weights, CPU, 2^-11 TF32 emulated with emulate_tf32):
+#   |error| / max|reference| in units of (u + log2(4608) u_fp32), 224 px, batch 4:
+#                 float32 reordered (channels_last)   TF32 nearest   TF32 truncated   bf16 autocast
+#   ResNet-101                 79                         161             460               52
+#   ResNet-50                  17                          36             215               41
+#   ResNet-18                   2                           4              23                4
+#   (ResNet-101 at 64 px, batch 8: 89 / 134 / 597 / 89.)
+# "network" = 512 covers them with rtol's share: atol + rtol |ref| allows up to 1024 on the largest
+# outputs. Truncated TF32 on ResNet-101 is the tight case; whether a GPU truncates or rounds is
+# what tests/gpu measures. "op" = 8 is for one convolution or matmul compared on its own
+# (measured: 0.65 rounded, 1.5 truncated, for a 3x3x512 convolution in TF32).
+ACCUMULATION: dict[str, float] = {"op": 8.0, "network": 512.0}
+# The longest dot product of the course's models: 3 x 3 x 512 inputs of a ResNet convolution.
+REDUCTION = 3 * 3 * 512
+
+# Environment variables that must be set before the library they govern creates its CUDA handles.
+ONEFLOW_TF32_ENV = "ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION"
+NVIDIA_TF32_ENV = "NVIDIA_TF32_OVERRIDE"
+CUBLAS_DETERMINISTIC_CONFIG = ":4096:8"
+
+_OPS = ("conv", "matmul", "model")
+
+
+def unit_roundoff(mode: str) -> float:
+    """The unit roundoff of a math mode (see :data:`UNIT_ROUNDOFF`)."""
+    if mode not in UNIT_ROUNDOFF:
+        raise ValueError(f"unknown math mode {mode!r}; use one of {', '.join(MODES)}")
+    return UNIT_ROUNDOFF[mode]
+
+
+def coarsest(*modes: str) -> str:
+    """The least precise of ``modes``: a comparison of two results takes the tolerance of the coarser.
+
+    ``coarsest('fp32', 'tf32') == 'tf32'``; ties (tf32 and fp16) keep the first given.
+    """
+    if not modes:
+        raise ValueError("coarsest() needs at least one mode")
+    for m in modes:
+        unit_roundoff(m)
+    return max(modes, key=lambda m: UNIT_ROUNDOFF[m])
+
+
+def _check_op(op: str) -> None:
+    if op not in _OPS:
+        raise ValueError(f"op must be one of {', '.join(_OPS)}, got {op!r}")
+
+
+def _device_type_and_index(device: Any) -> tuple[str, int]:
+    """('cuda', 0) from 'cuda', 'cuda:1', torch.device or oneflow.device; ('cpu', 0) for the CPU."""
+    text = str(device if device is not None else "cpu")
+    kind, _, index = text.partition(":")
+    kind = kind.strip().lower()
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"math modes are known for 'cpu' and 'cuda' devices, got {text!r}")
+    return kind, int(index) if index.strip().isdigit() else 0
+
+
+def _nvidia_tf32_overridden() -> bool:
+    """NVIDIA_TF32_OVERRIDE=0 makes cuBLAS and cuDNN ignore every request for TF32."""
+    return os.environ.get(NVIDIA_TF32_ENV, "").strip() == "0"
+
+
+def _tf32_capable(index: int, tf32_capable: bool | None) -> bool:
+    """Whether CUDA device ``index`` has TF32 tensor cores (compute capability 8.0 or newer).
+
+    ``tf32_capable`` overrides the question. Without a visible GPU (a CPU machine asked about
+    'cuda') the answer is True: the GPUs this course targets are Ampere or newer.
+    """
+    if tf32_capable is not None:
+        return bool(tf32_capable)
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return True
+        return tuple(torch.cuda.get_device_capability(index)) >= (8, 0)
+    except Exception:  # noqa: BLE001 - no usable torch/CUDA: fall back to the course's GPUs
+        return True
+
+
+def _quiet_getattr(obj: Any, name: str, default: Any = None) -> Any:
+    """getattr without the deprecation warnings PyTorch's legacy TF32 flags may print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(obj, name, default)
+
+
+def _torch_fp32_precision(node: Any, *parents: Any) -> str | None:
+    """PyTorch >= 2.9's ``fp32_precision`` of a backend, following 'none' up to its parents."""
+    for n in (node, *parents):
+        value = _quiet_getattr(n, "fp32_precision") if n is not None else None
+        if value not in (None, "none"):
+            return str(value)
+    return None
+
+
+def _tf32_objects(torch: Any, op: str) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(legacy flag owner, per-backend setting owner, its parents) for 'conv' or 'matmul'."""
+    b = torch.backends
+    if op == "conv":
+        return b.cudnn, getattr(b.cudnn, "conv", None), (b.cudnn, b)
+    return b.cuda.matmul, b.cuda.matmul, (b,)
+
+
+def _torch_tf32_allowed(torch: Any, op: str) -> bool:
+    """Whether PyTorch's settings allow TF32 for CUDA 'conv' (cuDNN) or 'matmul' (cuBLAS).
+
+    PyTorch >= 2.9 keeps a per-backend ``fp32_precision`` ('tf32' / 'ieee' / 'none' = ask the
+    parent) that the legacy ``allow_tf32`` flags also set; it is read first because the legacy
+    getters raise once both APIs were used in a process.
+    """
+    legacy, new, parents = _tf32_objects(torch, op)
+    if new is not None and isinstance(_quiet_getattr(new, "fp32_precision"), str):
+        return _torch_fp32_precision(new, *parents) == "tf32"
+    return bool(_quiet_getattr(legacy, "allow_tf32", False))
+
+
+def _torch_cuda_tf32(torch: Any) -> dict[str, bool]:
+    """PyTorch's own TF32 switches for cuDNN convolutions and cuBLAS matmuls."""
+    conv = _torch_tf32_allowed(torch, "conv") and bool(torch.backends.cudnn.enabled)
+    return {"conv": conv, "matmul": _torch_tf32_allowed(torch, "matmul")}
+
+
+def _torch_cpu_fp32(torch: Any) -> dict[str, str]:
+    """What oneDNN may do with float32 on the CPU (PyTorch >= 2.9 can allow bf16 or tf32 there)."""
+    mk = getattr(torch.backends, "mkldnn", None)
+    modes = {}
+    for op, attr in (("conv", "conv"), ("matmul", "matmul")):
+        value = (
+            _torch_fp32_precision(getattr(mk, attr, None), mk, torch.backends)
+            if mk is not None
+            else None
+        )
+        modes[op] = {"bf16": "bf16", "tf32": "tf32"}.get(str(value), "fp32")
+    return modes
+
+
+def _autocast_mode(torch: Any, device_type: str) -> str | None:
+    """'bf16' / 'fp16' when autocast is on for ``device_type`` in this thread, else None."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except TypeError:  # PyTorch < 2.4: no device argument
+        enabled = (
+            torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+        )
+    if not enabled:
+        return None
+    try:
+        dtype = torch.get_autocast_dtype(device_type)
+    except AttributeError:  # PyTorch < 2.4
+        dtype = (
+            torch.get_autocast_cpu_dtype()
+            if device_type == "cpu"
+            else torch.get_autocast_gpu_dtype()
+        )
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
+def torch_math_mode(
+    device: Any = "cpu", *, op: str = "model", tf32_capable: bool | None = None
+) -> str:
+    """The math mode PyTorch's float32 convolutions / matmuls run in on ``device``, right now.
+
+    Read from PyTorch's own settings: autocast for the device (``torch.is_autocast_enabled`` and
+    ``torch.get_autocast_dtype``: 'bf16' or 'fp16'), then on CUDA ``torch.backends.cudnn.allow_tf32``
+    (convolutions, on by default) and ``torch.backends.cuda.matmul.allow_tf32`` /
+    ``torch.get_float32_matmul_precision()`` (matmuls, 'highest' = off by default; 'high' and
+    'medium' allow TF32), on the CPU oneDNN's ``fp32_precision`` (float32 unless set to bf16/tf32).
+    TF32 needs compute capability 8.0+ (see ``tf32_capable``) and is off for every library when
+    ``NVIDIA_TF32_OVERRIDE=0``.
+
+    ``op``: 'conv', 'matmul', or 'model' (default): the coarser of the two, the mode that bounds a
+    network containing both -- a ResNet on CUDA with default settings is 'tf32'.
+    The mode is what the settings *allow*; a library may still pick an exact kernel, so a tolerance
+    derived from it is safe, never too tight.
+    """
+    _check_op(op)
+    import torch
+
+    kind, index = _device_type_and_index(device)
+    cast = _autocast_mode(torch, kind)
+    if cast is not None:
+        modes = {"conv": cast, "matmul": cast}
+    elif kind == "cpu":
+        modes = _torch_cpu_fp32(torch)
+    else:
+        tf32 = _torch_cuda_tf32(torch)
+        allowed = _tf32_capable(index, tf32_capable) and not _nvidia_tf32_overridden()
+        modes = {k: "tf32" if (v and allowed) else "fp32" for k, v in tf32.items()}
+    return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
+
+
+def _env_true(name: str, default: bool) -> bool:
+    """OneFlow's ParseBooleanFromEnv: unset -> default; '1', 'true', 'yes', 'on', 'y' (any case) -> True."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+def oneflow_math_mode(
+    device: Any = "cpu",
+    *,
+    op: str = "model",
+    amp: bool = False,
+    tf32_capable: bool | None = None,
+) -> str:
+    """The math mode OneFlow 0.9.0's float32 convolutions / matmuls run in on ``device``.
+
+    Read from the environment, without importing OneFlow (what OneFlow itself reads):
+
+    - CPU: 'fp32'.
+    - CUDA matmuls (cuBLAS, also the fused MLP kernel): 'tf32' unless
+      ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION`` is false. Its default is **true**: OneFlow
+      v0.9.0's ``oneflow/core/ep/cuda/cuda_stream.cpp`` calls ``cublasSetMathMode(handle,
+      CUBLAS_TF32_TENSOR_OP_MATH)`` when ``ParseBooleanFromEnv("ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION",
+      true)``, when it creates a device's CUDA stream (so set it before ``import oneflow``).
+    - CUDA convolutions (cuDNN): 'tf32' even when that variable is 0. OneFlow 0.9.0 never reads it
+      for convolutions: a float32 convolution takes the math type of the algorithm cuDNN proposes,
+      ``CUDNN_DEFAULT_MATH``, which permits TF32 on Ampere and newer
+      (``oneflow/core/device/cudnn_conv_util.cpp``, ``user/kernels/conv_cudnn_kernels.cpp``). Only
+      NVIDIA's own ``NVIDIA_TF32_OVERRIDE=0`` turns it off (see :func:`oneflow_strict_fp32_env`).
+
+    ``amp=True``: an ``nn.Graph`` with ``config.enable_amp(True)`` on CUDA, 'fp16'.
+    ``op`` and ``tf32_capable`` as in :func:`torch_math_mode`.
+    """
+    _check_op(op)
+    kind, index = _device_type_and_index(device)
+    if kind == "cpu":
+        return "fp32"
+    if amp:
+        return "fp16"
+    if not _tf32_capable(index, tf32_capable) or _nvidia_tf32_overridden():
+        return "fp32"
+    modes = {"conv": "tf32", "matmul": "tf32" if _env_true(ONEFLOW_TF32_ENV, True) else "fp32"}
+    return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``atol`` and ``rtol`` for a comparison, with where they came from.
+
+    Unpacks as ``atol, rtol = tol``; ``assert_outputs_close(a, b, **tol.as_kwargs())``.
+    """
+
+    mode: str
+    atol: float
+    rtol: float
+    unit_roundoff: float
+    accumulation: float
+    scale: float
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.atol, self.rtol))
+
+    def as_kwargs(self) -> dict[str, float]:
+        """``{'atol': ..., 'rtol': ...}`` for :func:`helpers.core.comparison.assert_outputs_close`."""
+        return {"atol": self.atol, "rtol": self.rtol}
+
+    def __str__(self) -> str:
+        return (
+            f"{self.mode} tolerance: atol {self.atol:.3g}, rtol {self.rtol:.3g} "
+            f"(accumulation {self.accumulation:g} x (u {self.unit_roundoff:.3g} + float32 order), "
+            f"scale {self.scale:.3g})"
+        )
+
+
+def tolerance(
+    mode: str,
+    *,
+    accumulation: float | str = "network",
+    scale: float = 1.0,
+    reduction: int = REDUCTION,
+) -> Tolerance:
+    """The tolerance a comparison of results computed in ``mode`` takes (against float32 or each other).
+
+    ``rel = accumulation * (u + log2(reduction) * u_fp32)``, ``atol = rel * scale``, ``rtol = rel``.
+
+    - ``u`` = :func:`unit_roundoff` of ``mode``: rounding the inputs of a convolution or matmul moves
+      each product by up to ``2u`` relative; summed in float32, the relative error of the dot
+      product stays of order ``u``.
+    - ``log2(reduction) * u_fp32``: two float32 kernels sum a dot product of ``reduction`` terms in
+      different orders (blocked / tree sums), which differ by about ``log2(K)`` roundings of
+      float32; this term is what makes float32 variants, devices and frameworks disagree.
+    - ``accumulation``: how much a deep network amplifies these per-layer errors, relative to its
+      output's scale: 'network' (512, for a whole model's outputs, measured on the course's
+      ResNets: see :data:`ACCUMULATION`), 'op' (8, one layer), or a number of your own.
+    - ``scale``: the size of the outputs compared, e.g. :func:`output_scale` of the reference.
+
+    For a whole network, bf16 and int8 bounds come out at or above the output's own scale:
+    elementwise agreement says nothing there; check top-k agreement or cosine (task level).
+    """
+    u = unit_roundoff(mode)
+    factor = ACCUMULATION.get(accumulation) if isinstance(accumulation, str) else accumulation
+    if factor is None:
+        raise ValueError(
+            f"accumulation must be a number or one of {', '.join(ACCUMULATION)}, got {accumulation!r}"
+        )
+    for label, value in (("accumulation", factor), ("scale", scale)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"{label} must be a finite number, got {value!r}")
+        if value <= 0:
+            raise ValueError(f"{label} must be positive, got {value!r}")
+    if isinstance(reduction, bool) or not isinstance(reduction, int) or reduction < 1:
+        raise ValueError(
+            f"reduction must be a positive int (the length of a dot product), got {reduction!r}"
+        )
+    rel = float(factor) * (u + math.log2(max(reduction, 2)) * UNIT_ROUNDOFF["fp32"])
+    return Tolerance(
+        mode=mode,
+        atol=rel * float(scale),
+        rtol=rel,
+        unit_roundoff=u,
+        accumulation=float(factor),
+        scale=float(scale),
+    )
+
+
+def output_scale(reference: Any, floor: float = 1.0) -> float:
+    """``max(floor, max |reference|)``: the scale :func:`tolerance` multiplies ``atol`` by.
+
+    The floor keeps outputs of small magnitude (probabilities, unit-norm embeddings) from getting a
+    bound tighter than their arithmetic; the same rule as chapter 6's tolerances.
+    """
+    import numpy as np
+
+    from helpers.core.comparison import to_numpy
+
+    values = to_numpy(reference)
+    if values.size == 0 or not np.isfinite(values).all():
+        raise ValueError("the reference must be non-empty and finite")
+    return max(float(floor), float(np.abs(values).max()))
+
+
+# ------------------------------------------------------------------------------ switching TF32 off
+def _get_tf32_setting(torch: Any, op: str) -> tuple[str, Any]:
+    """('legacy', allow_tf32) as the chapters set it, or ('new', fp32_precision) when PyTorch refuses
+    the legacy getter (it does once a process has used both APIs)."""
+    legacy, new, _ = _tf32_objects(torch, op)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ("legacy", bool(legacy.allow_tf32))
+    except (RuntimeError, AttributeError):
+        return ("new", new.fp32_precision)
+
+
+def _set_tf32_setting(torch: Any, op: str, api: str, value: Any) -> None:
+    legacy, new, _ = _tf32_objects(torch, op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if api == "legacy":
+            legacy.allow_tf32 = value
+        else:
+            new.fp32_precision = value
+
+
+def set_tf32(enabled: bool) -> dict[str, Any]:
+    """Allow (True) or forbid (False) TF32 for PyTorch's cuDNN convolutions and CUDA matmuls.
+
+    Sets ``torch.backends.cudnn.allow_tf32`` (the flag the chapters use) and the float32 matmul
+    precision: ``torch.set_float32_matmul_precision('highest')`` to forbid, which also keeps
+    oneDNN on the CPU in IEEE float32, ``'high'`` to allow. Where PyTorch >= 2.9 refuses these
+    because its newer per-backend API was used in the process, the per-backend settings
+    (``torch.backends.cudnn.conv.fp32_precision``, ``torch.backends.cuda.matmul.fp32_precision``)
+    are set instead. Returns the previous settings for :func:`restore_tf32`::
+
+        before = set_tf32(False)   # the rest of the notebook in IEEE float32
+    """
+    import torch
+
+    try:
+        matmul_precision: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:  # PyTorch >= 2.9 after a mix of its two APIs
+        matmul_precision = None
+    before = {
+        "conv": _get_tf32_setting(torch, "conv"),
+        "matmul": _get_tf32_setting(torch, "matmul"),
+        "float32_matmul_precision": matmul_precision,
+    }
+    api = before["conv"][0]
+    _set_tf32_setting(
+        torch, "conv", api, bool(enabled) if api == "legacy" else ("tf32" if enabled else "ieee")
+    )
+    if matmul_precision is not None:
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+    else:
+        _set_tf32_setting(torch, "matmul", "new", "tf32" if enabled else "ieee")
+    return before
+
+
+def restore_tf32(before: dict[str, Any]) -> None:
+    """Put back the TF32 settings :func:`set_tf32` returned."""
+    import torch
+
+    _set_tf32_setting(torch, "conv", *before["conv"])
+    if before["float32_matmul_precision"] is not None:
+        torch.set_float32_matmul_precision(before["float32_matmul_precision"])
+    else:
+        _set_tf32_setting(torch, "matmul", *before["matmul"])
+
+
+@contextmanager
+def strict_fp32() -> Iterator[None]:
+    """PyTorch in IEEE float32 inside the block (cuDNN and cuBLAS TF32 off); settings restored after.
+
+    OneFlow cannot be switched like this: it reads its settings from the environment when it
+    creates its CUDA handles. Set :func:`oneflow_strict_fp32_env` before ``import oneflow``
+    (or in a child process's environment).
+    """
+    before = set_tf32(False)
+    try:
+        yield
+    finally:
+        restore_tf32(before)
+
+
+def oneflow_strict_fp32_env() -> dict[str, str]:
+    """Environment for IEEE float32 in OneFlow 0.9.0 on a GPU; set it before ``import oneflow``.
+
+    ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION=0`` turns TF32 off for OneFlow's cuBLAS matmuls;
+    ``NVIDIA_TF32_OVERRIDE=0`` for its cuDNN convolutions, which that variable does not govern.
+    The NVIDIA variable acts on every library of the process, PyTorch included: a process that
+    sets it cannot show TF32 (run the TF32 measurement in another process).
+    """
+    return {ONEFLOW_TF32_ENV: "0", NVIDIA_TF32_ENV: "0"}
+
+
+@contextmanager
+def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> Iterator[None]:
+    """Deterministic PyTorch algorithms inside the block, for exactness proofs; settings restored after.
+
+    ``torch.use_deterministic_algorithms(True, warn_only=False)`` (an op without a deterministic
+    implementation raises instead of silently varying), ``cudnn.deterministic = True`` (e.g. no
+    atomics-based backward-data convolutions) and ``cudnn.benchmark = False`` (the same algorithm
+    every run). cuBLAS is deterministic only with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (or
+    ``:16:8``); PyTorch raises without it. With ``cublas_workspace`` the block sets it when unset;
+    cuBLAS reads it when PyTorch first sizes its workspace, so on a GPU set it before the first
+    CUDA matmul of the process (e.g. at the top of the notebook) for it to take effect.
+
+    On CUDA, PyTorch raises for the backward pass of ``AdaptiveAvgPool2d`` (every torchvision
+    ResNet's last pooling; ``adaptive_avg_pool2d_backward_cuda`` has no deterministic flag), so an
+    input gradient through a ResNet fails here. ``warn_only=True`` turns such errors into warnings:
+    then prove exactness by comparing repeated runs bit for bit.
+    """
+    import torch
+
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    env_before = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if cublas_workspace and env_before is None:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC_CONFIG
+    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic = before[2]
+        torch.backends.cudnn.benchmark = before[3]
+        if cublas_workspace and env_before is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+# --------------------------------------------------------------------------------- TF32 on a CPU
+_ROUNDINGS = ("nearest", "truncate")
+
+
+def _check_rounding(bits: int, rounding: str) -> int:
+    if rounding not in _ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(_ROUNDINGS)}, got {rounding!r}")
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 23:
+        raise ValueError(f"bits must be an int in 1..23 (float32 stores 23), got {bits!r}")
+    return 23 - bits  # low bits dropped
+
+
+def round_mantissa(x: Any, bits: int = 10, rounding: str = "nearest") -> Any:
+    """Round float32 values to ``bits`` stored mantissa bits, kept in float32 (10: TF32, 7: bf16).
+
+    Works on the float32 bit pattern: ``rounding='nearest'`` is round-to-nearest-even (add
+    ``0x0FFF`` plus the lowest kept bit, then clear the 13 low bits, for TF32); ``'truncate'``
+    clears them (round toward zero, what a tensor core does with a float32 register it was not
+    given rounded). Exponent range is float32's; inf and NaN pass unchanged; a value rounded past
+    the largest finite number becomes inf, as in hardware. Accepts a NumPy array or a torch
+    tensor (any device) of dtype float32 and returns the same kind.
+    """
+    drop = _check_rounding(bits, rounding)
+    keep_mask = 0xFFFFFFFF ^ ((1 << drop) - 1)
+    half_minus_one = (1 << (drop - 1)) - 1
+    # Integer arithmetic on the bit pattern wraps modulo 2^32 (two's complement in int32), so the
+    # sign bit rides along and inf stays inf; only NaN (whose payload could carry into the sign)
+    # is passed through explicitly.
+    if type(x).__module__.split(".")[0] == "torch":
+        import torch
+
+        if x.dtype != torch.float32:
+            raise TypeError(f"round_mantissa needs float32, got {x.dtype}")
+        b = x.detach().view(torch.int32)
+        if rounding == "nearest":
+            r = (b >> drop) & 1  # the lowest kept bit: ties go to even
+            r += b
+            r += half_minus_one
+        else:
+            r = b.clone()
+        r &= keep_mask - (1 << 32)  # the mask as a signed int32
+        return torch.where(torch.isnan(x), x.detach(), r.view(torch.float32))
+    import numpy as np
+
+    arr = np.asarray(x)
+    if arr.dtype != np.float32:
+        raise TypeError(f"round_mantissa needs float32, got {arr.dtype}")
+    b = arr.view(np.uint32)
+    if rounding == "nearest":
+        r = b + np.uint32(half_minus_one) + ((b >> np.uint32(drop)) & np.uint32(1))
+    else:
+        r = b.copy()
+    r &= np.uint32(keep_mask)
+    return np.where(np.isnan(arr), arr, r.view(np.float32)).astype(np.float32, copy=False)
+
+
+def round_to_tf32(x: Any, rounding: str = "nearest") -> Any:
+    """:func:`round_mantissa` with TF32's 10-bit mantissa."""
+    return round_mantissa(x, MANTISSA_BITS["tf32"], rounding)
+
+
+_STRAIGHT_THROUGH: Any = None
+
+
+def _straight_through() -> Any:
+    """An autograd function: rounds in the forward pass, passes gradients through unchanged."""
+    global _STRAIGHT_THROUGH
+    if _STRAIGHT_THROUGH is None:
+        import torch
+
+        class RoundMantissa(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, x: Any, bits: int, rounding: str) -> Any:  # noqa: ARG004
+                return round_mantissa(x, bits, rounding)
+
+            @staticmethod
+            def backward(ctx: Any, grad: Any) -> tuple[Any, None, None]:  # noqa: ARG004
+                return grad, None, None
+
+        _STRAIGHT_THROUGH = RoundMantissa
+    return _STRAIGHT_THROUGH
+
+
+def _round_tensor(t: Any, bits: int, rounding: str) -> Any:
+    """Round a float32 tensor (keeping its autograd path); anything else passes unchanged."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        return t
+    if t.requires_grad and torch.is_grad_enabled():
+        return _straight_through().apply(t, bits, rounding)
+    return round_mantissa(t, bits, rounding)
+
+
+@contextmanager
+def emulate_tf32(
+    module: Any,
+    *,
+    rounding: str = "nearest",
+    conv: bool = True,
+    linear: bool = True,
+    grads: bool = False,
+    bits: int = MANTISSA_BITS["tf32"],
+) -> Iterator[Any]:
+    """Run ``module``'s convolutions and linear layers as TF32 tensor cores would, on any device.
+
+    Inside the block every ``Conv1d/2d/3d``, ``ConvTranspose*`` (``conv``) and ``Linear``
+    (``linear``) sees its float32 input and weight rounded to a 10-bit mantissa
+    (:func:`round_mantissa`) and accumulates in float32, which is what TF32 does. Weights are
+    rounded in place and restored bit for bit on exit; the forward pre-hooks are removed.
+    ``conv=True, linear=False`` is PyTorch's default on an Ampere GPU (cuDNN TF32 on, matmul off).
+
+    ``grads=True`` also rounds each layer's incoming gradient (a full backward pre-hook), so the
+    backward convolutions of an input gradient (saliency) see TF32 inputs too; it needs layers
+    whose outputs are not modified in place. Without it gradients flow through the rounding
+    unchanged and the backward pass is float32. Matmuls written as ``torch.matmul`` / ``@`` in a
+    ``forward`` are not covered. Yields ``module``.
+    """
+    import torch
+
+    _check_rounding(bits, rounding)
+    kinds: tuple[type, ...] = ()
+    if conv:
+        kinds += (torch.nn.modules.conv._ConvNd,)
+    if linear:
+        kinds += (torch.nn.Linear,)
+    layers = [m for m in module.modules() if kinds and isinstance(m, kinds)]
+
+    def round_inputs(_mod: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(_round_tensor(a, bits, rounding) for a in args)
+
+    def round_grads(_mod: Any, grad_output: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(g if g is None else _round_tensor(g, bits, rounding) for g in grad_output)
+
+    saved: dict[int, tuple[Any, Any]] = {}
+    handles = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                w = getattr(layer, "weight", None)
+                if isinstance(w, torch.Tensor) and w.dtype == torch.float32 and id(w) not in saved:
+                    saved[id(w)] = (w, w.detach().clone())
+                    w.copy_(round_mantissa(w.detach(), bits, rounding))
+        for layer in layers:
+            handles.append(layer.register_forward_pre_hook(round_inputs))
+            if grads:
+                handles.append(layer.register_full_backward_pre_hook(round_grads))
+        yield module
+    finally:
+        for h in handles:
+            h.remove()
+        with torch.no_grad():
+            for w, original in saved.values():
+                w.copy_(original)
