@@ -14,6 +14,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.course-installed
+# TensorRT for onnxruntime-gpu's TensorRT execution provider (chapters 7-8), on NVIDIA machines only:
+# ORT 1.23.2's libonnxruntime_providers_tensorrt.so needs libnvinfer.so.10 (TensorRT 10; ORT's build
+# matrix names 10.9 for CUDA 12). The tensorrt-cu12 package on PyPI is a small source package that
+# downloads NVIDIA's libraries from NVIDIA's own package index while it installs. `make setup` tries it
+# when nvidia-smi sees a GPU and carries on without it if that fails (chapters 7-8 then print a skip
+# line); `make setup GPU=1` insists and stops with the reason.
+TENSORRT := tensorrt-cu12==10.9.0.34
+TRT_STAMP := $(VENV)/.course-tensorrt
+GPU_SEEN := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+GPU ?=
 MODE ?=
 RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE
 
@@ -49,7 +59,17 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PY) -c "import torch, torchvision, oneflow, flowvision, onnxruntime, openvino, helpers; print('environment OK')"
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(TRT_STAMP): | $(STAMP)
+	@if $(PIP) install --disable-pip-version-check "$(TENSORRT)" \
+	   && $(PY) -c "import tensorrt; print('TensorRT', tensorrt.__version__, 'for ONNX Runtime\'s TensorRT EP')"; then \
+	  touch $(TRT_STAMP); \
+	else \
+	  echo "TensorRT could not be installed: its libraries come from NVIDIA's package index, which pip must reach"; \
+	  echo "(a PyPI mirror alone is not enough). Chapters 7-8 print a skip line for their TensorRT steps."; \
+	  if [ "$(GPU)" = 1 ]; then exit 1; fi; \
+	fi
+
+setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(TRT_STAMP)))
 
 # Three pytest processes. The unit tests without OneFlow, then the OneFlow tests in a process of their own
 # (a rare native abort inside OneFlow 0.9.0 was seen only when both shared one), each through

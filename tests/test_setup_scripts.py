@@ -202,3 +202,22 @@ def test_missing_system_packages_fail_in_ci_only(tmp_path: Path) -> None:
         ["bash", script], capture_output=True, text=True, env=dict(env, CI="true"), timeout=60
     )
     assert ci.returncode == 1 and "CI needs the system packages course-no-such-package" in ci.stderr
+
+
+def test_setup_adds_tensorrt_on_gpu_machines_only() -> None:
+    """`make setup GPU=1` installs the TensorRT that ORT's TensorRT EP links (libnvinfer.so.10)."""
+    with_gpu = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "setup", "GPU=1", "VENV=/nonexistent-venv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert 'install --disable-pip-version-check "tensorrt-cu12==10.' in with_gpu.stdout
+    assert "import tensorrt" in with_gpu.stdout
+    without = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "setup", "GPU=0", "VENV=/nonexistent-venv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "tensorrt" not in without.stdout
