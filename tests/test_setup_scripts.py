@@ -194,6 +194,7 @@ def test_missing_system_packages_fail_in_ci_only(tmp_path: Path) -> None:
         PATH=f"{fake_bin}:{os.environ['PATH']}",
         COURSE_SYSTEM_PACKAGES="course-no-such-package",
     )
+    env.pop("CI", None)  # a reader's machine (this test itself runs under CI=true in CI)
     reader = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
     assert (
         reader.returncode == 0 and "missing system packages course-no-such-package" in reader.stdout
