@@ -72,3 +72,27 @@ def test_corrupt_ledger_file_is_a_clear_error(results_dir):
     (results_dir / "dict.json").write_text('{"a": 1}')
     with pytest.raises(ValueError, match="list of records"):
         ledger.load("dict")
+
+
+def test_quick_and_full_mode_records_never_share_a_folder(monkeypatch, tmp_path):
+    from helpers.core.environment import MODE_ENV
+
+    monkeypatch.delenv(ledger.RESULTS_ENV, raising=False)
+    monkeypatch.setattr(ledger, "repo_root", lambda: tmp_path)
+    monkeypatch.setenv(MODE_ENV, "quick")
+    quick = ledger.ledger_dir()
+    ledger.record("ch", "x", 1.0, "s")
+    monkeypatch.setenv(MODE_ENV, "full")
+    full = ledger.ledger_dir()
+    assert quick == tmp_path / "results" / "local" / "quick" and full.name == "full"
+    assert ledger.lookup("ch", "x") is None  # the quick-mode number is not seen in full mode
+    monkeypatch.setenv(MODE_ENV, "quick")
+    assert ledger.lookup("ch", "x")["value"] == 1.0
+
+
+def test_record_names_device_precision_and_threads(results_dir):
+    rec = ledger.record("ch", "y", 2.0, "ms", device="cpu", precision="fp32")
+    assert (rec["device"], rec["precision"]) == ("cpu", "fp32")
+    assert "torch_threads" in rec
+    bare = ledger.record("ch", "z", 2.0, "ms")
+    assert bare["device"] is None and bare["precision"] is None

@@ -1,10 +1,11 @@
 """The results ledger: JSON records of measurements, one file per chapter.
 
 Chapters call :func:`record`; the capstone and the book's reference tables call
-:func:`load`.  Records carry the machine, library versions and mode, so a number
-is never separated from where it was measured.  The folder is
-``$COURSE_RESULTS_DIR`` or ``results/local`` at the repository root; committed
-reference runs live in ``results/reference/<machine>/``.
+:func:`load`.  Records carry the machine, library versions, mode, the threads PyTorch
+used and (passed by the chapter) the device and precision, so a number is never
+separated from where and how it was measured.  The folder is ``$COURSE_RESULTS_DIR``
+or ``results/local/<mode>`` at the repository root, so quick-mode and full-mode
+numbers never mix; committed reference runs live in ``results/reference/<machine>-<mode>/``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import math
 import numbers
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,8 +43,13 @@ def repo_root() -> Path:
 
 
 def ledger_dir() -> Path:
-    """Folder of the ledger files (created when missing)."""
-    path = Path(os.environ.get(RESULTS_ENV) or repo_root() / "results" / "local")
+    """Folder of the ledger files (created when missing): one per mode unless ``$COURSE_RESULTS_DIR``."""
+    if os.environ.get(RESULTS_ENV):
+        path = Path(os.environ[RESULTS_ENV])
+    else:
+        from helpers.core.environment import get_mode
+
+        path = repo_root() / "results" / "local" / get_mode()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -91,12 +98,17 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")
     env = environment_report()
+    torch = sys.modules.get("torch")
     rec = {
         "chapter": chapter,
         "name": name,
         "value": float(value),
         "unit": unit,
         "mode": env["mode"],
+        # what the chapter passes wins; None says the chapter did not name it
+        "device": None,
+        "precision": None,
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
         "machine": {k: env[k] for k in ("cpu", "cores", "gpu", "driver", "cuda")},
         "versions": {k: v for k, v in env["libraries"].items() if v},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
