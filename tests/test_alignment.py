@@ -300,3 +300,94 @@ def test_perturb_weights(torch_mod):
     assert np.array_equal(wa["1.num_batches_tracked"], wb["1.num_batches_tracked"])
     with pytest.raises(ValueError, match="scale must be positive"):
         alignment.perturb_weights(b, 0.0)
+
+
+def _report(*errors: float) -> alignment.AlignmentReport:
+    """A report without models: candidate ``c<i>`` is the reference plus ``errors[i]``."""
+    from helpers.core.comparison import compare
+
+    ref = np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    rep = alignment.AlignmentReport("ref", len(ref))
+    for i, err in enumerate(errors):
+        out = ref + err
+        rep.rows.append(
+            alignment.AlignmentRow(
+                f"c{i}", compare(out, ref, topk=(1,)), np.abs(out - ref).ravel(), 3.0
+            )
+        )
+    return rep
+
+
+def test_assert_close_names_must_name_candidates():
+    rep = _report(1e-6, 5.0)  # c0 close, c1 far off
+    rep.assert_close(atol=1e-5, names=["c0"])  # only c0 is checked
+    rep.assert_close(atol=1e-5, names="c0")  # one name as a plain string
+    with pytest.raises(AssertionError, match="c1: max abs error 5"):
+        rep.assert_close(atol=1e-5, names=["c0", "c1"])
+    # a typo must not check nothing and pass: it names the unknown and the known candidates
+    with pytest.raises(
+        ValueError, match=r"names \['c_1'\] are not candidates.*candidates are \['c0', 'c1'\]"
+    ):
+        rep.assert_close(atol=1e-5, names=["c0", "c_1"])
+    with pytest.raises(ValueError, match=r"not candidates"):
+        rep.assert_close(atol=1e-5, names="c")  # not a substring match either
+    with pytest.raises(ValueError, match="names is empty"):
+        rep.assert_close(atol=1e-5, names=[])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [  # atol=10 passes the far-off candidate, so only the bound under test could fail it
+        (dict(atol=float("nan")), "atol must be a finite number"),
+        (dict(atol=float("inf")), "atol must be a finite number"),
+        (dict(atol=1e-5, rtol=float("nan")), "rtol must be a finite number"),
+        (dict(atol=10, min_cosine=float("nan")), "min_cosine must be a finite number"),
+        (dict(atol=10, min_cosine=-float("inf")), "min_cosine must be a finite number"),
+        (dict(atol=10, min_cosine=1.5), r"min_cosine must lie in \[-1, 1\]"),
+        (dict(atol=10, min_topk={1: float("nan")}), r"min_topk\[1\] must be a finite number"),
+        (dict(atol=10, min_topk={1: 2.0}), r"min_topk\[1\] must be a fraction"),
+        (dict(atol=10, min_topk={0: 1.0}), "min_topk keys must be positive ints"),
+        (dict(atol="1e-5"), "atol must be a finite number"),
+    ],
+)
+def test_assert_close_rejects_bounds_that_could_never_fail(kwargs, message):
+    rep = _report(5.0)  # far off: cosine 0.96, top-1 agreement 100%
+    with pytest.raises(AssertionError, match="cosine 0.96"):
+        rep.assert_close(atol=10, min_cosine=0.99)  # a finite bound does fail it
+    with pytest.raises(ValueError, match=message):
+        rep.assert_close(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(smoothed_bound=float("nan")), "smoothed_bound must be a finite number"),
+        (dict(smoothed_bound=float("inf")), "smoothed_bound must be a finite number"),
+        (dict(smoothed_bound=1.0, first_step=float("nan")), "first_step must be a finite number"),
+        (
+            dict(smoothed_bound=1.0, max_accuracy_gap=float("nan")),
+            "max_accuracy_gap must be a finite number",
+        ),
+        (dict(smoothed_bound=1.0, max_accuracy_gap=1.5), "max_accuracy_gap must be a fraction"),
+        (dict(smoothed_bound=-1.0), "bounds must be positive, got smoothed_bound=-1.0"),
+    ],
+)
+def test_assert_within_rejects_bounds_that_could_never_fail(kwargs, message):
+    curve = alignment.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
+    other = alignment.TrainingCurve("b", np.array([2.5, 2.2, 2.4, 2.5]), 0.2, None, 1.0)
+    run = alignment.TrainingAlignment(curve, other, np.zeros((4, 1), int))
+    with pytest.raises(ValueError, match=message):
+        run.assert_within(window=2, **kwargs)
+
+
+def test_training_settings_reject_non_finite_values(torch_mod):
+    model = tiny_net("torch")
+    for kwargs, label in [
+        (dict(lr=float("inf")), "lr"),
+        (dict(lr=0.1, momentum=float("nan")), "momentum"),
+        (dict(lr=0.1, weight_decay=float("nan")), "weight_decay"),
+    ]:
+        with pytest.raises(ValueError, match=f"{label} must be a finite number"):
+            alignment.make_train_step(model, **kwargs)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        alignment.perturb_weights(model, float("inf"))

@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import types
 from pathlib import Path
@@ -360,6 +362,67 @@ def test_perf_analyzer_runs_or_says_what_is_missing(server):
     )
 
 
+def test_tritons_own_server_accepts_the_production_configs(tiny, tmp_path):
+    """The NGC and OneFlow-Serving layouts checked by Triton itself, not only by the helper's rules.
+
+    The bundled tritonserver (2.51, the server of the NGC 24.10 image) parses, auto-completes and
+    validates a model's config.pbtxt before it looks for the model's backend, which it does not
+    ship. So "unable to find backend library" is the verdict of a config Triton accepts, while a
+    config Triton refuses fails earlier ("Poll failed for model directory"). Two controls with a
+    hand-edited config show that the server tells them apart, and that the helper refuses them too.
+    """
+    graph = tmp_path / "graph" / "model"
+    graph.mkdir(parents=True)
+    (graph / "model.mlir").write_text("module {}")  # the layout only; the server never reads it
+    repo = tmp_path / "prod"
+    io = dict(
+        inputs=[sr.TensorSpec("image", (3, SIZE, SIZE))],
+        outputs=[sr.TensorSpec("embedding", (DIM,))],
+    )
+    sr.onnxruntime_backend_model(repo, "ort", tiny.onnx, max_batch_size=4, **io)
+    sr.onnxruntime_backend_model(
+        repo, "ort_trt", tiny.onnx, tensorrt="FP16", max_batch_size=4, **io
+    )
+    dims = dict(input_dims=(3, SIZE, SIZE), output_dims=(DIM,))
+    sr.oneflow_serving_model(repo, "flow", graph, **dims)
+    sr.oneflow_serving_model(repo, "flow_trt", graph, xrt="tensorrt", **dims)
+    sr.oneflow_serving_model(repo, "flow_ov", graph, xrt="openvino", kind="KIND_CPU", **dims)
+    production = {m: c.backend or "onnxruntime" for m, c in sr.validate_repository(repo).items()}
+    controls = {  # hand edits: one the schema refuses, one Triton's own validation refuses
+        "ctl_unknown_field": ("max_batch_size:", "max_batch_sise:"),
+        "ctl_preferred_batch": (
+            "dynamic_batching {",
+            "dynamic_batching {\n  preferred_batch_size: 64",
+        ),
+    }
+    for name, (old, new) in controls.items():
+        shutil.copytree(repo / "ort", repo / name)
+        cfg = repo / name / "config.pbtxt"
+        text = cfg.read_text().replace('name: "ort"', f'name: "{name}"')
+        assert old in text
+        cfg.write_text(text.replace(old, new, 1))
+        with pytest.raises(sr.ConfigError):
+            sr.validate_model_dir(repo / name)
+    with triton_server.TritonServer(repo, models=[], startup_timeout=120) as srv:
+        verdicts = {}
+        for name in [*production, *controls]:
+            resp = triton_client.http_request(
+                srv.http_url, "POST", f"/v2/repository/models/{name}/load", body=b"{}", timeout=60
+            )
+            assert resp.status != 200, f"{name} loaded without its backend?"
+            verdicts[name] = resp.error_message()
+        log = srv.log()
+    for name, backend in production.items():
+        assert f"unable to find backend library for backend '{backend}'" in verdicts[name], (
+            f"Triton refused the {name} config: {verdicts[name]}"
+        )
+        assert f"Poll failed for model directory '{name}'" not in log
+    for name in controls:
+        assert "unable to find backend library" not in verdicts[name], verdicts[name]
+        assert f"Poll failed for model directory '{name}'" in log
+    assert "preferred size must be <= max batch size" in log
+
+
 # ------------------------------------------------------------------------------------- lifecycle
 
 
@@ -412,8 +475,9 @@ CHILD = textwrap.dedent("""
     state["srv"] = triton_server.TritonServer(sys.argv[1], models=["tiny"]).start()
     print(json.dumps(state["srv"].processes()), flush=True)
     print("workdir", state["srv"]._workdir, flush=True)
+    print("watchdog", state["srv"]._watchdog.pid, flush=True)
     if sys.argv[2] == "sigkill":
-        os.kill(os.getpid(), signal.SIGKILL)   # no atexit, no finally: only the parent-death signal is left
+        os.kill(os.getpid(), signal.SIGKILL)   # no atexit, no finally: only the watchdog is left
     raise RuntimeError("the notebook cell failed")  # uncaught: the atexit hook stops the server
 """)
 
@@ -438,22 +502,93 @@ def test_no_server_survives_its_python_process(tiny, tmp_path, monkeypatch, how)
     assert lines, f"child did not start the server: {proc.stdout[-500:]} {proc.stderr[-1500:]}"
     pids = json.loads(lines[-1])
     assert len(pids) >= 2
+    watchdog = int(
+        next(x for x in proc.stdout.splitlines() if x.startswith("watchdog ")).split()[1]
+    )
     workdir = Path(
         next(line for line in proc.stdout.splitlines() if line.startswith("workdir ")).split(
             " ", 1
         )[1]
     )
     if how == "exception":
-        # the helpers' atexit hook (not the parent-death signal) stopped it and cleaned up
+        # the helpers' atexit hook (not the watchdog) stopped it and cleaned up
         assert "alive after the exit hook: False" in proc.stdout
         assert not workdir.exists()
     assert _wait_gone(pids) == [], f"processes survived the death of their parent ({how})"
+    assert _wait_gone([watchdog]) == [], f"the watchdog survived ({how})"
     if how == "sigkill":
         # Nothing ran in the killed process: the next server start removes its work folder.
         assert workdir.exists() and workdir.is_relative_to(private_tmp)
         monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
         scratch.sweep_stale()
         assert not workdir.exists()
+
+
+def test_server_started_by_a_thread_outlives_the_thread(tiny, monkeypatch):
+    """Started without preexec_fn (Python between fork and exec can deadlock in a threaded kernel)
+    and not tied to the starting thread: Linux's parent-death signal (prctl PR_SET_PDEATHSIG) fires
+    when the thread that started the server exits, so a server started by a worker thread would die
+    with it. The watchdog instead follows the whole process."""
+    calls: list[tuple[tuple, dict]] = []
+    real_popen = subprocess.Popen
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(triton_server.subprocess, "Popen", spy)
+    box: dict[str, triton_server.TritonServer] = {}
+
+    def start() -> None:
+        box["srv"] = triton_server.TritonServer(tiny.repo, models=[]).start()
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(180)
+    assert not thread.is_alive() and "srv" in box, "the server did not start"
+    srv = box["srv"]
+    try:
+        launches = [kw for args, kw in calls if Path(args[0][0]).name == "tritonserver"]
+        assert launches and all(
+            kw.get("preexec_fn") is None and kw.get("start_new_session") for kw in launches
+        )
+        time.sleep(1.0)  # a parent-death signal would have killed it by now
+        assert srv.is_alive(), "the server died with the thread that started it"
+        ready = triton_client.http_request(srv.http_url, "GET", "/v2/health/ready", timeout=5)
+        assert ready.status == 200
+        watchdog = srv._watchdog.pid
+        assert triton_server.alive([watchdog]) == [watchdog]
+    finally:
+        srv.stop()
+    assert triton_server.alive([watchdog]) == [] and srv._watchdog is None
+
+
+WATCHDOG_CHILD = textwrap.dedent("""
+    import json, os, signal, subprocess, sys
+    from helpers.serving import triton_server
+    watchdog = triton_server._start_watchdog(grace_s=0.5)
+    code = (  # ignores SIGTERM: only the watchdog's SIGKILL stops it
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(300)"
+    )
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    stubborn.stdout.readline()
+    triton_server._guard(watchdog, stubborn.pid)
+    print(json.dumps([stubborn.pid, watchdog.pid]), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_watchdog_stops_a_group_that_ignores_sigterm_when_its_parent_is_killed(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(WATCHDOG_CHILD)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr[-1500:]
+    stubborn, watchdog = json.loads(proc.stdout.splitlines()[-1])
+    assert _wait_gone([stubborn, watchdog], timeout=20) == []
 
 
 # ------------------------------------------------------------------------------------- model.py pieces

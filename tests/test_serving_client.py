@@ -52,6 +52,57 @@ def test_only_loopback_addresses(url):
         sc.http_request(url, "GET", "/v2/health/ready")
 
 
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("[::1]:8000", "IPv6 addresses are not supported"),
+        ("::1:8000", "IPv6 addresses are not supported"),
+        ("[::ffff:127.0.0.1]:8000", "IPv6 addresses are not supported"),
+        ("http://127.0.0.1:8000", "without a scheme"),
+        ("127.0.0.1:0", r"port 0 is not in 1\.\.65535"),
+        ("127.0.0.1:99999", r"port 99999 is not in 1\.\.65535"),
+        ("127.0.0.1:٣", "127.0.0.1:PORT"),  # an Arabic-Indic digit: isdigit() but not a port
+    ],
+)
+def test_addresses_http_request_cannot_reach_are_refused_clearly(url, message):
+    """check_loopback and http_request agree: what one refuses the other never tries to reach."""
+    with pytest.raises(ValueError, match=message):
+        sc.check_loopback(url)
+    with pytest.raises(ValueError, match=message):  # a clear ValueError, not socket.gaierror
+        sc.http_request(url, "GET", "/v2/health/ready", timeout=2)
+
+
+def test_every_accepted_address_reaches_a_loopback_server():
+    """What check_loopback accepts, http_request can reach: a server listening on 127.0.0.1."""
+    import http.server
+    import threading
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Ok)
+    port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for host in ("127.0.0.1", "localhost"):
+            url = f"{host}:{port}"
+            assert sc.check_loopback(url) == (host, port)
+            resp = sc.http_request(url, "GET", "/", timeout=5)
+            assert resp.status == 200 and resp.body == b"ok", url
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
 def test_loopback_addresses_accepted_and_refused_connection_is_an_oserror():
     assert sc.check_loopback("127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert sc.check_loopback("localhost:8001") == ("localhost", 8001)

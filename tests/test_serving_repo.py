@@ -76,6 +76,12 @@ def test_make_config_round_trips_through_text():
             "exceed max_batch_size",
         ),
         (
+            dict(
+                backend="python", max_batch_size=4, dynamic_batching={"preferred_batch_sizes": [0]}
+            ),
+            "must be positive",  # Triton: "dynamic batching preferred size must be positive"
+        ),
+        (
             dict(backend="python", max_batch_size=4, dynamic_batching={"delay": 1}),
             "unknown dynamic_batching",
         ),
@@ -241,3 +247,71 @@ def test_docker_command_and_tree(tmp_path, onnx_file):
     assert (
         listing.splitlines()[0] == "prod/" and "config.pbtxt" in listing and "model.onnx" in listing
     )
+
+
+def _production_repo(repo: Path, onnx_file: Path, saved_graph: Path) -> dict[str, str]:
+    """The four production layouts chapter 9 writes; returns {model: the backend that serves it}."""
+    sr.onnxruntime_backend_model(repo, "ort", onnx_file, inputs=IMG, outputs=EMB)
+    sr.onnxruntime_backend_model(
+        repo, "ort_trt", onnx_file, inputs=IMG, outputs=EMB, tensorrt="FP16"
+    )
+    io = dict(input_dims=(3, 8, 8), output_dims=(4,))
+    sr.oneflow_serving_model(repo, "flow", saved_graph, xrt="tensorrt", **io)
+    sr.oneflow_serving_model(repo, "flow_ov", saved_graph, xrt="openvino", kind="KIND_CPU", **io)
+    return {"ort": "onnxruntime", "ort_trt": "onnxruntime", "flow": "oneflow", "flow_ov": "oneflow"}
+
+
+SCHEMA_EDITS = [  # (what, pattern, replacement, phrase of the protobuf parser's error)
+    ("unknown field", r"max_batch_size:", "max_batch_sise:", 'no field named "max_batch_sise"'),
+    ("text for an int", r"max_batch_size: (\d+)", r'max_batch_size: "\1"', "parse integer"),
+    ("float for an int", r"dims: 3\n", "dims: 3.5\n", "parse integer"),
+    ("number for a string", r'name: "(\w+)"', "name: 7", "Expected string"),
+    ("unknown enum value", r"TYPE_FP32", "TYPE_FLOAT32", "TYPE_FLOAT32"),
+    ("unknown nested field", r"count: 1", "instances: 1", 'no field named "instances"'),
+]
+
+
+@pytest.mark.parametrize(
+    "what, pattern, replacement, phrase", SCHEMA_EDITS, ids=[e[0] for e in SCHEMA_EDITS]
+)
+@pytest.mark.parametrize("model", ["ort", "ort_trt", "flow", "flow_ov"])
+def test_production_configs_are_checked_with_tritons_schema(
+    tmp_path, onnx_file, saved_graph, model, what, pattern, replacement, phrase
+):
+    """NGC and OneFlow-Serving configs go through Triton's ModelConfig schema, like the Python
+    backend's: a hand edit the server's own parser would refuse fails here, naming line and
+    column."""
+    import re
+
+    repo = tmp_path / "prod"
+    _production_repo(repo, onnx_file, saved_graph)
+    assert set(sr.validate_repository(repo)) == {"ort", "ort_trt", "flow", "flow_ov"}
+    path = repo / model / "config.pbtxt"
+    edited, n = re.subn(pattern, replacement, path.read_text(), count=1)
+    assert n == 1, f"{what}: pattern not in {model}'s config"
+    path.write_text(edited)
+    with pytest.raises(sr.ConfigError, match="not a valid Triton model config") as info:
+        sr.validate_repository(repo)
+    assert f"{model}/config.pbtxt" in str(info.value) and phrase in str(info.value)
+    assert re.search(r": \d+:\d+ : ", str(info.value)), "the error names line and column"
+
+
+def test_backend_rules_catch_hand_edits_of_production_configs(tmp_path, onnx_file, saved_graph):
+    """The backend rules (cited in check_config) on hand-edited files, not only on what
+    make_config builds."""
+    repo = tmp_path / "prod"
+    _production_repo(repo, onnx_file, saved_graph)
+    for model, old, new, message in [
+        ("ort_trt", '"FP16"', '"FP8"', "precision_mode is one of FP32, FP16, INT8, got 'FP8'"),
+        ("ort_trt", 'name: "tensorrt"', 'name: "tensorrtx"', "knows accelerators"),
+        ("flow", '"INPUT_0"', '"image"', "INPUT_0"),
+        ("flow", 'string_value: "tensorrt"', 'string_value: "tvm"', "xrt parameter"),
+    ]:
+        path = repo / model / "config.pbtxt"
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+        with pytest.raises(sr.ConfigError, match=message):
+            sr.validate_model_dir(repo / model)
+        path.write_text(text)
+    sr.validate_repository(repo)

@@ -26,6 +26,8 @@ order.
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +61,27 @@ __all__ = [
 ]
 
 # ----------------------------------------------------------------------------- inference alignment
+
+
+def _check_number(label: str, value: Any) -> float:
+    """``value`` as a float, or ``ValueError`` when it is not a finite real number.
+
+    Every bound here is used as ``error > bound`` or ``score < bound``: NaN compares False with
+    everything and an infinite bound is never crossed, so a check against either could never fail.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(
+            f"{label} must be a finite number, got {value!r} (a NaN or infinite bound would make "
+            "the check pass whatever the values)"
+        )
+    return float(value)
+
+
+def _check_fraction(label: str, value: Any) -> float:
+    value = _check_number(label, value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{label} must be a fraction in [0, 1], got {value!r}")
+    return value
 
 
 def _as_inputs(inputs: Any) -> np.ndarray:
@@ -152,6 +175,22 @@ class AlignmentReport:
         ax.legend(fontsize=8)
         return ax
 
+    def _checked_rows(self, names: Sequence[str] | str | None) -> list[AlignmentRow]:
+        """The rows ``names`` selects (all rows for ``None``); ``ValueError`` for unknown names."""
+        if names is None:
+            return list(self.rows)
+        wanted = [names] if isinstance(names, str) else list(names)
+        known = [r.name for r in self.rows]
+        if not wanted:
+            raise ValueError(f"names is empty: nothing would be checked; candidates: {known}")
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            raise ValueError(
+                f"names {unknown} are not candidates of this report (a typo?); "
+                f"its candidates are {known}"
+            )
+        return [r for r in self.rows if r.name in wanted]
+
     def assert_close(
         self,
         *,
@@ -159,16 +198,26 @@ class AlignmentReport:
         rtol: float = 0.0,
         min_cosine: float | None = None,
         min_topk: Mapping[int, float] | None = None,
-        names: Sequence[str] | None = None,
+        names: Sequence[str] | str | None = None,
     ) -> None:
         """Assert every candidate (or those in ``names``) is within ``atol + rtol * max|reference|`` everywhere
-        (``rtol`` scales with the largest reference output), and within the cosine and top-k bounds."""
-        if atol < 0 or rtol < 0:
-            raise ValueError("tolerances must be non-negative")
+        (``rtol`` scales with the largest reference output), and within the cosine and top-k bounds.
+
+        Bounds must be finite numbers (``ValueError`` otherwise); ``names`` (a list of candidate
+        names, or one name) must name candidates of this report: a misspelt name raises
+        ``ValueError`` rather than silently checking nothing.
+        """
+        if _check_number("atol", atol) < 0 or _check_number("rtol", rtol) < 0:
+            raise ValueError(f"tolerances must be non-negative, got atol={atol!r}, rtol={rtol!r}")
+        if min_cosine is not None and not -1.0 <= _check_number("min_cosine", min_cosine) <= 1.0:
+            raise ValueError(f"min_cosine must lie in [-1, 1], got {min_cosine!r}")
+        for k, need in (min_topk or {}).items():
+            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+                raise ValueError(f"min_topk keys must be positive ints (the k of top-k), got {k!r}")
+            _check_fraction(f"min_topk[{k}]", need)
+        checked = self._checked_rows(names)
         problems = []
-        for r in self.rows:
-            if names is not None and r.name not in names:
-                continue
+        for r in checked:
             c = r.comparison
             if c.max_abs > atol + rtol * r.reference_scale:
                 problems.append(
@@ -248,6 +297,8 @@ def make_train_step(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+    for label, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+        _check_number(label, value)
     if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0:
         raise ValueError(
             f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0; got {lr}, {momentum}, {weight_decay}"
@@ -421,9 +472,16 @@ class TrainingAlignment:
     ) -> None:
         """Assert the runs agree: the ``window``-step moving averages of the two loss curves within
         ``smoothed_bound`` everywhere; optionally the first step's losses within ``first_step`` and the
-        final held-out accuracies within ``max_accuracy_gap``."""
-        if smoothed_bound <= 0 or (first_step is not None and first_step <= 0):
-            raise ValueError("bounds must be positive")
+        final held-out accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite
+        numbers (``ValueError`` otherwise: a NaN bound would never be exceeded)."""
+        bounds = {"smoothed_bound": smoothed_bound}
+        if first_step is not None:
+            bounds["first_step"] = first_step
+        for label, value in bounds.items():
+            if _check_number(label, value) <= 0:
+                raise ValueError(f"bounds must be positive, got {label}={value!r}")
+        if max_accuracy_gap is not None:
+            _check_fraction("max_accuracy_gap", max_accuracy_gap)
         problems = []
         if first_step is not None and abs(self.differences[0]) > first_step:
             problems.append(
@@ -473,7 +531,7 @@ def _weights(model: Any) -> dict[str, np.ndarray]:
 
 def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
     """Multiply every floating-point weight by ``1 + scale * N(0, 1)`` (a float32-sized nudge for ``scale`` ~ 1e-6)."""
-    if not scale > 0:
+    if not _check_number("scale", scale) > 0:
         raise ValueError(f"scale must be positive, got {scale}")
     rng = np.random.default_rng(seed)
     state = state_dict_numpy(model)

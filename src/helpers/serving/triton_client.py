@@ -84,12 +84,26 @@ class HttpResponse:
 
 
 def check_loopback(url: str) -> tuple[str, int]:
-    """``(host, port)`` of a ``127.0.0.1:PORT`` address; ``ValueError`` for any other host."""
+    """``(host, port)`` of a ``127.0.0.1:PORT`` or ``localhost:PORT`` address, else ``ValueError``.
+
+    IPv6 loopback (``[::1]:PORT``) is refused too: the servers these helpers start listen on
+    127.0.0.1 only, so such an address could never reach them. Every address accepted here is one
+    :func:`http_request` can connect to.
+    """
+    if "://" in url:
+        raise ValueError(f"{url!r}: give HOST:PORT without a scheme, e.g. 127.0.0.1:8000")
     host, _, port = url.rpartition(":")
-    if host not in (LOOPBACK, "localhost", "::1", "[::1]") or not port.isdigit():
+    if host.startswith("[") or ":" in host:
+        raise ValueError(
+            f"{url!r}: IPv6 addresses are not supported; the course's servers listen on IPv4 "
+            "loopback only: use 127.0.0.1:PORT"
+        )
+    if host not in (LOOPBACK, "localhost") or not (port.isascii() and port.isdigit()):
         raise ValueError(
             f"{url!r}: these helpers only talk to a server on this machine (127.0.0.1:PORT)"
         )
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"{url!r}: port {int(port)} is not in 1..65535 (use 127.0.0.1:PORT)")
     return host, int(port)
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "ONEFLOW_SERVING_IMAGE",
     "PYTHON_RUNTIMES",
     "RUNTIME_MODEL_FILE",
+    "TENSORRT_PRECISIONS",
     "ConfigError",
     "TensorSpec",
     "check_config",
@@ -74,6 +75,7 @@ DTYPES = (
 )
 KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
 PYTHON_RUNTIMES = ("onnxruntime", "openvino", "oneflow")
+TENSORRT_PRECISIONS = ("FP32", "FP16", "INT8")  # the onnxruntime backend's precision_mode values
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51, the server version nvidia-pytriton 0.7.0 ships
 ONEFLOW_SERVING_IMAGE = "oneflowinc/oneflow-serving"
 
@@ -226,6 +228,8 @@ def check_config(cfg: Any, source: str = "config") -> None:
     if cfg.HasField("dynamic_batching"):
         if cfg.max_batch_size < 1:
             raise ConfigError(f"{where}: dynamic batching needs max_batch_size >= 1")
+        if any(b < 1 for b in cfg.dynamic_batching.preferred_batch_size):
+            raise ConfigError(f"{where}: preferred batch sizes must be positive")
         too_big = [b for b in cfg.dynamic_batching.preferred_batch_size if b > cfg.max_batch_size]
         if too_big:
             raise ConfigError(
@@ -237,6 +241,16 @@ def check_config(cfg: Any, source: str = "config") -> None:
         if group.kind == pb.ModelInstanceGroup.KIND_CPU and group.gpus:
             raise ConfigError(f"{where}: a KIND_CPU instance group cannot list gpus")
     accel = cfg.optimization.execution_accelerators
+    # The backend rules below are not in Triton's schema (names and parameters are free-form strings
+    # there); they come from the backends' own documentation:
+    # - OneFlow-Serving: github.com/Oneflow-Inc/serving, doc/model_config.md (backend "oneflow",
+    #   INPUT_<i>/OUTPUT_<i>, a "model" folder in the version folder, parameter xrt) and
+    #   doc/command_line_tool.md (--enable-tensorrt / --enable-openvino: the two xrt values);
+    # - onnxruntime: github.com/triton-inference-server/onnxruntime_backend, README.md (GPU
+    #   accelerators "tensorrt" and "cuda", CPU accelerator "openvino"; TensorRT's precision_mode
+    #   "FP32", "FP16" or "INT8"); the backend refuses others ("unknown Execution Accelerator").
+    # Triton's own server checks the rest (see tests/test_serving.py, which loads the production
+    # layouts into the bundled tritonserver).
     if cfg.backend == "oneflow":
         for i, t in enumerate(cfg.input):
             if t.name != f"INPUT_{i}":
@@ -268,6 +282,13 @@ def check_config(cfg: Any, source: str = "config") -> None:
             raise ConfigError(
                 f"{where}: the onnxruntime backend knows accelerators tensorrt/cuda (GPU) and openvino (CPU), not {bad}"
             )
+        for a in accel.gpu_execution_accelerator:
+            mode = a.parameters.get("precision_mode", "FP32")
+            if a.name == "tensorrt" and mode not in TENSORRT_PRECISIONS:
+                raise ConfigError(
+                    f"{where}: TensorRT precision_mode is one of {', '.join(TENSORRT_PRECISIONS)}, "
+                    f"got {mode!r}"
+                )
 
 
 def _expected_files(cfg: Any) -> list[str]:
@@ -283,7 +304,13 @@ def _expected_files(cfg: Any) -> list[str]:
 
 
 def validate_model_dir(model_dir: str | Path) -> Any:
-    """Parse and check one model folder: its ``config.pbtxt``, name, versions and model files."""
+    """Parse and check one model folder: its ``config.pbtxt``, name, versions and model files.
+
+    The same for every layout (Python backend, NGC ``onnxruntime``, OneFlow-Serving): the file is
+    parsed with Triton's ``ModelConfig`` schema (:func:`parse_config`: an unknown field, a value of
+    the wrong type or an unknown enum value is a :class:`ConfigError` naming line and column), then
+    checked by :func:`check_config`.
+    """
     model_dir = Path(model_dir)
     path = model_dir / "config.pbtxt"
     if not path.is_file():
@@ -436,7 +463,7 @@ def onnxruntime_backend_model(
     """The NGC image's ``onnxruntime`` backend; ``tensorrt='FP16'`` (or 'FP32', 'INT8') adds TensorRT."""
     accelerators = []
     if tensorrt is not None:
-        if tensorrt not in ("FP32", "FP16", "INT8"):
+        if tensorrt not in TENSORRT_PRECISIONS:
             raise ConfigError(f"tensorrt precision must be FP32, FP16 or INT8, got {tensorrt!r}")
         if kind != "KIND_GPU":
             raise ConfigError("the TensorRT accelerator runs on GPU instances: use kind='KIND_GPU'")

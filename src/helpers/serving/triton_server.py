@@ -11,8 +11,17 @@ stops the whole process group on exit::
         print(ready.status_line)  # HTTP/1.1 200 OK
 
 Four safety nets stop the server: the context manager (also on exceptions), an ``atexit`` hook, a
-finalizer when the object is garbage collected, and a parent-death signal that kills the server if
-the Python process itself dies (e.g. a killed Jupyter kernel).
+finalizer when the object is garbage collected, and a small watchdog process that kills the server's
+process group if the Python process itself dies (e.g. a killed Jupyter kernel).
+
+The server is started without ``preexec_fn``: a Jupyter kernel running PyTorch or OneFlow always has
+threads, and Python code between ``fork`` and ``exec`` in a threaded process can deadlock (the
+``subprocess`` documentation warns against it). ``start_new_session=True`` (a ``setsid()`` done by
+``subprocess``'s C code) puts the server and its Python-backend stubs in a process group of their
+own. The watchdog replaces Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``), which needed
+that ``preexec_fn`` and fires when the *thread* that started the server exits, not the process: it
+blocks reading a pipe whose only writer is this process; when this process ends, however it ends
+(even by SIGKILL), the kernel closes the pipe, the read returns, and the watchdog stops the group.
 
 Why a module although only chapter 9 uses it: this is server lifecycle, plumbing. Finding the
 bundled binary and its libraries, free ports, readiness with a timeout, the log, and a process
@@ -27,7 +36,6 @@ leave a process behind.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import http.client
 import os
 import re
@@ -178,9 +186,88 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
         return None
 
 
-def _cleanup(proc: subprocess.Popen, workdir: Path, grace_s: float) -> None:
-    """What the finalizer of a forgotten server does: stop its process group, delete its work folder."""
+# The watchdog: reads the server's process-group id (one line), then blocks until the pipe from
+# this process closes (nothing else is ever written), which happens when this process exits or is
+# killed. Then it stops the server's process group: SIGTERM, up to ``grace`` seconds, SIGKILL.
+# It runs with ``-I -S`` (no site, no environment) and ignores SIGINT, so an interrupt of the
+# kernel's process group does not stop it; stop() kills it after stopping the server. The pipe's
+# write end is not inheritable (PEP 446) and subprocesses close it anyway; only a child made by a
+# bare fork() (no exec) would hold it open, delaying the watchdog until that child ends too.
+_WATCHDOG = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+line = sys.stdin.buffer.readline()
+if not line.strip():
+    sys.exit(0)
+pgid, grace = int(line), float(sys.argv[1])
+while sys.stdin.buffer.read(4096):
+    pass
+
+def alive():
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+try:
+    os.killpg(pgid, signal.SIGTERM)
+except ProcessLookupError:
+    sys.exit(0)
+deadline = time.monotonic() + grace
+while alive() and time.monotonic() < deadline:
+    time.sleep(0.05)
+try:
+    os.killpg(pgid, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+"""
+
+
+def _start_watchdog(grace_s: float) -> subprocess.Popen:
+    """A watchdog process waiting for the process group to guard (see :func:`_guard`)."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(grace_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        start_new_session=True,  # not in the kernel's process group: a Ctrl-C there leaves it be
+    )
+
+
+def _guard(watchdog: subprocess.Popen, pgid: int) -> None:
+    """Tell ``watchdog`` which process group to stop when this process ends."""
+    watchdog.stdin.write(f"{pgid}\n".encode())
+    watchdog.stdin.flush()
+
+
+def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """Stop a watchdog whose server is already stopped (it must not signal a reused group id)."""
+    if watchdog is None:
+        return
+    if watchdog.poll() is None:
+        watchdog.kill()
+    try:
+        watchdog.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        pass
+    if watchdog.stdin is not None:
+        try:
+            watchdog.stdin.close()
+        except OSError:
+            pass
+
+
+def _cleanup(
+    proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path, grace_s: float
+) -> None:
+    """What the finalizer of a forgotten server does: stop its process group and its watchdog,
+    delete its work folder."""
     _kill_group(proc, grace_s)
+    _stop_watchdog(watchdog)
     scratch.remove_scratch(workdir)
 
 
@@ -189,14 +276,6 @@ def stop_all_servers() -> None:
     """Stop every server this process started and has not stopped (runs at interpreter exit)."""
     for server in list(_LIVE.values()):
         server.stop()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to SIGKILL the server when the process that started it dies (prctl PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -260,6 +339,7 @@ class TritonServer:
         self.log_verbose = int(log_verbose)
         self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._workdir: Path | None = None
         self._log_path: Path | None = None
@@ -353,19 +433,32 @@ class TritonServer:
             self.grpc_port = free_port()
         self._log_path = self._workdir / "server.log"
         self._start_time = time.perf_counter()
-        with open(self._log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self._command(install, backend_dir),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=install.environment(),
-                cwd=self._workdir,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        # the watchdog first, so that it guards the server from the moment the server exists
+        self._watchdog = _start_watchdog(grace_s=5.0)
+        try:
+            with open(self._log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    self._command(install, backend_dir),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=install.environment(),
+                    cwd=self._workdir,
+                    start_new_session=True,  # its own process group; no preexec_fn (see above)
+                )
+        except BaseException:
+            _stop_watchdog(self._watchdog)
+            self._watchdog = None
+            raise
         _LIVE[id(self)] = self
-        self._finalizer = weakref.finalize(self, _cleanup, self.proc, self._workdir, 5.0)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self.proc, self._watchdog, self._workdir, 5.0
+        )
+        try:
+            _guard(self._watchdog, self.proc.pid)
+        except OSError as exc:  # the watchdog died at once: do not run a server nothing guards
+            self.stop(grace_s=1.0)
+            raise ServerStartError(f"the server's watchdog process is not running: {exc}") from exc
 
     def error_lines(self, limit: int = 5) -> list[str]:
         """The server log's error lines (``E<date> ... "message"``), last ``limit`` of them."""
@@ -415,6 +508,8 @@ class TritonServer:
             code = _kill_group(self.proc, grace_s)
             if self._finalizer is not None:
                 self._finalizer.detach()
+        _stop_watchdog(self._watchdog)
+        self._watchdog = None
         _LIVE.pop(id(self), None)
         if self._workdir is not None:
             self._final_log = self.log()
