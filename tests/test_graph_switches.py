@@ -1,5 +1,5 @@
-"""helpers.compiling.graph_switches: chapter 6's OneFlow graph switches, its ablation in a fresh process
-(MLIR passes), and the tolerances per precision.
+"""helpers.compiling.graph_switches: chapter 6's OneFlow graph switches and its ablation in a fresh
+process (MLIR passes, TF32 environment, the math mode each variant ran in).
 
 Every fusion test has its control: the same graph without the switch still has the ops the switch removes.
 """
@@ -11,6 +11,7 @@ import pytest
 
 from helpers.compiling import graph_ops
 from helpers.compiling import graph_switches as gs
+from helpers.core import precision
 from helpers.core.subprocess_run import run_in_subprocess
 from helpers.workload import models
 
@@ -89,14 +90,18 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod
     )
     # a BN-folding variable set in this process must not reach the child: `unset` removes it
     monkeypatch.setenv("ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION", "1")
+    strict = precision.oneflow_strict_fp32_env()
     res = run_in_subprocess(
         "helpers.compiling.graph_switches:oneflow_graph_ablation",
         kwargs,
-        env=gs.PAD_CONV_FUSION_ENV,
+        env={**gs.PAD_CONV_FUSION_ENV, **strict},
         unset=gs.MLIR_VARS,
         timeout_s=300,
     )["result"]
     assert res["mlir_env"] == gs.PAD_CONV_FUSION_ENV
+    assert res["precision_env"] == strict  # the child reports the TF32 variables it saw
+    # IEEE float32 on any device: no AMP variant, and on a GPU the strict environment turns TF32 off
+    assert {v["math_mode"] for v in res["variants"].values()} == {"fp32"}
     fused = res["variants"]["fused"]
     assert fused["traced_op_counts"]["pad"] == 17  # the control: explicit_padding's pads, traced
     assert (
@@ -110,13 +115,3 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod
     for v in res["variants"].values():
         assert len(v["times_s"]) == 2 and v["compile_s"] > 0
         np.testing.assert_allclose(np.load(v["output"]), ref, atol=1e-4, rtol=1e-4)
-
-
-def test_tolerance_scales_with_the_reference():
-    small = gs.tolerance("float32", np.array([0.5, -0.2]))
-    assert small == {"atol": 1e-3, "min_cosine": 0.99999}
-    big = gs.tolerance("bfloat16", np.array([100.0, -3.0]))
-    assert big["atol"] == pytest.approx(30.0) and big["min_cosine"] == 0.98
-    assert gs.tolerance("float16", [1.0])["atol"] < gs.tolerance("bfloat16", [1.0])["atol"]
-    with pytest.raises(ValueError, match="unknown precision"):
-        gs.tolerance("int8", [1.0])

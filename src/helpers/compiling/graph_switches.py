@@ -1,4 +1,4 @@
-"""Chapter 6's OneFlow ``nn.Graph`` switches, the ablation that runs them in fresh processes, and tolerances.
+"""Chapter 6's OneFlow ``nn.Graph`` switches and the ablation that runs them in fresh processes.
 
 Used by chapter 6 only. It is a module, not page code, because OneFlow reads its MLIR switches once, at
 ``import oneflow``: each MLIR setting runs in a fresh Python process
@@ -11,12 +11,15 @@ So the page is the source of the technique, and this module is what the child pr
   environment variables, :data:`MLIR_VARS` all of them); :func:`explicit_padding`. All written on chapter
   6's page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``: edit them there);
 - :func:`oneflow_graph_ablation` -- the subprocess target (plumbing): load the weights, build one
-  :class:`SwitchedGraph` per variant, compile, time them interleaved, save their outputs;
-- :data:`TOLERANCES` / :func:`tolerance` -- how close an optimised output must stay to the float32
-  reference, per precision.
+  :class:`SwitchedGraph` per variant, compile, time them interleaved, save their outputs, and report
+  the math mode each variant ran in (read in the child, whose environment decides OneFlow's TF32:
+  :func:`helpers.core.precision.oneflow_math_mode`).
+
+How close an output must stay to the float32 reference is not decided here: the chapter takes it
+from the precision policy, :func:`helpers.core.precision.tolerance` of the variant's math mode.
 
 Importing this module imports OneFlow (:class:`SwitchedGraph` subclasses a ``flow.nn.Graph``): a process
-sets the MLIR variables before it imports this module.
+sets the MLIR variables (and, for IEEE float32 on a GPU, the TF32 ones) before it imports this module.
 
 Why a module: chapter 6's ablation runs each variant in a fresh Python process (the MLIR switches
 are read when OneFlow is imported), and a fresh process can only run code it imports; the page's
@@ -47,8 +50,6 @@ __all__ = [
     "explicit_padding",
     "switch_names",
     "oneflow_graph_ablation",
-    "TOLERANCES",
-    "tolerance",
 ]
 
 
@@ -91,12 +92,17 @@ def oneflow_graph_ablation(
 
     ``weights_path`` is an ``.npz`` of a PyTorch ResNet state dict, ``input_path`` an ``.npy`` batch.
     Each variant is ``{"name": ..., <switch>: bool, ...}`` with the switches of :func:`switch_names`;
-    the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``). Returns per
-    variant: compile seconds (first call), timings (all variants timed round-robin), op counts before
-    (``traced_op_counts``) and after OneFlow's passes (``op_counts``), and the path of its saved output
-    (``out_dir/<name>.npy``) for the caller's accuracy check.
+    the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``), and so
+    is TF32 on a GPU (``precision_env``: :func:`helpers.core.precision.oneflow_strict_fp32_env` for
+    IEEE float32). Returns the device and, per variant: its ``math_mode`` (read here, in the child:
+    ``'fp16'`` with AMP on a GPU, ``'tf32'`` for OneFlow's default on an Ampere-or-newer GPU,
+    ``'fp32'`` on a CPU or with the strict environment), compile seconds (first call), timings (all
+    variants timed round-robin), op counts before (``traced_op_counts``) and after OneFlow's passes
+    (``op_counts``), and the path of its saved output (``out_dir/<name>.npy``) for the caller's
+    accuracy check.
     """
     from helpers.compiling.graph_ops import oneflow_op_counts
+    from helpers.core import precision
     from helpers.core.benchmarking import benchmark_interleaved
     from helpers.core.environment import flow_device, import_oneflow, quiet_native_stderr
 
@@ -130,6 +136,7 @@ def oneflow_graph_ablation(
         compiled[name] = g
         rows[name] = {
             "switches": sw,
+            "math_mode": precision.oneflow_math_mode(device, amp=sw["amp"]),
             "compile_s": compile_s,
             "output": str(out / f"{name}.npy"),
             "traced_op_counts": oneflow_op_counts(g, stage="traced"),
@@ -147,35 +154,9 @@ def oneflow_graph_ablation(
             mean_s=m.mean, median_s=m.median, std_s=m.std, times_s=m.times_s, items=m.items
         )
     mlir = {k: os.environ[k] for k in MLIR_VARS if k in os.environ}
-    return {"device": str(device), "mlir_env": mlir, "variants": rows}
-
-
-# ------------------------------------------------------------------------------- accuracy checks
-# Tolerances against the float32 eager output, per computing precision. ``atol`` is relative to the
-# output's scale (``max(1, max |reference|)``), so the same rule holds for any logit magnitude.
-TOLERANCES: dict[str, dict[str, float]] = {
-    # Same precision, different arithmetic order (fusion, folding, layout, another kernel): rounding of
-    # 24-bit mantissas compounded over up to ~100 layers stays near 1e-4; 1e-3 leaves 10x margin and is
-    # still a thousand times below a real bug (a wrong graph is off by the output's own scale).
-    "float32": {"atol": 1e-3, "min_cosine": 0.99999},
-    # fp16 keeps 11 significant bits: each rounding is up to 0.05% and a deep network compounds them.
-    "float16": {"atol": 5e-2, "min_cosine": 0.999},
-    # bf16 keeps only 8 significant bits (0.4% per rounding, 8x coarser than fp16): on a random-weight
-    # ResNet-101, whose logits are small differences of large sums, errors reach tens of percent of the
-    # logit scale, so the check is correspondingly loose; accuracy on a trained model is the real test.
-    "bfloat16": {"atol": 0.3, "min_cosine": 0.98},
-}
-
-
-def tolerance(precision: str, reference: Any) -> dict[str, float]:
-    """``assert_outputs_close`` keyword arguments for ``precision`` against the float32 ``reference``."""
-    if precision not in TOLERANCES:
-        raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(TOLERANCES)}")
-    from helpers.core.comparison import to_numpy
-
-    scale = max(1.0, float(np.abs(to_numpy(reference)).max()))
-    tol = TOLERANCES[precision]
-    return {"atol": tol["atol"] * scale, "min_cosine": tol["min_cosine"]}
+    tf32_vars = (precision.ONEFLOW_TF32_ENV, precision.NVIDIA_TF32_ENV)
+    math_env = {k: os.environ[k] for k in tf32_vars if k in os.environ}
+    return {"device": str(device), "mlir_env": mlir, "precision_env": math_env, "variants": rows}
 
 
 # ---- saved from notebooks/06_compile_optimisations.ipynb by tools/save_cells.py: edit it there ----
