@@ -89,3 +89,56 @@ def test_remeasure_rejects_unknown_steps():
     with pytest.raises(ValueError, match="only 'static' and 'pruning'"):
         ladder.remeasure_task_steps(None, "resnet18", None, ["parallel"])
     assert ladder.remeasure_task_steps(None, "resnet18", None, []) == {}
+
+
+def test_rows_name_device_and_precision():
+    on_gpu = [
+        rec(s.chapter, s.record, f, device="cuda", precision="tf32")
+        for s, f in zip(ladder.TASK_STEPS[1:], (2.0, 4.0, 1.1))
+    ]
+    rows = ladder.journey_rows(
+        on_gpu, remeasured={"static": 1.2}, remeasured_meta={"device": "cpu", "precision": "fp32"}
+    )
+    assert [(r["device"], r["precision"]) for r in rows] == [("cpu", "fp32")] + [
+        ("cuda", "tf32")
+    ] * 3
+    # a record that does not say where it was measured is shown as such, never guessed
+    rows = ladder.journey_rows(FULL)
+    assert {(r["device"], r["precision"]) for r in rows} == {
+        (ladder.NOT_RECORDED, ladder.NOT_RECORDED)
+    }
+    # a missing step has no measurement, so no device either, whatever remeasured_meta says
+    rows = ladder.journey_rows(FULL[1:], remeasured_meta={"device": "cpu"})
+    assert rows[0]["device"] == ladder.NOT_RECORDED
+
+
+def test_measured_on_and_runtime_table_metadata():
+    assert ladder.measured_on({"device": "cuda:0", "precision": "tf32"}) == "cuda:0, tf32"
+    assert ladder.measured_on({"device": "cpu", "precision": ""}) == "cpu, not recorded"
+    assert ladder.measured_on(None) == "not recorded, not recorded"
+    recs = [
+        rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT", device="cpu"),
+        rec("07_onnx_runtimes", "fps_trt_batch1", 900.0, device="cuda", precision="fp16"),
+    ]
+    table = ladder.runtime_table(recs)
+    assert [(r["device"], r["precision"]) for r in table] == [
+        ("cuda", "fp16"),
+        ("cpu", ladder.NOT_RECORDED),
+    ]
+    lines = ladder.recommend(ladder.best_by_batch(table), has_gpu=True)
+    assert "(cuda, fp16)" in lines[0]
+
+
+def test_remeasure_runs_on_the_given_oneflow_device():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("oneflow")
+    from helpers.workload import models
+
+    model = models.build_resnet("torch", "resnet18", num_classes=4).eval()
+    x = torch.randn(1, 3, 32, 32)
+    # one nn.Graph (the original task) against eager: the cheaper of the two steps
+    out = ladder.remeasure_task_steps(
+        model, "resnet18", x, ["static"], device="cpu", warmup=0, repeats=1
+    )
+    assert set(out) == {"static"}
+    assert all(math.isfinite(v) and v > 0 for v in out.values())

@@ -2,7 +2,10 @@
 
 Each step of case study 1 is a speedup factor measured by one chapter and stored in the
 ledger. :func:`journey_rows` lines them up beside the reported factors; missing steps are
-reported as missing (and which chapter measures them), never invented.
+reported as missing (and which chapter measures them), never invented. Every row carries the
+device and the math precision its record names (``device=`` / ``precision=`` metadata), or
+:data:`NOT_RECORDED` when the chapter that wrote it did not say: a factor is only meaningful
+together with where and how it was measured.
 
 Why a module although only chapter 10 uses it: this is ledger arithmetic and plotting, plumbing.
 Looking records up by chapter and name, multiplying factors, re-measuring a missing step and
@@ -25,12 +28,14 @@ from typing import Any
 from helpers.core.reported import RESNET101_ONEFLOW
 
 __all__ = [
+    "NOT_RECORDED",
     "Step",
     "TASK_STEPS",
     "best_by_batch",
     "first_record",
     "index_records",
     "journey_rows",
+    "measured_on",
     "missing_steps",
     "plot_waterfall",
     "recommend",
@@ -38,6 +43,21 @@ __all__ = [
     "runtime_table",
     "time_per_item",
 ]
+
+
+NOT_RECORDED = "not recorded"  # a record without device / precision metadata
+
+
+def _meta(record: Mapping[str, Any] | None, key: str) -> str:
+    """``record[key]`` as text (``device`` or ``precision``), or :data:`NOT_RECORDED`."""
+    value = record.get(key) if record is not None else None
+    text = "" if value is None else str(value).strip()
+    return text or NOT_RECORDED
+
+
+def measured_on(record: Mapping[str, Any] | None) -> str:
+    """``'<device>, <precision>'`` of a ledger record, e.g. ``'cuda, tf32'`` (or 'not recorded')."""
+    return f"{_meta(record, 'device')}, {_meta(record, 'precision')}"
 
 
 @dataclass(frozen=True)
@@ -92,11 +112,15 @@ def journey_rows(
     records: Iterable[Mapping[str, Any]],
     steps: Sequence[Step] = TASK_STEPS,
     remeasured: Mapping[str, float] | None = None,
+    remeasured_meta: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per step: measured factor (ledger or ``remeasured[key]``), reported, cumulative.
 
     A step with neither a ledger record nor a re-measurement has ``measured=None`` and is skipped in
-    the measured cumulative product (the row says which chapter to run).
+    the measured cumulative product (the row says which chapter to run). Each row names the
+    ``device`` and ``precision`` of its measurement: the ledger record's metadata, or
+    ``remeasured_meta`` (e.g. ``{"device": "cpu", "precision": "fp32"}``) for a re-measured step;
+    :data:`NOT_RECORDED` where neither says.
     """
     if not steps:
         raise ValueError("no steps given")
@@ -111,6 +135,7 @@ def journey_rows(
             if rec is not None
             else ("re-measured here" if s.key in remeasured else f"missing: run {s.chapter}")
         )
+        meta = rec if rec is not None else (remeasured_meta if s.key in remeasured else None)
         if value is not None:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(
@@ -122,6 +147,8 @@ def journey_rows(
         rows.append(
             {
                 "step": s.label,
+                "device": _meta(meta, "device"),
+                "precision": _meta(meta, "precision"),
                 "measured": value,
                 "reported": s.reported,
                 "cumulative_measured": cum_m,
@@ -142,7 +169,8 @@ def runtime_table(
 ) -> list[dict[str, Any]]:
     """Images/s by runtime and batch size from a chapter's ``fps_<runtime>_batch<N>`` records.
 
-    Each row also carries the ``mode`` (quick or full) the record was measured in.
+    Each row also carries the ``mode`` (quick or full) the record was measured in, and the
+    ``device`` and ``precision`` it names (:data:`NOT_RECORDED` where it names none).
     """
     rows = []
     for r in records:
@@ -152,6 +180,8 @@ def runtime_table(
                 {
                     "runtime": r.get("runtime", m.group(1)),
                     "batch": int(m.group(2)),
+                    "device": _meta(r, "device"),
+                    "precision": _meta(r, "precision"),
                     "images_per_s": r["value"],
                     "mode": r.get("mode"),
                 }
@@ -231,8 +261,11 @@ def recommend(
     lines = []
     for batch, row in sorted(best.items()):
         regime = "latency (batch 1)" if batch == 1 else f"throughput (batch {batch})"
+        where = [_meta(row, k) for k in ("device", "precision")]
+        known = ", ".join(w for w in where if w != NOT_RECORDED)
         lines.append(
             f"{regime}: fastest here was {row['runtime']} at {row['images_per_s']:.0f} images/s"
+            + (f" ({known})" if known else "")
         )
     if any(row.get("mode") == "quick" for row in best.values()):
         lines.append(
@@ -240,7 +273,11 @@ def recommend(
             "overhead weighs more than at deployment size: measure in full mode before choosing"
         )
     if int8:
-        size = ", ".join(f"{k} {int8[k]}" for k in ("arch", "image_size", "batch") if k in int8)
+        size = ", ".join(
+            f"{k} {int8[k]}"
+            for k in ("arch", "image_size", "batch", "device", "precision")
+            if k in int8
+        )
         lines.append(
             f"INT8 (chapter 8's {int8['name']}{'; ' + size if size else ''}): "
             f"{int8['value']:.2f}x over fp32 eager PyTorch here, at the accuracy cost chapter 8 "
@@ -280,13 +317,22 @@ def time_per_item(
 
 
 def remeasure_task_steps(
-    torch_model: Any, arch: str, x: Any, keys: Sequence[str], *, warmup: int = 2, repeats: int = 5
+    torch_model: Any,
+    arch: str,
+    x: Any,
+    keys: Sequence[str],
+    *,
+    device: Any = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
 ) -> dict[str, float]:
     """Re-measure the cheap task steps a ledger lacks: ``static`` and/or ``pruning`` (OneFlow).
 
-    ``torch_model`` is an eval-mode torchvision ResNet ``arch``; its weights go to a flowvision twin.
+    ``torch_model`` is an eval-mode torchvision ResNet ``arch`` (on any device); its weights go to
+    a flowvision twin on the OneFlow ``device`` (e.g. ``flow_device()``), and so does ``x`` (a
+    torch tensor): every timed call of a factor runs on that one device.
     ``static`` = eager original task / ``nn.Graph`` original task; ``pruning`` = graph original /
-    graph pruned (``single_forward``), both at the batch of ``x`` (a torch tensor).
+    graph pruned (``single_forward``), both at the batch of ``x``.
     """
     from helpers.core.environment import import_oneflow
     from helpers.workload import saliency as st
@@ -300,10 +346,13 @@ def remeasure_task_steps(
     if not keys:
         return {}
     flow = import_oneflow()
-    fm = twin(
-        torch_model, "oneflow", build_resnet, arch, num_classes=torch_model.fc.out_features
-    ).eval()
-    xf = flow.tensor(x.detach().cpu().numpy())
+    fdev = flow.device(str(device))
+    fm = (
+        twin(torch_model, "oneflow", build_resnet, arch, num_classes=torch_model.fc.out_features)
+        .eval()
+        .to(fdev)
+    )
+    xf = flow.tensor(x.detach().cpu().numpy(), device=fdev)
     n = int(x.shape[0])
 
     def per_item(task: Callable[[Any], Any]) -> float:
