@@ -49,3 +49,25 @@ def test_peak_memory_setup_runs_before_the_measured_call(torch_mod):
         lambda: calls.append("fn"), warmup=2, setup=lambda: calls.append("setup")
     )
     assert calls == ["fn", "fn", "setup", "fn"]
+
+
+def test_profile_rows_rank_operators_by_the_chosen_clock(torch_mod):
+    conv = torch_mod.nn.Conv2d(3, 16, 3)
+    x = torch_mod.randn(2, 3, 32, 32)
+    with torch_mod.inference_mode():
+        table, rows = profiling.torch_profile(lambda: torch_mod.relu(conv(x)), row_limit=4)
+    assert "Self CPU" in table
+    assert [r["self_cpu_ms"] for r in rows] == sorted(
+        (r["self_cpu_ms"] for r in rows), reverse=True
+    )
+    assert all(r["ranked_by"] == "cpu" for r in rows)
+    assert all(r["op"].startswith("aten::") or r["op"].startswith("[") for r in rows)
+    assert {"calls", "self_device_ms", "self_cpu_mem_mib"} <= set(rows[0])
+
+
+def test_profile_by_device_time_needs_a_gpu(torch_mod):
+    if torch_mod.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: tests/gpu profiles by device time there")
+    for key in profiling.DEVICE_SORT_KEYS:
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            profiling.torch_profile(lambda: None, sort_by=key)

@@ -44,5 +44,41 @@ def test_matmul_peak_bad_arguments():
         roofline.matmul_peak_gflops(dtype="int8", n=64)
     with pytest.raises(ValueError, match="n must"):
         roofline.matmul_peak_gflops(n=8)
+    with pytest.raises(ValueError, match="repeats must"):
+        roofline.matmul_peak_gflops(n=64, repeats=0)
     with pytest.raises(ValueError, match="float16"):
         roofline.matmul_peak_gflops(dtype="float16", n=64, device="cpu")
+    with pytest.raises(ValueError, match="tf32=True"):
+        roofline.matmul_peak_gflops(n=64, device="cpu", tf32=True)
+    with pytest.raises(ValueError, match="tf32=True"):
+        roofline.matmul_peak_gflops(dtype="bfloat16", n=64, device="cpu", tf32=True)
+
+
+def test_fp32_peak_runs_with_tf32_off_and_restores_the_settings(torch_mod, monkeypatch):
+    from helpers.core import precision
+
+    seen = []
+    real_loop = roofline.time_loop
+
+    def spying_loop(fn, **kw):
+        # inside the measurement: PyTorch in IEEE float32 (no TF32 for matmuls)
+        seen.append(torch_mod.get_float32_matmul_precision())
+        return real_loop(fn, **kw)
+
+    monkeypatch.setattr(roofline, "time_loop", spying_loop)
+    before = precision.set_tf32(True)  # a notebook that allowed TF32 ...
+    try:
+        roofline.matmul_peak_gflops("float32", n=32, repeats=1, device="cpu")
+        assert seen == ["highest"]
+        assert torch_mod.get_float32_matmul_precision() == "high"  # ... keeps its setting
+    finally:
+        precision.restore_tf32(before)
+
+
+def test_ceilings_on_a_cpu_are_fp32_and_bf16_keyed_by_math_mode(torch_mod):
+    from helpers.core import precision
+
+    peaks = roofline.ceilings("cpu", n=32, repeats=1)
+    assert list(peaks) == ["fp32", "bf16"] and all(v > 0 for v in peaks.values())
+    # the ceiling of the mode a CPU model runs in is there to divide by
+    assert precision.torch_math_mode("cpu") in peaks
