@@ -117,10 +117,13 @@ def test_make_test_runs_pytest_through_the_rerun_wrapper() -> None:
 
 def test_unit_test_groups_split_every_file_once() -> None:
     """Each test file lands in exactly one of the two unit-test processes."""
-    import sys
+    import importlib.util
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import uses_oneflow
+    # by path: "conftest" in sys.modules may be another folder's (tests/gpu has one)
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    tests_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests_conftest)
+    uses_oneflow = tests_conftest.uses_oneflow
 
     files = sorted((ROOT / "tests").glob("test_*.py"))
     flow_files = {f.name for f in files if uses_oneflow(f.read_text())}
