@@ -134,3 +134,21 @@ def test_verification_catches_a_wrong_export(tiny, tmp_path, monkeypatch, torch_
     monkeypatch.setattr(torch_mod.onnx, "export", export_other)
     with pytest.raises(AssertionError, match="ONNX Runtime vs PyTorch"):
         export.export_and_verify(model, x, tmp_path / "wrong.onnx")
+
+
+def test_verification_takes_the_precision_policys_tolerance(tiny, tmp_path, torch_mod):
+    from helpers.core import precision
+
+    model, x = tiny
+    rep = export.export_and_verify(model, x, tmp_path / "m.onnx")
+    with torch_mod.no_grad():
+        want = model(x)
+    # both sides in IEEE float32 on the CPU: the policy's float32 bound at the outputs' scale
+    expected = precision.tolerance("fp32", scale=precision.output_scale(want))
+    assert rep.tolerance == expected and "fp32 tolerance" in str(rep)
+    assert rep.max_abs <= rep.tolerance.atol
+    # the bound given is the bound used: one far below float32 rounding fails
+    tight = precision.Tolerance("fp32", 0.0, 0.0, 2.0**-24, 0.0, 1.0)
+    if rep.max_abs > 0:
+        with pytest.raises(AssertionError, match="ONNX Runtime vs PyTorch"):
+            export.export_and_verify(model, x, tmp_path / "t.onnx", tolerance=tight)

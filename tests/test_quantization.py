@@ -81,7 +81,11 @@ def test_quantize_onnx_makes_a_close_qdq_model(tiny, tmp_path, per_channel, acti
     assert rep.calibration_size == 16 and rep.per_channel is per_channel and "per-" in str(rep)
     assert (tmp_path / "q.pre.onnx").is_file()  # quant_pre_process ran first
     fp32 = predict_batched(model, calib)
-    int8 = predict_batched(runtimes.create_session(rep.path, verbose=False), calib)
+    runner = runtimes.create_session(rep.path, verbose=False)
+    # the session states its arithmetic: the precision policy's int8, whatever the provider
+    assert runtimes.is_quantized(rep.path) and not runtimes.is_quantized(path)
+    assert runner.math_mode == runner.precision == "int8"
+    int8 = predict_batched(runner, calib)
     assert not np.array_equal(int8, fp32)  # 8-bit rounding happened
     # and it still computes the same function: each input's INT8 output is nearest to its own fp32
     # output (a model that ignored its input, or mixed up samples, would fail this)

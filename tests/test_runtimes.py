@@ -166,3 +166,137 @@ def test_trt_profile_covers_the_batch_range(tiny_onnx):
     }
     with pytest.raises(ValueError, match="min_batch"):
         runtimes.trt_profile(path, 4, 2, 8)
+
+
+# ------------------------------------------------------------------ math modes, I/O binding, tables
+def test_ort_math_mode_follows_provider_and_options():
+    assert runtimes.ort_math_mode("cpu") == "fp32"
+    assert runtimes.ort_math_mode("CPUExecutionProvider", {"use_tf32": 1}) == "fp32"
+    # the CUDA EP allows TF32 by default (use_tf32 defaults to true); 0 gives IEEE float32
+    assert runtimes.ort_math_mode("cuda", tf32=True) == "tf32"
+    for off in (0, "0", False, "false", "False"):
+        assert runtimes.ort_math_mode("cuda", {"use_tf32": off}, tf32=True) == "fp32"
+    assert runtimes.ort_math_mode("cuda", {"use_tf32": "1"}, tf32=False) == "fp32"  # pre-Ampere
+    trt = runtimes.ort_math_mode
+    assert trt("tensorrt", tf32=True) == "tf32"  # TensorRT's builder allows TF32 by default
+    assert trt("tensorrt", {"trt_fp16_enable": True}, tf32=True) == "fp16"
+    assert trt("tensorrt", {"trt_fp16_enable": "True", "trt_int8_enable": "1"}) == "int8"
+    for provider in ("cpu", "cuda", "tensorrt"):  # a quantized graph: int8, the coarsest mode
+        assert runtimes.ort_math_mode(provider, quantized=True) == "int8"
+    with pytest.raises(ValueError, match="unknown provider"):
+        runtimes.ort_math_mode("openvino")
+
+
+def test_nvidia_tf32_override_turns_gpu_tf32_off(monkeypatch):
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    assert runtimes.ort_math_mode("cuda") == "fp32"
+    assert runtimes.ort_math_mode("tensorrt") == "fp32"
+
+
+def test_runner_states_device_math_mode_and_threads(tiny_onnx):
+    path, _, _ = tiny_onnx
+    runner = runtimes.create_session(path, "cpu", intra_op_threads=1, verbose=False)
+    assert (runner.device, runner.math_mode, runner.threads, runner.on_device) == (
+        "cpu",
+        "fp32",
+        1,
+        False,
+    )
+    assert "cpu" in str(runner) and "1 threads" in str(runner)
+    ov = runtimes.openvino_model(path, precision="f32", threads=1, verbose=False)
+    assert (ov.device, ov.math_mode, ov.threads, ov.on_device) == ("cpu", "fp32", 1, False)
+
+
+def test_io_binding_on_the_cpu_matches_the_plain_run(tiny_onnx):
+    """The binding code the GPU timings use, run where ONNX Runtime allows it here: the CPU."""
+    path, x, want = tiny_onnx
+    runner = runtimes.create_session(path, "cpu", intra_op_threads=1, verbose=False)
+    bound = runner.bind(x)
+    assert (bound.device, bound.batch) == ("cpu", 2)
+    bound()
+    first = bound.output()
+    np.testing.assert_array_equal(first, runner.run(x))  # same session, same kernels: bit for bit
+    np.testing.assert_allclose(first, want, atol=1e-5)
+    bound()  # the binding is reusable: the timed loop calls it again and again
+    np.testing.assert_array_equal(bound.output(), first)
+    np.testing.assert_array_equal(runner.run(x, io_binding=True), first)
+    # the output is bound to the session's device, the input is an OrtValue there
+    assert bound.binding.get_outputs()[0].device_name() == "cpu"
+    assert bound.value.device_name() == "cpu" and bound.value.shape() == list(x.shape)
+    with pytest.raises(ValueError, match="rank 3"):
+        runner.bind(x[0])
+
+
+def test_benchmark_binds_on_a_gpu_and_runs_plain_on_the_cpu(tiny_onnx):
+    path, x, _ = tiny_onnx
+    runner = runtimes.create_session(path, "cpu", intra_op_threads=1, verbose=False)
+    plain = runner.benchmark(x, warmup=1, repeats=2)
+    assert plain.meta["io_binding"] is False  # default on the CPU: the plain run
+    forced = runner.benchmark(x, warmup=1, repeats=2, io_binding=True)
+    assert forced.meta["io_binding"] is True and forced.items == 2
+    for m in (plain, forced):
+        assert {k: m.meta[k] for k in ("device", "precision", "math_mode", "threads")} == {
+            "device": "cpu",
+            "precision": "fp32",
+            "math_mode": "fp32",
+            "threads": 1,
+        }
+    # a session on a GPU binds by default (the same code path as io_binding=True above)
+    runner.device = "cuda:0"
+    assert runner.on_device
+    seen = []
+    runner.bind = lambda arr: seen.append(arr.shape) or (lambda: None)  # type: ignore[method-assign]
+    assert runner.benchmark(x, warmup=1, repeats=2).meta["io_binding"] is True
+    assert seen == [x.shape]
+
+
+def test_openvino_has_no_io_binding(tiny_onnx):
+    path, x, _ = tiny_onnx
+    ov = runtimes.openvino_model(path, precision="f32", threads=1, verbose=False)
+    with pytest.raises(TypeError, match="I/O binding"):
+        ov.bind(x)
+    assert ov.benchmark(x, warmup=1, repeats=2).meta["io_binding"] is False
+
+
+def test_measurement_rows_name_runtime_device_precision_threads(tiny_onnx):
+    path, x, _ = tiny_onnx
+    runner = runtimes.create_session(path, "cpu", intra_op_threads=1, verbose=False)
+    m = runner.benchmark(x, label="ORT", warmup=1, repeats=2)
+    other = Measurement(label="PyTorch", times_s=[0.01, 0.01], items=2, framework="torch")
+    rows = runtimes.measurement_rows([m, other])
+    assert list(rows[0])[:6] == ["label", "runtime", "device", "precision", "threads", "batch"]
+    assert (rows[0]["device"], rows[0]["precision"], rows[0]["threads"]) == ("cpu", "fp32", 1)
+    assert rows[1]["device"] == "?" and rows[1]["batch"] == 2  # unnamed: visibly so
+    assert rows[0]["speedup"] == pytest.approx(1.0)
+
+
+def test_skip_without_tensorrt_prints_one_line_naming_why(monkeypatch, capsys):
+    monkeypatch.setattr(
+        runtimes,
+        "provider_status",
+        lambda: {"tensorrt": "no TensorRT runtime library", "cuda": "usable", "cpu": "usable"},
+    )
+    assert runtimes.skip_without_tensorrt("TensorRT fp16") is True
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "no TensorRT runtime library" in out[0] and "TensorRT fp16" in out[0]
+    monkeypatch.setattr(
+        runtimes,
+        "provider_status",
+        lambda: {"tensorrt": "usable", "cuda": "usable", "cpu": "usable"},
+    )
+    assert runtimes.skip_without_tensorrt("TensorRT fp16") is False
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.skipif(has_cuda(), reason="checks the skip line on a machine without a GPU")
+def test_tensorrt_status_without_gpu_names_the_gpu(capsys):
+    assert runtimes.skip_without_tensorrt("TensorRT INT8") is True
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert "no CUDA GPU" in line or "not in this onnxruntime build" in line
+
+
+def test_missing_tensorrt_libraries_point_at_make_setup(monkeypatch):
+    monkeypatch.setattr(runtimes, "_cuda_usable", lambda: True)
+    monkeypatch.setattr(runtimes, "_tensorrt_loadable", lambda: False)
+    why = runtimes.provider_status()["tensorrt"]
+    assert "libnvinfer" in why and "make setup GPU=1" in why and "tensorrt-cu12" in why

@@ -33,6 +33,8 @@ def test_training_lowers_the_loss_and_reports(tiny):
     assert res.losses[-5:].mean() < res.losses[:5].mean()  # it learns something
     assert 0.0 <= res.val_accuracy <= 1.0 and not model.training
     assert "30 steps" in str(res) and "held-out accuracy" in str(res)
+    # where it ran and in what arithmetic: a training time is recorded with both
+    assert (res.device, res.math_mode) == ("cpu", "fp32") and "on cpu (fp32)" in str(res)
 
 
 def test_training_is_deterministic(tiny, torch_mod):

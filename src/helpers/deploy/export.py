@@ -6,6 +6,7 @@ against PyTorch. Chapters 8 and 9 reuse it, so ``tools/save_cells.py`` copies th
 the region at the end of this module (edit them on the page, not here)::
 
     report = export_and_verify(model, example, "model.onnx")   # export, check, verify
+    print(report.tolerance)    # the precision policy's bound the check used (helpers.core.precision)
     report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as traced
 
 Above the region, plumbing the chapters share: :class:`ExportReport` (what an export
@@ -24,6 +25,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from helpers.core import precision
 from helpers.core.comparison import assert_outputs_close
 
 __all__ = [
@@ -47,6 +49,7 @@ class ExportReport:
     op_counts: dict[str, int]
     max_abs: float | None = None
     cosine: float | None = None
+    tolerance: precision.Tolerance | None = None  # the bound the verification asserted
 
     def __str__(self) -> str:
         ops = sum(self.op_counts.values())
@@ -55,6 +58,9 @@ class ExportReport:
             if self.max_abs is not None
             else ""
         )
+        if self.tolerance is not None:
+            tol = self.tolerance
+            check += f" (within {tol.mode} tolerance: atol {tol.atol:.2g}, rtol {tol.rtol:.2g})"
         return f"{self.path.name}: opset {self.opset}, {ops} nodes ({len(self.op_counts)} op types){check}"
 
 
@@ -174,15 +180,19 @@ def export_and_verify(
     example_input: torch.Tensor,
     path: str | Path,
     *,
-    atol: float = 1e-4,
+    tolerance: precision.Tolerance | None = None,
     min_cosine: float = 0.99999,
-    rtol: float = 0.0,
     **kwargs: Any,
 ) -> ExportReport:
     """:func:`export_onnx`, then run the file in ONNX Runtime (CPU) and assert it matches ``model``.
 
-    The default tolerance (1e-4 absolute) covers float32 accumulation-order differences between
-    PyTorch's and ONNX Runtime's kernels; a real export bug is orders of magnitude larger.
+    The bound is the precision policy's for the coarser of the two math modes: ONNX Runtime's CPU
+    provider computes in IEEE float32, PyTorch in the mode in effect on the example's device
+    (float32 on a CPU, TF32 convolutions by default on an Ampere-or-newer GPU), scaled by the
+    size of PyTorch's outputs. It covers two float32 implementations summing in different orders;
+    an export bug is orders of magnitude larger. ``tolerance`` overrides it. ``min_cosine``: one
+    minus the cosine is about half the squared relative error, far below 1e-5 for rounding noise
+    and far above it for a wrong layer.
     """
     report = export_onnx(model, example_input, path, **kwargs)
     session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
@@ -194,15 +204,16 @@ def export_and_verify(
             want = model.eval()(example_input)
     finally:
         model.train(was_training)  # verifying must not leave a training model in eval mode
+    mode = precision.coarsest("fp32", precision.torch_math_mode(example_input.device))
+    tol = tolerance or precision.tolerance(mode, scale=precision.output_scale(want))
     cmp = assert_outputs_close(
         got,
         want,
-        atol=atol,
-        rtol=rtol,
+        **tol.as_kwargs(),
         min_cosine=min_cosine,
         name=f"ONNX Runtime vs PyTorch ({report.path.name})",
     )
-    report.max_abs, report.cosine = cmp.max_abs, cmp.cosine
+    report.max_abs, report.cosine, report.tolerance = cmp.max_abs, cmp.cosine, tol
     return report
 
 

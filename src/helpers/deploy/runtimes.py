@@ -10,6 +10,14 @@ told otherwise). Both return a :class:`Runner`::
     y = runner.run(x)                                  # NumPy in, NumPy out
     m = runner.benchmark(x, warmup=3, repeats=10)      # a helpers.core.benchmarking.Measurement
 
+Every runner states what a figure needs: ``device`` ('cpu' or 'cuda:0'), ``math_mode`` (the
+precision policy's mode it computes in, :func:`ort_math_mode`: ONNX Runtime's CUDA provider
+runs float32 convolutions and matmuls in TF32 on Ampere and newer unless ``use_tf32`` is 0;
+TensorRT in what its flags allow) and ``threads``. On a GPU, ``benchmark`` times the session
+with **I/O binding** (:meth:`Runner.bind`): the input is copied to the device once, the output
+stays there, so the timing holds the same work as a PyTorch model timed on device tensors;
+``run`` keeps NumPy in and out (one copy each way per call) for checking results.
+
 Asking for a provider or device that is not installed or cannot run here (``provider="cuda"``
 without a GPU, ``provider="openvino"`` with the onnxruntime-gpu wheel, ``device="GPU"`` for
 OpenVINO without an OpenCL driver) raises a clear error instead of silently falling back.
@@ -33,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.benchmarking import Measurement, benchmark
+from helpers.core import precision as _precision
+from helpers.core.benchmarking import Measurement, benchmark, compare_rows
 
 __all__ = [
     "ORT_PROVIDERS",
@@ -45,7 +54,12 @@ __all__ = [
     "usable_providers",
     "describe_providers",
     "pick_provider",
+    "skip_without_tensorrt",
+    "is_quantized",
+    "ort_math_mode",
+    "BoundRun",
     "Runner",
+    "measurement_rows",
     "session_options",
     "create_session",
     "trt_profile",
@@ -73,6 +87,8 @@ _OPT_ATTRS = {
     "all": "ORT_ENABLE_ALL",
 }
 OV_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16")
+# OpenVINO's precision names -> the precision policy's math modes.
+_OV_MODES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "int8": "int8"}
 
 
 class ProviderUnavailableError(RuntimeError):
@@ -127,7 +143,8 @@ def provider_status() -> dict[str, str]:
             )
         elif short == "tensorrt" and not _tensorrt_loadable():
             status[short] = (
-                "no TensorRT runtime library (libnvinfer) found; pip install tensorrt-cu12 to get one"
+                "no TensorRT runtime library (libnvinfer.so.10) found; `make setup GPU=1` "
+                "installs it (pip tensorrt-cu12, the TensorRT 10 this onnxruntime-gpu links)"
             )
         else:
             status[short] = "usable"
@@ -146,6 +163,108 @@ def describe_providers() -> list[dict[str, str]]:
         {"provider": short, "onnxruntime name": ORT_PROVIDERS[short], "here": why}
         for short, why in provider_status().items()
     ]
+
+
+def skip_without_tensorrt(what: str) -> bool:
+    """Print ONE line saying why and return True when ONNX Runtime's TensorRT EP cannot run here.
+
+    Use as ``if not skip_without_tensorrt("TensorRT fp16"): ...``. The line names the reason:
+    no CUDA GPU, an onnxruntime build without the EP, or no TensorRT libraries (``make setup
+    GPU=1`` installs them).
+    """
+    why = provider_status()["tensorrt"]
+    if why == "usable":
+        return False
+    print(f"SKIPPED on this machine (TensorRT EP: {why}): {what}.")
+    return True
+
+
+def _option_true(value: Any) -> bool:
+    """A provider option's truth: ONNX Runtime takes True/1/'1'/'true'/'True'."""
+    return str(value).strip().lower() in ("1", "true")
+
+
+def _gpu_tf32_allowed(device_id: int = 0) -> bool:
+    """Whether a CUDA library may use TF32 on GPU ``device_id``: compute capability 8.0 or newer
+    and not switched off process-wide by ``NVIDIA_TF32_OVERRIDE=0``. Without a visible GPU (a CPU
+    machine asked about CUDA) True, like :mod:`helpers.core.precision`: the course's GPUs are
+    Ampere or newer, and a tolerance derived from it is safe, never too tight."""
+    if os.environ.get(_precision.NVIDIA_TF32_ENV, "").strip() == "0":
+        return False
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return True
+        return tuple(torch.cuda.get_device_capability(device_id)) >= (8, 0)
+    except Exception:  # noqa: BLE001 - no usable torch/CUDA: fall back to the course's GPUs
+        return True
+
+
+# Ops of a quantized ONNX graph: QDQ pairs, or QOperator-format integer kernels.
+_QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "ConvInteger", "MatMulInteger")
+
+
+def is_quantized(path: str | Path) -> bool:
+    """True when the ONNX file holds quantized arithmetic (QDQ pairs or ``QLinear*`` / ``*Integer`` ops)."""
+    import onnx
+
+    model = onnx.load(str(_check_path(path)), load_external_data=False)
+    return any(n.op_type in _QUANT_OPS or n.op_type.startswith("QLinear") for n in model.graph.node)
+
+
+def ort_math_mode(
+    provider: str,
+    provider_options: Mapping[str, Any] | None = None,
+    *,
+    tf32: bool | None = None,
+    quantized: bool = False,
+) -> str:
+    """The precision policy's math mode (:data:`helpers.core.precision.MODES`) of an ONNX Runtime
+    session on ``provider`` ('cpu', 'cuda' or 'tensorrt') with ``provider_options``.
+
+    - CPU: 'fp32' (MLAS computes float32 in float32).
+    - CUDA: 'tf32' unless ``use_tf32`` is 0. ONNX Runtime's CUDA EP allows TF32 for float32
+      cuBLAS GEMMs and cuDNN convolutions **by default**: its ``use_tf32`` provider option is
+      true unless set (``onnxruntime/core/providers/cuda/cuda_execution_provider_info.h``: "By
+      default, enable TF32 to speed up float GEMM/MatMul or cuDNN convolution of float
+      matrices"); pass ``{"use_tf32": 0}`` for IEEE float32.
+    - TensorRT: 'int8' with ``trt_int8_enable``, else 'fp16' with ``trt_fp16_enable``, else
+      'tf32' (TensorRT's builder allows TF32 by default, ``BuilderFlag::kTF32``).
+
+    - A quantized model (``quantized``, see :func:`is_quantized`): 'int8' on every provider, the
+      coarsest mode, whatever its float layers run in.
+
+    TF32 needs an Ampere-or-newer GPU and is off everywhere with ``NVIDIA_TF32_OVERRIDE=0``;
+    ``tf32`` overrides that question (True/False) for tests.
+    """
+    opts = {k: v for k, v in (provider_options or {}).items()}
+    key = _short_name(provider)
+    if quantized:
+        return "int8"
+    if key == "cpu":
+        return "fp32"
+    device_id = int(opts.get("device_id", 0))
+    allowed = _gpu_tf32_allowed(device_id) if tf32 is None else bool(tf32)
+    if key == "tensorrt":
+        if _option_true(opts.get("trt_int8_enable", False)):
+            return "int8"
+        if _option_true(opts.get("trt_fp16_enable", False)):
+            return "fp16"
+    elif not _option_true(opts.get("use_tf32", True)):
+        return "fp32"
+    return "tf32" if allowed else "fp32"
+
+
+def _short_name(provider: str) -> str:
+    """The course's short name ('tensorrt', 'cuda', 'cpu') of a provider, short or ONNX Runtime's."""
+    if not isinstance(provider, str):
+        raise TypeError(f"provider must be a string, got {type(provider).__name__}")
+    key = provider.strip().lower()
+    key = {v.lower(): k for k, v in ORT_PROVIDERS.items()}.get(key, key)
+    if key not in ORT_PROVIDERS:
+        raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(ORT_PROVIDERS)}")
+    return key
 
 
 def pick_provider(provider: str = "auto") -> str:
@@ -182,12 +301,41 @@ def pick_provider(provider: str = "auto") -> str:
 
 
 @dataclass
+class BoundRun:
+    """One input batch bound to an ONNX Runtime session's device with I/O binding.
+
+    Calling it runs the session with no host<->device copy: the input was copied to ``device``
+    once (``OrtValue.ortvalue_from_numpy(x, 'cuda', 0)``), the output is bound to the same device
+    (``bind_output(name, 'cuda', 0)``) and stays there; the call returns when the outputs are
+    ready (``synchronize_outputs``), so a clock around it measures the work. :meth:`output`
+    copies the last output to the host, for checking it.
+    """
+
+    session: Any = field(repr=False)
+    binding: Any = field(repr=False)
+    value: Any = field(repr=False)  # the bound input: kept alive as long as the binding
+    device: str
+    batch: int
+
+    def __call__(self) -> None:
+        self.session.run_with_iobinding(self.binding)
+        self.binding.synchronize_outputs()
+
+    def output(self) -> np.ndarray:
+        """The first output of the last call, copied to the host as NumPy."""
+        return self.binding.copy_outputs_to_cpu()[0]
+
+
+@dataclass
 class Runner:
     """A compiled model of some runtime: ``run(x) -> y`` on NumPy arrays, plus ``benchmark``.
 
     ``framework`` is the name :func:`helpers.core.benchmarking.benchmark` knows ('onnxruntime', 'openvino');
     ``backend`` names what executes it (an ONNX Runtime provider or an OpenVINO device) and
     ``precision`` the arithmetic it really runs in, so every figure can state it.
+    ``device`` is where it computes ('cpu', 'cuda:0'), ``math_mode`` the precision policy's mode
+    of that arithmetic (the tolerance a comparison with it takes:
+    ``precision.tolerance(runner.math_mode, ...)``) and ``threads`` the CPU threads it was given.
     """
 
     name: str
@@ -202,9 +350,12 @@ class Runner:
         default=None, repr=False
     )  # the session / compiled model, for anything not wrapped
     info: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    math_mode: str = "fp32"
+    threads: int | str = "default"
 
-    def run(self, x: Any) -> np.ndarray:
-        """Run one batch (a float32 NumPy array or a CPU tensor) and return the first output."""
+    def _input(self, x: Any) -> np.ndarray:
+        """``x`` as a contiguous float32 NumPy batch of the model's rank, or a clear error."""
         if hasattr(x, "detach"):
             x = x.detach().cpu().numpy()
         if not isinstance(x, np.ndarray):
@@ -216,9 +367,43 @@ class Runner:
                 f"{self.name}: input {self.input_name!r} has rank {x.ndim} (shape {x.shape}); "
                 f"the model expects rank {self.input_rank}"
             )
-        if x.dtype != np.float32:
-            x = x.astype(np.float32)
-        return self._call(np.ascontiguousarray(x))
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    @property
+    def on_device(self) -> bool:
+        """True for an ONNX Runtime session that computes on a GPU (CUDA or TensorRT EP)."""
+        return self.framework == "onnxruntime" and self.device != "cpu"
+
+    def bind(self, x: Any) -> BoundRun:
+        """Bind batch ``x`` to this ONNX Runtime session's device (I/O binding): see :class:`BoundRun`.
+
+        Works on every provider, the CPU's included (then the device is the host and nothing is
+        copied either way); OpenVINO runners have no I/O binding and raise ``TypeError``.
+        """
+        if self.framework != "onnxruntime":
+            raise TypeError(f"{self.name}: I/O binding is an ONNX Runtime feature")
+        import onnxruntime as ort
+
+        arr = self._input(x)
+        kind, _, index = self.device.partition(":")
+        device_id = int(index or 0)
+        value = ort.OrtValue.ortvalue_from_numpy(arr, kind, device_id)
+        binding = self.handle.io_binding()
+        binding.bind_ortvalue_input(self.input_name, value)
+        binding.bind_output(self.output_name, kind, device_id)
+        return BoundRun(self.handle, binding, value, self.device, int(len(arr)))
+
+    def run(self, x: Any, *, io_binding: bool = False) -> np.ndarray:
+        """Run one batch (a float32 NumPy array or a CPU tensor) and return the first output.
+
+        ``io_binding=True`` runs it through :meth:`bind` (the path :meth:`benchmark` times on a
+        GPU) and copies the output back, so that path can be checked like the plain one.
+        """
+        if io_binding:
+            bound = self.bind(x)
+            bound()
+            return bound.output()
+        return self._call(self._input(x))
 
     __call__ = run
 
@@ -230,27 +415,68 @@ class Runner:
         warmup: int = 3,
         repeats: int = 10,
         progress: bool = False,
+        io_binding: bool | None = None,
     ) -> Measurement:
-        """Time :meth:`run` on ``x`` (warm-up, repeats; items = batch size), labelled with backend and precision."""
-        if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()
-        x = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+        """Time one batch ``x`` (warm-up, repeats; items = batch size), labelled with what ran it.
+
+        ``io_binding=None`` (default) binds input and output to the device when the session runs
+        on a GPU (:attr:`on_device`): the timed calls then do no host<->device copies, like a
+        PyTorch model timed on tensors already on the GPU; on the CPU the plain :meth:`run`
+        (NumPy in and out) is timed. ``meta`` names runtime, backend, device, precision, math
+        mode, threads, batch and whether I/O binding was used.
+        """
+        arr = self._input(x)
+        bound = self.on_device if io_binding is None else bool(io_binding)
+        fn: Callable[[], Any] = self.bind(arr) if bound else (lambda: self.run(arr))
         m = benchmark(
-            lambda: self.run(x),
-            label=label or f"{self.name} (batch {len(x)})",
+            fn,
+            label=label or f"{self.name} (batch {len(arr)})",
             framework=self.framework,
             warmup=warmup,
             repeats=repeats,
-            items=int(len(x)),
+            items=int(len(arr)),
             progress=progress,
         )
         m.meta.update(
-            runtime=self.name, backend=self.backend, precision=self.precision, batch=int(len(x))
+            runtime=self.name,
+            backend=self.backend,
+            device=self.device,
+            precision=self.precision,
+            math_mode=self.math_mode,
+            threads=self.threads,
+            batch=int(len(arr)),
+            io_binding=bound,
         )
         return m
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.framework} on {self.backend}, {self.precision}"
+        return (
+            f"{self.name}: {self.framework} on {self.backend} ({self.device}), {self.precision}, "
+            f"{self.threads} threads"
+        )
+
+
+def measurement_rows(
+    measurements: Sequence[Measurement], baseline: Measurement | None = None
+) -> list[dict[str, Any]]:
+    """:func:`helpers.core.benchmarking.compare_rows` with runtime, device, precision and threads.
+
+    Each row names what produced the figure, read from the measurement's ``meta`` (set by
+    :meth:`Runner.benchmark`; for a PyTorch timing set it on the page:
+    ``m.meta.update(runtime=..., device=..., precision=..., threads=...)``); '?' where missing.
+    """
+    rows = []
+    for m, row in zip(measurements, compare_rows(measurements, baseline)):
+        named = {k: m.meta.get(k, "?") for k in ("runtime", "device", "precision", "threads")}
+        rows.append(
+            {
+                "label": row["label"],
+                **named,
+                "batch": m.meta.get("batch", m.items),
+                **{k: v for k, v in row.items() if k != "label"},
+            }
+        )
+    return rows
 
 
 def _rank(shape: Sequence[Any]) -> int | None:
@@ -351,8 +577,10 @@ def create_session(
     :class:`ProviderUnavailableError`; so does a session on which ONNX Runtime quietly fell back to
     the CPU. GPU providers keep the CPU provider as fallback for the ops they do not support.
     ``provider_options`` go to the chosen provider (e.g. ``{"trt_fp16_enable": True}``,
-    ``{"trt_int8_enable": True}``). ``precision`` is only a label (default: fp32, or what the
-    TensorRT options say).
+    ``{"trt_int8_enable": True}``, ``{"use_tf32": 0}`` for IEEE float32 on the CUDA EP).
+    The runner's ``math_mode`` is :func:`ort_math_mode` of the provider that started, its
+    options and the file (the CUDA EP's default is TF32 on Ampere and newer; a quantized graph is
+    int8); ``precision`` is a label for tables, by default that mode.
     """
     import onnxruntime as ort
 
@@ -384,16 +612,13 @@ def create_session(
             f"fell back to {active[0]}; check the CUDA/cuDNN/TensorRT libraries"
         )
     inp, out = sess.get_inputs()[0], sess.get_outputs()[0]
+    quantized = is_quantized(path)
+    math_mode = ort_math_mode(short, provider_options, quantized=quantized)
     if precision is None:
-        po = {k: str(v).lower() for k, v in (provider_options or {}).items()}
-        precision = (
-            "int8"
-            if po.get("trt_int8_enable") == "true"
-            else "fp16"
-            if po.get("trt_fp16_enable") == "true"
-            else "fp32"
-        )
+        precision = math_mode
     threads = intra_op_threads or "default"
+    device_id = int((provider_options or {}).get("device_id", 0)) if short != "cpu" else 0
+    device = "cpu" if short == "cpu" else f"cuda:{device_id}"
     runner = Runner(
         name=name or f"ORT {short}",
         framework="onnxruntime",
@@ -411,12 +636,15 @@ def create_session(
             "path": str(path),
             "session_s": session_s,
         },
+        device=device,
+        math_mode=math_mode,
+        threads=threads,
     )
     if verbose:
         why = "best usable provider here" if provider == "auto" else "as requested"
         print(
             f"ONNX Runtime: picked {active[0]} ({why}; usable here: {', '.join(usable_providers())}), "
-            f"graph optimisation '{optimization}', {precision}"
+            f"graph optimisation '{optimization}', {precision} on {device}"
         )
     return runner
 
@@ -538,6 +766,9 @@ def openvino_model(
             "runtime_precisions": precisions,
             "compile_s": compile_s,
         },
+        device=dev.lower(),
+        math_mode=_OV_MODES["int8" if int8 else precision],
+        threads=compiled.get_property("INFERENCE_NUM_THREADS") or "default",
     )
     if verbose:
         heavy: collections.Counter[str] = collections.Counter()

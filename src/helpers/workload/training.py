@@ -9,7 +9,7 @@ batch order (:func:`helpers.porting.alignment.batch_order`, the same one the pre
 chapter uses). Held-out accuracy comes from :func:`helpers.workload.predict.accuracy`::
 
     result = train_classifier(model, train_split, steps=300, batch_size=64, val=val_split)
-    print(result)                  # steps, seconds, final loss, held-out accuracy
+    print(result)                  # steps, seconds, device and math mode, final loss, accuracy
     plots.plot_loss_curves({"train": result.losses})
 
 For training two frameworks *identically* (chapter 2), see :mod:`helpers.porting.alignment`.
@@ -28,12 +28,18 @@ __all__ = ["TrainResult", "augment_batch", "train_classifier"]
 
 @dataclass
 class TrainResult:
-    """One training run: loss per step, wall time and (optionally) held-out accuracy."""
+    """One training run: loss per step, wall time, where it ran and (optionally) held-out accuracy.
+
+    ``device`` and ``math_mode`` (:func:`helpers.core.precision.torch_math_mode` during training:
+    TF32 convolutions by default on an Ampere-or-newer GPU) say what a recorded time measured.
+    """
 
     losses: np.ndarray
     seconds: float
     batch_size: int
     val_accuracy: float | None = None
+    device: str = "cpu"
+    math_mode: str = "fp32"
 
     @property
     def steps(self) -> int:
@@ -46,7 +52,8 @@ class TrainResult:
             f", held-out accuracy {self.val_accuracy:.1%}" if self.val_accuracy is not None else ""
         )
         return (
-            f"{self.steps} steps of batch {self.batch_size} in {self.seconds:.1f} s; "
+            f"{self.steps} steps of batch {self.batch_size} in {self.seconds:.1f} s on "
+            f"{self.device} ({self.math_mode}); "
             f"loss {self.losses[0]:.3f} -> {tail:.3f} (mean of the last 10%){acc}"
         )
 
@@ -91,6 +98,7 @@ def train_classifier(
     """
     import torch
 
+    from helpers.core.precision import torch_math_mode
     from helpers.porting.alignment import batch_order
     from helpers.workload.predict import accuracy
 
@@ -112,6 +120,7 @@ def train_classifier(
         len(x), steps, batch_size, seed
     )  # validates batch_size against the split size
     device = next(model.parameters()).device
+    math_mode = torch_math_mode(device)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -144,5 +153,10 @@ def train_classifier(
     model.eval()
     val_acc = accuracy(model, val.x, val.y) if val is not None else None
     return TrainResult(
-        losses=np.array(losses), seconds=seconds, batch_size=batch_size, val_accuracy=val_acc
+        losses=np.array(losses),
+        seconds=seconds,
+        batch_size=batch_size,
+        val_accuracy=val_acc,
+        device=str(device),
+        math_mode=math_mode,
     )
