@@ -206,16 +206,24 @@ def test_solutions_start_hidden(built_book: Path, browser) -> None:
         )
         # Solutions that are code run under nbval and render as cells tagged hide-cell + solution.
         state += browser.execute_script(
+            # a closed <details> keeps its content laid out (content-visibility), so ask it directly
             "return Array.from(document.querySelectorAll('main .cell.tag_solution')).map(c => {"
+            "  const toggle = c.querySelector('details');"
             "  const input = c.querySelector('.cell_input') || c;"
             "  const title = (c.textContent.match(/# Solution \\d+/) || ['Solution (code)'])[0];"
-            "  return [title, input.offsetParent !== null && input.offsetHeight > 0]; });"
+            "  return [title, toggle ? toggle.open : input.offsetHeight > 0]; });"
         )
         solutions = [(title, shown) for title, shown in state if "Solution" in title]
         if not solutions:
             problems.append(f"{page}: no solution toggles")
         problems += [f"{page}: '{title}' is open on load" for title, shown in solutions if shown]
     assert not problems, "\n".join(problems)
+    # the check can fail: a reader's click opens a code solution, and the same query then sees it
+    opened = browser.execute_script(
+        "const d = document.querySelector('main .cell.tag_solution details');"
+        "if (!d) { return null; } d.querySelector('summary').click(); return d.open;"
+    )
+    assert opened is True, "clicking a code solution's toggle did not open it"
 
 
 def test_chapters_offer_the_notebook_download(built_book: Path) -> None:
