@@ -94,6 +94,9 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
 
     _check_name("chapter", chapter)
     _check_name("name", name)
+    from helpers.core.ledger_names import check as check_listed
+
+    check_listed(chapter, name)  # a course chapter's record names come from one table
     # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")

@@ -1,0 +1,242 @@
+"""The one table of the ledger's record names, read by the chapters' ``ledger.record`` and the capstone.
+
+A chapter may only write a record whose name is listed here under its chapter, so renaming a
+record on a page without renaming it here fails the chapter's run (``ledger.record`` raises), and a
+name the capstone looks up that no chapter writes fails a unit test. After the chapters ran,
+:func:`missing_records` lists each required name that no record matches: the capstone asserts it
+is empty, instead of silently "re-measuring" a step whose record was renamed.
+
+A pattern's ``{placeholder}`` stands for one name segment filled in by the chapter (a batch size,
+a variant's key): ``fps_{runtime}_batch{b}`` matches ``fps_ort_int8_batch8``; ``{b}`` and ``{n}``
+stand for a whole number only. Names of chapters
+that are not course chapters (not ``NN_...``, e.g. a reader's own experiments or the unit tests'
+scratch ledgers) are not checked.
+
+Why a module: one table shared by eleven chapters, the ladder and the tests; keeping it out of
+``ledger`` keeps the file-writing plumbing apart from the course's vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+__all__ = [
+    "Name",
+    "NAMES",
+    "is_course_chapter",
+    "find",
+    "check",
+    "missing_records",
+]
+
+
+@dataclass(frozen=True)
+class Name:
+    """One record name (or pattern) a chapter writes; ``when`` says when an optional one is written."""
+
+    pattern: str
+    required: bool = True
+    when: str = ""
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+@cache
+def _compile(pattern: str) -> re.Pattern[str]:
+    out, pos = [], 0
+    for hole in re.finditer(r"\{([^{}]+)\}", pattern):
+        out.append(re.escape(pattern[pos : hole.start()]))
+        out.append(r"\d+" if hole.group(1) in NUMBERS else r"[^/\\\s]+?")
+        pos = hole.end()
+    out.append(re.escape(pattern[pos:]))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _names(*items: str | Name) -> tuple[Name, ...]:
+    return tuple(i if isinstance(i, Name) else Name(i) for i in items)
+
+
+GPU_ONLY = "on a GPU only"
+NUMBERS = {"b", "n"}  # placeholders that stand for a whole number (batch size, count)
+
+# Each chapter's block is edited with the chapter: add a name here when the page records it.
+NAMES: dict[str, tuple[Name, ...]] = {
+    "00_measuring": _names(
+        "resnet_batch1_ms",
+        "resnet_best_batch_throughput",
+        "batch_gain",
+        "percent_of_peak",
+        "oneflow_vs_torch_{device}_ratio",
+        "embedder_fps_batch1",
+        "pipeline_preprocess_share",
+    ),
+    "01_migration": _names(
+        "lines_changed",
+        "migrated_output_max_abs_err",
+        "missing_apis",
+        "oneflow_vs_torch_time_ratio_batch{b}",
+    ),
+    "02_precision_alignment": _names(
+        "inference_max_abs_eager",
+        "inference_max_abs_graph",
+        "inference_cosine",
+        "fp32_error_ratio_oneflow_vs_torch",
+        "training_first_step_loss_diff",
+        "training_max_smoothed_gap",
+        "training_val_accuracy_gap",
+        "training_step_time_ratio",
+    ),
+    "03_dynamic_to_static": _names(
+        "oneflow_graph_speedup_batch1",  # read by the capstone
+        "oneflow_graph_speedup_batch{b}",
+        "best_torch_static_speedup_batch{b}",
+        "oneflow_graph_compile_s_batch1",
+        "oneflow_train_graph_speedup",
+        "torch_compile_first_call_s_batch1",
+    ),
+    "04_pruning": _names(
+        "{route}_original_ms",
+        "{route}_no_param_grad_speedup",
+        "{route}_no_second_forward_speedup",
+        "{route}_pruning_speedup",
+        "oneflow_nngraph_pruning_speedup",  # read by the capstone
+        "torch_peak_memory_{variant}",
+        "torch_threads",
+        "oneflow_task_graph_speedup",
+        "graph_ops_{variant}",
+    ),
+    "05_parallelism": _names(
+        Name("gpu_util_batch{b}", required=False, when=GPU_ONLY),
+        "batch_gain_torch",
+        "batch_gain_oneflow_graph",
+        "torch_threads",
+        "torch_throughput_batch{b}",
+        "eval_bn_max_batch_dependence",
+        "train_bn_max_batch_dependence",
+        "pipeline_{run}_throughput",
+        "pipeline_2proc_gain",
+        "pipeline_best_gain",
+        "pipeline_ceiling_from_stages",
+        "parallel_total",
+    ),
+    "06_compile_optimisations": _names(
+        "oneflow_{variant}_speedup",
+        "oneflow_graph_ms",
+        "torch_threads",
+        "oneflow_amp_speedup_vs_reported",
+        "oneflow_compile_chain_total",
+        "torch_{variant}_speedup",
+        "{route}_compile_s",
+    ),
+    "07_onnx_runtimes": _names(
+        "eager_fps_batch1",
+        "fps_{runtime}_batch{b}",
+        "best_runtime_speedup_batch1",
+        "nodes_as_traced",
+        "nodes_simplified",
+        "oneflow_graph_ort_speedup",
+    ),
+    "08_int8_quantization": _names(
+        "accuracy_fp32",
+        "accuracy_{runtime}",
+        "ort_int8_vs_eager_speedup",
+        "resnet101_b16_ort_int8_vs_eager_speedup",
+        "resnet101_b16_seconds_{runtime}",
+        "fps_{runtime}_batch{b}",
+        "training_seconds",
+        "embedder_fps_{runtime}_batch{b}",
+        "ablation_calib{n}_{weights}",
+    ),
+    "09_triton_serving": _names(
+        "server_startup_s",
+        "in_process_batch1_p50_ms",
+        "served_batch1_p50_ms",
+        "throughput_{setup}",
+        "p50_ms_{setup}",
+        "p99_ms_{setup}",
+        "throughput_1_instance_dynamic_batching",  # read by the capstone
+        "dynamic_batching_avg_batch",
+        "oneflow_model_load_s",
+        "pytriton_startup_s",
+    ),
+    "10_capstone": _names(
+        "end_to_end_speedup",
+        "naive_ms_per_image",
+        "optimised_ms_per_image",
+        "cumulative_measured",
+    ),
+}
+
+_COURSE_CHAPTER = re.compile(r"\d{2}_[a-z0-9_]+\Z")
+
+
+def is_course_chapter(chapter: str) -> bool:
+    """True for a course chapter's ledger name (``NN_slug``); only those are checked against the table."""
+    return bool(_COURSE_CHAPTER.match(chapter))
+
+
+def find(chapter: str, name: str, table: Mapping[str, Iterable[Name]] | None = None) -> Name | None:
+    """The table entry of ``chapter`` that ``name`` matches (an exact name before a pattern), or None."""
+    entries = list((NAMES if table is None else table).get(chapter, ()))
+    for entry in entries:
+        if entry.pattern == name:
+            return entry
+    for entry in entries:
+        if entry.regex.match(name):
+            return entry
+    return None
+
+
+def check(chapter: str, name: str, table: Mapping[str, Iterable[Name]] | None = None) -> None:
+    """Raise ``ValueError`` when a course chapter records a name the table does not list."""
+    table = NAMES if table is None else table
+    if not is_course_chapter(chapter):
+        return
+    if chapter not in table:
+        raise ValueError(
+            f"{chapter!r} looks like a course chapter but has no entry in helpers.core.ledger_names.NAMES"
+        )
+    if find(chapter, name, table) is None:
+        known = ", ".join(e.pattern for e in table[chapter])
+        raise ValueError(
+            f"record {name!r} of {chapter!r} is not in helpers.core.ledger_names.NAMES; "
+            f"the capstone reads the same table: rename it there too (known: {known})"
+        )
+
+
+def missing_records(
+    records: Iterable[Mapping[str, Any]],
+    chapters: Iterable[str] | None = None,
+    table: Mapping[str, Iterable[Name]] | None = None,
+) -> dict[str, list[str]]:
+    """``{chapter: [required patterns no record matches]}`` for each chapter that wrote any record.
+
+    ``chapters`` limits the check (default: every table chapter that has records). A chapter that
+    never ran is not listed: it has nothing to be missing from.
+    """
+    table = NAMES if table is None else table
+    by_chapter: dict[str, list[str]] = {}
+    for rec in records:
+        by_chapter.setdefault(rec["chapter"], []).append(rec["name"])
+    wanted = list(chapters) if chapters is not None else [c for c in table if c in by_chapter]
+    out: dict[str, list[str]] = {}
+    for chapter in wanted:
+        if chapter not in table:
+            raise ValueError(f"unknown chapter {chapter!r}: not in helpers.core.ledger_names.NAMES")
+        written = by_chapter.get(chapter, [])
+        if not written:
+            continue
+        gaps = [
+            e.pattern
+            for e in table[chapter]
+            if e.required and not any(e.regex.match(n) for n in written)
+        ]
+        if gaps:
+            out[chapter] = gaps
+    return out
