@@ -224,12 +224,16 @@ def test_compare_table_contains_labels_and_speedups():
     assert [r["label"] for r in rows] == ["eager-baseline", "static-graph"]
     assert list(rows[0]) == [
         "label",
+        "device",
+        "threads",
+        "cores_used",
         "runs",
         "p50_ms",
         "p99_ms",
         "iqr_pct",
         "items_per_s",
         "speedup",
+        "machine",
     ]
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(2.0)
     table = compare_table([base, fast])
@@ -258,11 +262,26 @@ def test_benchmark_interleaved_round_robin_order():
 
     order = []
     fns = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
-    res = benchmark_interleaved(fns, framework="none", warmup=1, repeats=3, items=2)
+    res = benchmark_interleaved(
+        fns, framework="none", warmup=1, repeats=3, items=2, rotate=False, threads=2, device="cpu"
+    )
     assert list(res) == ["a", "b", "c"]
     assert order[:3] == ["a", "b", "c"]  # one warm-up each, then rounds
     assert order[3:] == ["a", "b", "c"] * 3
     assert all(len(m.times_s) == 3 and m.items == 2 and m.warmup == 1 for m in res.values())
+    assert all(m.threads == 2 and m.device == "cpu" for m in res.values())
+
+
+def test_benchmark_interleaved_rotates_the_order_by_default():
+    """Each round starts one variant later: every variant runs first, and after each other, alike."""
+    from helpers.core.benchmarking import benchmark_interleaved
+
+    order = []
+    fns = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
+    benchmark_interleaved(fns, framework="none", warmup=0, repeats=3)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    firsts = [order[i] for i in (0, 3, 6)]
+    assert sorted(firsts) == ["a", "b", "c"]  # mutation: without rotation 'a' is always first
 
 
 def test_benchmark_interleaved_bad_inputs():
@@ -278,3 +297,202 @@ def test_benchmark_interleaved_bad_inputs():
         benchmark_interleaved({"x": lambda: None, "y": lambda: None}, framework={"x": "none"})
     with pytest.raises(ValueError, match="unknown framework"):
         benchmark_interleaved({"x": lambda: None}, framework="jax")
+
+
+# ---- threads, cores used, machine load ----------------------------------------------------------
+
+STAT = "cpu  {user} 0 {system} 5000 7 0 0 {steal} 0 0\ncpu0 1 2 3 4\n"
+
+
+def test_read_proc_stat_sums_busy_and_steal():
+    assert benchmarking.read_proc_stat(STAT.format(user=100, system=50, steal=7)) == (150, 7)
+    text = "cpu  10 1 2 900 3 4 5 6 0 0\n"  # user nice system idle iowait irq softirq steal
+    assert benchmarking.read_proc_stat(text) == (10 + 1 + 2 + 4 + 5, 6)  # idle/iowait are not busy
+    with pytest.raises(ValueError, match="no aggregate"):
+        benchmarking.read_proc_stat("cpu0 1 2 3\n")
+    real = benchmarking.read_proc_stat()  # this machine (Linux): two non-negative counters
+    assert real is None or (real[0] >= 0 and real[1] >= 0)
+
+
+class _FakeMachine:
+    """Injectable readers: a wall clock, this process's CPU clock and /proc/stat, moved by hand."""
+
+    def __init__(self, cpus=2, ticks=100):
+        self.wall = 0.0
+        self.own = 0.0  # this process's CPU seconds
+        self.busy = 0.0  # all CPUs' busy seconds (/proc/stat reports whole ticks of them)
+        self.steal = 0.0
+        self.la = 1.0
+        self.readers = benchmarking._Readers(
+            proc_stat=lambda: (round(self.busy * ticks), round(self.steal * ticks)),
+            family_cpu_s=lambda: self.own,
+            process_cpu_s=lambda: self.own,
+            wall_s=lambda: self.wall,
+            loadavg=lambda: self.la,
+            clock_ticks=ticks,
+            cpus=cpus,
+        )
+
+    def run(self, wall, own, others, steal=0.0):
+        """Advance: `wall` seconds pass, we use `own` CPU seconds, others `others` (busy ticks)."""
+        self.wall += wall
+        self.own += own
+        self.busy += own + others
+        self.steal += steal
+
+
+def test_load_probe_quiet_and_contended():
+    fake = _FakeMachine()
+    probe = benchmarking.LoadProbe(fake.readers).start()
+    fake.run(wall=1.0, own=2.0, others=0.05)  # we used both cores; others 5% of one core
+    quiet = probe.stop()
+    assert quiet.others_cpu_s == pytest.approx(0.05) and quiet.contended is False
+    assert quiet.resolution_s == pytest.approx(2 * 2 / 100)  # two ticks per CPU
+    probe = benchmarking.LoadProbe(fake.readers).start()
+    fake.la = 2.5
+    fake.run(wall=1.0, own=1.0, others=0.6)  # a neighbour took 0.6 of a core
+    busy = probe.stop()
+    assert busy.others_cores == pytest.approx(0.6) and busy.contended is True
+    assert busy.loadavg_before == 1.0 and busy.loadavg_after == 2.5
+    assert "CONTENDED" in busy.describe() and busy.as_dict()["contended"] is True
+    assert benchmarking.LOAD_LOG[-2:] == [quiet, busy]  # the ledger's default stamp reads these
+
+
+def test_contended_rule_threshold_and_steal():
+    """The rule: others' CPU > CONTENDED_SHARE of one core over the wall time + tick resolution."""
+    fake = _FakeMachine()
+    limit = benchmarking.CONTENDED_SHARE * 10.0 + 2 * 2 / 100
+    probe = benchmarking.LoadProbe(fake.readers).start()
+    fake.run(wall=10.0, own=10.0, others=limit - 0.02)
+    assert probe.stop().contended is False  # mutation: a rule without the share fails here
+    probe = benchmarking.LoadProbe(fake.readers).start()
+    fake.run(wall=10.0, own=10.0, others=limit + 0.02)
+    assert probe.stop().contended is True
+    probe = benchmarking.LoadProbe(fake.readers).start()
+    fake.run(wall=10.0, own=10.0, others=0.0, steal=2.0)  # the hypervisor's other guests
+    load = probe.stop()
+    assert load.steal_s == pytest.approx(2.0) and load.contended is True
+
+
+def test_load_unknown_without_proc_stat():
+    fake = _FakeMachine()
+    fake.readers.proc_stat = lambda: None
+    probe = benchmarking.LoadProbe(fake.readers).start()
+    fake.run(wall=1.0, own=1.0, others=5.0)
+    load = probe.stop()
+    assert load.contended is None and load.others_cores is None  # unknown, never "quiet"
+    assert "load unknown" in load.describe()
+
+
+def test_benchmark_records_cores_used_and_load(monkeypatch):
+    fake = _FakeMachine()
+    monkeypatch.setattr(benchmarking, "READERS", fake.readers)
+
+    def work():  # 10 ms of wall time on 2 cores, while a neighbour takes half a core
+        fake.run(wall=0.01, own=0.02, others=0.005)
+
+    m = benchmark(work, framework="none", warmup=1, repeats=50, threads=2, device="cpu")
+    assert m.cpu_s == pytest.approx(1.0) and m.wall_s == pytest.approx(0.5)
+    assert m.cores_used == pytest.approx(2.0) and m.threads == 2 and m.device == "cpu"
+    assert m.contended is True and m.load.others_cores == pytest.approx(0.5)
+    assert "2.00 cores used" in str(m) and "CONTENDED" in str(m)
+    d = m.as_dict()
+    assert d["cores_used"] == pytest.approx(2.0) and d["contended"] is True
+    row = compare_rows([m])[0]
+    assert row["machine"] == "CONTENDED" and row["threads"] == 2 and row["device"] == "cpu"
+    assert row["cores_used"] == "2.00"
+
+
+def test_benchmark_interleaved_cpu_time_per_variant(monkeypatch):
+    fake = _FakeMachine()
+    monkeypatch.setattr(benchmarking, "READERS", fake.readers)
+    fns = {
+        "one core": lambda: fake.run(wall=0.02, own=0.02, others=0.0),
+        "two cores": lambda: fake.run(wall=0.01, own=0.02, others=0.0),
+    }
+    res = benchmarking.benchmark_interleaved(fns, framework="none", warmup=1, repeats=4)
+    assert res["one core"].cores_used == pytest.approx(1.0)
+    assert res["two cores"].cores_used == pytest.approx(2.0)
+    assert res["one core"].load is res["two cores"].load and res["one core"].contended is False
+
+
+def test_measurement_without_load_shows_unknowns():
+    m = Measurement("m", [0.01] * 4)
+    assert m.cores_used is None and m.contended is None
+    row = compare_rows([m])[0]
+    assert row["machine"] == "?" and row["cores_used"] == "?" and row["device"] == "?"
+    m.meta.update(device="cuda:0", threads=4)  # runtimes.Runner puts them in meta
+    row = compare_rows([m])[0]
+    assert row["device"] == "cuda:0" and row["threads"] == 4
+
+
+def test_framework_threads_reads_torch(torch_mod):
+    assert benchmarking.framework_threads("torch") == torch_mod.get_num_threads()
+    assert benchmarking.framework_threads("onnxruntime") is None  # per session: the caller says
+    m = benchmark(lambda: None, framework="torch", repeats=2)
+    assert m.threads == torch_mod.get_num_threads()
+
+
+def test_paired_ratio_median_and_spread():
+    base = Measurement("base", [0.010, 0.012, 0.011, 0.020], items=1)
+    fast = Measurement("fast", [0.005, 0.006, 0.0055, 0.010], items=1)
+    r = benchmarking.paired_ratio(base, fast)
+    assert r.rounds == 4 and r.median == pytest.approx(2.0) and r.iqr == pytest.approx(0.0)
+    assert "2.00x" in str(r) and "4 rounds" in str(r)
+    per_item = Measurement("batch 2", [0.010] * 4, items=2)
+    assert benchmarking.paired_ratio(base, per_item).ratios[0] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="one interleaved run"):
+        benchmarking.paired_ratio(base, Measurement("short", [0.01]))
+
+
+def test_benchmark_interleaved_items_per_variant():
+    from helpers.core.benchmarking import benchmark_interleaved
+
+    res = benchmark_interleaved(
+        {"b1": lambda: None, "b8": lambda: None},
+        framework="none",
+        repeats=2,
+        items={"b1": 1, "b8": 8},
+    )
+    assert res["b1"].items == 1 and res["b8"].items == 8
+    with pytest.raises(ValueError, match="no items given"):
+        benchmark_interleaved({"a": lambda: None}, framework="none", items={"b": 1})
+    with pytest.raises(ValueError, match="items"):
+        benchmark_interleaved({"a": lambda: None}, framework="none", items={"a": 0})
+
+
+def test_measurement_round_trips_through_a_dict():
+    """What a subprocess sends back (as_dict + times_s) becomes the same Measurement again."""
+    from helpers.core.benchmarking import MachineLoad, measurement_from_dict
+
+    load = MachineLoad(2.0, 0.5, 0.0, 1.0, 1.5, resolution_s=0.04)
+    m = Measurement(
+        "x", [0.01, 0.02, 0.03], items=4, threads=2, device="cpu", cpu_s=3.0, wall_s=2.0
+    )
+    m.load = load
+    back = measurement_from_dict({**m.as_dict(), "times_s": m.times_s})
+    assert back.times_s == m.times_s and back.items == 4 and back.threads == 2
+    assert back.cores_used == pytest.approx(1.5) and back.contended is True
+    assert back.load.others_cores == pytest.approx(0.25)
+
+
+def test_thread_cpu_seconds_counts_a_busy_thread():
+    import threading
+    import time
+
+    from helpers.core.benchmarking import thread_cpu_seconds
+
+    stop = threading.Event()
+
+    def spin():  # a thread that polls, like a runtime waiting for work
+        while not stop.is_set():
+            pass
+
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    try:
+        res = thread_cpu_seconds(lambda: time.sleep(0.3), repeats=1)
+    finally:
+        stop.set()
+        t.join()
+    assert res["wall_s"] >= 0.3 and res["thread_cpu_s"][0] > 0.1  # the spinner, not the sleeper

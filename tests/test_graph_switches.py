@@ -73,6 +73,12 @@ def test_variant_validation():
         gs._variant_switches({"name": "x", "tensorrt": True})
     with pytest.raises(ValueError, match="non-empty 'name'"):
         gs._variant_switches({"amp": True})
+    # the control's flag is not a graph switch, but a variant may carry it
+    assert gs._variant_switches({"name": "x", gs.NATIVE_PADDING: True}) == {
+        "amp": False,
+        "conv_search": False,
+        "add_fusion": False,
+    }
 
 
 def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod, torch_model, x):
@@ -86,7 +92,11 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod
         out_dir=str(tmp_path / "out"),
         warmup=1,
         repeats=2,
-        variants=[{"name": "fused"}, {"name": "fused+add", "add_fusion": True}],
+        variants=[
+            {"name": "fused"},
+            {"name": "fused+add", "add_fusion": True},
+            {"name": "native", "native_padding": True},  # the control: no explicit pads at all
+        ],
     )
     # a BN-folding variable set in this process must not reach the child: `unset` removes it
     monkeypatch.setenv("ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION", "1")
@@ -108,6 +118,12 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod
         "pad" not in fused["op_counts"] and fused["op_counts"]["conv2d"] == 20
     )  # fused into convs
     assert fused["op_counts"]["normalization"] == 20  # BN folding was not enabled
+    native = res["variants"]["native"]
+    assert fused["padding"] == "explicit" and native["padding"] == "native"
+    assert "pad" not in native["traced_op_counts"]  # mutation: ignoring the flag traces 17 pads
+    assert native["traced_op_counts"]["conv2d"] == 20
+    for v in res["variants"].values():  # every timing says where and how it ran
+        assert {"threads", "cores_used", "contended", "load"} <= set(v)
     both = res["variants"]["fused+add"]
     assert both["traced_op_counts"]["add_n"] == 8 and "add_n" not in both["op_counts"]
     with torch_mod.no_grad():

@@ -96,3 +96,94 @@ def test_record_names_device_precision_and_threads(results_dir):
     assert "torch_threads" in rec
     bare = ledger.record("ch", "z", 2.0, "ms")
     assert bare["device"] is None and bare["precision"] is None
+
+
+# ---- the machine's load on every record ---------------------------------------------------------
+
+
+def _measurement(label, contended):
+    from helpers.core.benchmarking import MachineLoad, Measurement
+
+    others = 0.5 if contended else 0.0
+    load = MachineLoad(1.0, others, 0.0, 1.0, 1.2, resolution_s=0.04)
+    return Measurement(label, [0.01] * 4, threads=2, device="cpu", cpu_s=2.0, wall_s=1.0, load=load)
+
+
+def test_on_machine_passes_threads_cores_and_contention(results_dir):
+    quiet, busy = _measurement("a", False), _measurement("b", True)
+    fields = ledger.on_machine(quiet)
+    assert fields["contended"] is False and fields["cores_used"] == [2.0]
+    assert fields["threads_given"] == [2] and fields["load"]["measurements"] == 1
+    both = ledger.on_machine(quiet, busy)
+    assert both["contended"] is True  # mutation: any() -> all() makes this False
+    rec = ledger.record("ch00", "r", 1.0, "x", **both)
+    assert (
+        rec["contended"] is True and ledger.lookup("ch00", "r")["load"]["others_cores_max"] == 0.5
+    )
+    assert ledger.on_machine(quiet.as_dict())["contended"] is False  # a subprocess's as_dict()
+    with pytest.raises(ValueError, match="at least one"):
+        ledger.on_machine()
+    with pytest.raises(ValueError, match="not a measurement"):
+        ledger.on_machine({"median_s": 1.0})
+
+
+def test_record_stamps_the_process_load_by_default(results_dir, monkeypatch):
+    from helpers.core import benchmarking
+
+    monkeypatch.setattr(benchmarking, "LOAD_LOG", [])
+    rec = ledger.record("ch00", "before", 1.0, "x")
+    assert rec["contended"] is None and rec["load"]["scope"] == "no measurement in this process"
+    benchmarking.LOAD_LOG.append(_measurement("q", False).load)
+    assert ledger.record("ch00", "quiet", 1.0, "x")["contended"] is False
+    benchmarking.LOAD_LOG.append(_measurement("c", True).load)
+    rec = ledger.record("ch00", "later", 1.0, "x")
+    assert rec["contended"] is True and rec["load"]["contended_measurements"] == 1
+
+
+def _write(folder, records):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ch08.json").write_text(json.dumps(records))
+
+
+def test_contended_lists_and_check_quiet(tmp_path):
+    recs = [
+        {"chapter": "ch08", "name": "quiet", "contended": False, "load": {}},
+        {"chapter": "ch08", "name": "old", "value": 1.0},  # an old record: unknown
+        {"chapter": "ch08", "name": "busy", "contended": True, "load": {"others_cores_max": 0.9}},
+    ]
+    assert [r["name"] for r in ledger.contended(recs)] == ["busy"]
+    _write(tmp_path / "ref", recs)
+    bad = ledger.check_quiet(tmp_path / "ref")
+    assert len(bad) == 1 and bad[0].startswith("ch08/busy")
+    _write(tmp_path / "ok", recs[:2])
+    assert ledger.check_quiet(tmp_path / "ok") == []
+
+
+def test_check_quiet_command_fails_on_a_contended_record(tmp_path):
+    """What `make bench` runs before publishing: exit 1 with the list, 0 when quiet."""
+    import subprocess
+    import sys
+
+    def run(folder):
+        return subprocess.run(
+            [sys.executable, "-m", "helpers.core.ledger", "check-quiet", str(folder)],
+            capture_output=True,
+            text=True,
+        )
+
+    _write(tmp_path / "busy", [{"chapter": "ch08", "name": "int8", "contended": True}])
+    p = run(tmp_path / "busy")
+    assert p.returncode == 1 and "ch08/int8" in p.stdout and "1 contended" in p.stdout
+    _write(tmp_path / "quiet", [{"chapter": "ch08", "name": "int8", "contended": False}])
+    assert run(tmp_path / "quiet").returncode == 0
+    (tmp_path / "empty").mkdir()
+    assert run(tmp_path / "empty").returncode != 0  # an empty run publishes nothing either
+
+
+def test_makefile_bench_publishes_only_after_check_quiet():
+    text = (ledger.repo_root() / "Makefile").read_text()
+    recipe = text.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    check = recipe.index("helpers.core.ledger check-quiet")
+    assert "COURSE_RESULTS_DIR=$$stage" in recipe  # the chapters write to staging, not reference
+    assert check < recipe.index("mv $$stage results/reference/")
+    assert "&& \\\n\t$(PY) -m helpers.core.ledger check-quiet" in recipe  # chained: a failure stops

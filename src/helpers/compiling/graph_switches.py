@@ -49,6 +49,7 @@ __all__ = [
     "MLIR_VARS",
     "explicit_padding",
     "switch_names",
+    "NATIVE_PADDING",
     "oneflow_graph_ablation",
 ]
 
@@ -67,13 +68,19 @@ def _variant_switches(variant: dict[str, Any]) -> dict[str, bool]:
     ):
         raise ValueError(f"each variant needs a non-empty 'name', got {variant!r}")
     names = switch_names()
-    unknown = set(variant) - {"name", *names}
+    unknown = set(variant) - {"name", NATIVE_PADDING, *names}
     if unknown:
         raise ValueError(
             f"variant {variant['name']!r} has unknown switches {sorted(unknown)}; "
-            f"use {', '.join(names)}"
+            f"use {', '.join(names)} (and {NATIVE_PADDING!r})"
         )
     return {k: bool(variant.get(k, False)) for k in names}
+
+
+# A variant key that is not a graph switch: build the graph on the model as it is (flowvision's
+# convolutions pad their own input) instead of on explicit_padding's copy. The control run for the
+# pad+conv fusion: what the fusion can at best win back.
+NATIVE_PADDING = "native_padding"
 
 
 def oneflow_graph_ablation(
@@ -91,13 +98,15 @@ def oneflow_graph_ablation(
     """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
     ``weights_path`` is an ``.npz`` of a PyTorch ResNet state dict, ``input_path`` an ``.npy`` batch.
-    Each variant is ``{"name": ..., <switch>: bool, ...}`` with the switches of :func:`switch_names`;
-    the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``), and so
+    Each variant is ``{"name": ..., <switch>: bool, ...}`` with the switches of :func:`switch_names`,
+    built on :func:`explicit_padding`'s copy of the model when ``explicit_pad`` unless it says
+    ``"native_padding": True`` (:data:`NATIVE_PADDING`: the control run); the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``), and so
     is TF32 on a GPU (``precision_env``: :func:`helpers.core.precision.oneflow_strict_fp32_env` for
     IEEE float32). Returns the device and, per variant: its ``math_mode`` (read here, in the child:
     ``'fp16'`` with AMP on a GPU, ``'tf32'`` for OneFlow's default on an Ampere-or-newer GPU,
-    ``'fp32'`` on a CPU or with the strict environment), compile seconds (first call), timings (all
-    variants timed round-robin), op counts before (``traced_op_counts``) and after OneFlow's passes
+    ``'fp32'`` on a CPU or with the strict environment), its ``padding``, compile seconds (first
+    call), timings (all variants timed in interleaved rounds, order rotated, with the Measurement's
+    threads, cores used, machine load and ``contended`` flag), op counts before (``traced_op_counts``) and after OneFlow's passes
     (``op_counts``), and the path of its saved output (``out_dir/<name>.npy``) for the caller's
     accuracy check.
     """
@@ -109,6 +118,7 @@ def oneflow_graph_ablation(
     switches = {
         v["name"] if isinstance(v, dict) else str(v): _variant_switches(v) for v in variants
     }
+    native = {v["name"] for v in variants if v.get(NATIVE_PADDING)}
     if not switches:
         raise ValueError("no variants given")
     if len(switches) != len(variants):
@@ -119,6 +129,7 @@ def oneflow_graph_ablation(
     with np.load(weights_path) as npz:
         models.load_numpy_state(model, dict(npz))
     model = model.eval()
+    as_is = model.to(device)  # flowvision's convolutions pad their own input
     if explicit_pad:
         model = explicit_padding(model)
     model = model.to(device)
@@ -128,7 +139,7 @@ def oneflow_graph_ablation(
     compiled, rows = {}, {}
     for name, sw in switches.items():
         with quiet_native_stderr():  # the first graph of a process logs a harmless 'no CUDA driver'
-            g = SwitchedGraph(model, **sw)
+            g = SwitchedGraph(as_is if name in native else model, **sw)
         start = time.perf_counter()
         y = g(x).numpy()
         compile_s = time.perf_counter() - start
@@ -136,6 +147,7 @@ def oneflow_graph_ablation(
         compiled[name] = g
         rows[name] = {
             "switches": sw,
+            "padding": "native" if name in native or not explicit_pad else "explicit",
             "math_mode": precision.oneflow_math_mode(device, amp=sw["amp"]),
             "compile_s": compile_s,
             "output": str(out / f"{name}.npy"),
@@ -151,7 +163,12 @@ def oneflow_graph_ablation(
     )
     for name, m in times.items():
         rows[name].update(
-            mean_s=m.mean, median_s=m.median, std_s=m.std, times_s=m.times_s, items=m.items
+            {k: v for k, v in m.as_dict().items() if k not in ("label", "device")},
+            mean_s=m.mean,
+            median_s=m.median,
+            std_s=m.std,
+            times_s=m.times_s,
+            items=m.items,
         )
     mlir = {k: os.environ[k] for k in MLIR_VARS if k in os.environ}
     tf32_vars = (precision.ONEFLOW_TF32_ENV, precision.NVIDIA_TF32_ENV)

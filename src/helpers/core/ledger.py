@@ -28,6 +28,9 @@ __all__ = [
     "record",
     "load",
     "lookup",
+    "on_machine",
+    "contended",
+    "check_quiet",
 ]
 
 RESULTS_ENV = "COURSE_RESULTS_DIR"
@@ -115,6 +118,7 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
         "machine": {k: env[k] for k in ("cpu", "cores", "gpu", "driver", "cuda")},
         "versions": {k: v for k, v in env["libraries"].items() if v},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **_process_load(),  # replaced by the chapter's own **on_machine(...) when it passes one
         **extra,
     }
     path = ledger_dir() / f"{chapter}.json"
@@ -124,6 +128,90 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
     tmp.write_text(json.dumps(records, indent=1, default=str))
     tmp.replace(path)
     return rec
+
+
+def _verdict(flags: list[bool | None]) -> bool | None:
+    """Contended if any is; quiet if every one is known quiet; else unknown (None)."""
+    if any(f is True for f in flags):
+        return True
+    return False if flags and all(f is False for f in flags) else None
+
+
+def on_machine(*measurements: Any) -> dict[str, Any]:
+    """Record fields for the measurements behind one figure: threads, cores used, load, contended.
+
+    Takes :class:`helpers.core.benchmarking.Measurement` objects or their ``as_dict()`` (what a
+    subprocess sends back). ``contended`` is True when any of them was. Use it as
+    ``ledger.record(chapter, name, value, unit, **ledger.on_machine(m1, m2), ...)``.
+    """
+    if not measurements:
+        raise ValueError("on_machine needs at least one measurement")
+    rows = [m if isinstance(m, dict) else m.as_dict() for m in measurements]
+    for r in rows:
+        if "contended" not in r:
+            raise ValueError(f"not a measurement (no 'contended' field): {sorted(r)[:8]}")
+    loads = []
+    for r in rows:  # variants of one interleaved run share one load: count it once
+        if r.get("load") is not None and r["load"] not in loads:
+            loads.append(r["load"])
+    return {
+        "threads_given": [r.get("threads") for r in rows],
+        "cores_used": [r.get("cores_used") for r in rows],
+        "load": {
+            "scope": "the measurements behind this figure",
+            "measurements": len(rows),
+            "others_cores_max": max(
+                (x["others_cores"] for x in loads if x.get("others_cores") is not None),
+                default=None,
+            ),
+            "loadavg_max": max(
+                (x["loadavg_after"] for x in loads if x.get("loadavg_after") is not None),
+                default=None,
+            ),
+            "regions": loads,
+        },
+        "contended": _verdict([r.get("contended") for r in rows]),
+    }
+
+
+def _process_load() -> dict[str, Any]:
+    """The default stamp: every measurement this process took so far, contended if any was."""
+    bench = sys.modules.get("helpers.core.benchmarking")
+    log = list(bench.LOAD_LOG) if bench is not None else []
+    try:
+        now = os.getloadavg()[0]
+    except OSError:
+        now = None
+    if not log:
+        return {
+            "load": {"scope": "no measurement in this process", "loadavg_at_record": now},
+            "contended": None,
+        }
+    flags = [x.contended for x in log]
+    cores = [x.others_cores for x in log if x.others_cores is not None]
+    return {
+        "load": {
+            "scope": "every measurement of this process so far",
+            "measurements": len(log),
+            "contended_measurements": sum(f is True for f in flags),
+            "others_cores_max": max(cores) if cores else None,
+            "loadavg_at_record": now,
+        },
+        "contended": _verdict(flags),
+    }
+
+
+def contended(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records measured while other processes took CPU time (``contended`` True)."""
+    return [r for r in records if r.get("contended") is True]
+
+
+def check_quiet(folder: Path | str) -> list[str]:
+    """One line per contended record in ``folder`` (empty: every record was measured quiet or unknown)."""
+    return [
+        f"{r.get('chapter')}/{r.get('name')}: {json.dumps(r.get('load'), default=str)[:200]}"
+        for r in contended(load(folder=folder))
+    ]
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -165,5 +253,13 @@ if (
 
     if sys.argv[1:] == ["slug"]:
         print(machine_slug())
+    elif len(sys.argv) == 3 and sys.argv[1] == "check-quiet":
+        if not any(Path(sys.argv[2]).glob("*.json")):
+            raise SystemExit(f"check-quiet: no ledger files in {sys.argv[2]}")
+        bad = check_quiet(sys.argv[2])
+        if bad:
+            print(f"{len(bad)} contended record(s) in {sys.argv[2]}:", *bad, sep="\n  ")
+            raise SystemExit(1)
+        print(f"check-quiet: no contended record in {sys.argv[2]}")
     else:
-        raise SystemExit("usage: python -m helpers.core.ledger slug")
+        raise SystemExit("usage: python -m helpers.core.ledger slug | check-quiet DIR")
