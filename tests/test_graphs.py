@@ -159,3 +159,22 @@ def test_trace_reports_its_warnings_on_stdout(capsys):
     assert out.count("trace warned at test_graphs.py:") == 1, out
     assert "`if x.shape[1] != 3:" in out and "Python boolean" in out
     torch.testing.assert_close(traced(x), x * 2)
+
+
+def test_with_steady_replaces_the_steady_state():
+    from helpers.core.benchmarking import Measurement
+
+    _, meas = graphs.measure_static(
+        lambda: lambda: 1, label="plain", framework="none", first_calls=2, warmup=0, repeats=1
+    )
+    meas = graphs.StaticMeasurement("s", build_s=1.0, first_call_s=0.5, steady=meas.steady)
+    interleaved = Measurement("s steady", [0.1, 0.1, 0.1], items=4)
+    out = graphs.with_steady(meas, interleaved)
+    assert out.steady is interleaved and (out.build_s, out.first_call_s) == (1.0, 0.5)
+    # compile cost counted against the new steady state, with the first calls of the original
+    assert interleaved.meta["first_calls"] == 2
+    assert out.compile_s == pytest.approx(1.0 + 0.5 - 2 * 0.1)
+    with pytest.raises(TypeError, match="StaticMeasurement"):
+        graphs.with_steady(interleaved, interleaved)
+    with pytest.raises(TypeError, match="steady must be a Measurement"):
+        graphs.with_steady(meas, [0.1])

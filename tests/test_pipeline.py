@@ -1,4 +1,8 @@
-"""helpers.perf.pipeline: chapter 5's serial, two-process (lock) and DataLoader pipelines; bad inputs never hang."""
+"""helpers.perf.pipeline: chapter 5's serial, two-process (lock) and DataLoader pipelines; bad inputs never hang.
+
+The model stage is chapter 4's pruned task (logits and input-gradient saliency maps); the test that
+compares it with ``helpers.workload.saliency`` imports oneflow, so this file is in the oneflow group.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +18,15 @@ SIZE = 32
 
 
 class TinyNet(torch.nn.Module):
-    """A small deterministic model; spawned workers import it from this module."""
+    """A small deterministic model, in eval mode with frozen weights (the pruned task's module);
+    spawned workers import it from this module."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.conv = torch.nn.Conv2d(3, 4, 3)
         self.fc = torch.nn.Linear(4, 3)
+        self.eval().requires_grad_(False)
 
     def forward(self, x):
         return self.fc(self.conv(x).mean(dim=(2, 3)))
@@ -58,9 +64,34 @@ def test_load_batch_and_batches(jpegs):
         pl.load_batch(jpegs, [], SIZE)
 
 
+def test_infer_is_chapter_4s_pruned_task(jpegs):
+    from helpers.workload import saliency  # (imports oneflow)
+
+    x = pl.load_batch(jpegs, [0, 1, 2], SIZE)
+    logits, maps = pl.infer(TinyNet(), x, "cpu")
+    want = saliency.single_forward_task(TinyNet(), torch.from_numpy(x))
+    np.testing.assert_array_equal(logits, want.logits.numpy())
+    np.testing.assert_array_equal(maps, want.saliency.numpy())
+    assert maps.shape == (3, SIZE, SIZE) and (maps >= 0).all() and maps.max() > 0
+    net = TinyNet()
+    pl.infer(net, x, "cpu")
+    assert all(p.grad is None for p in net.parameters())  # no weight gradient computed
+
+
+def test_task_module_is_checked(jpegs):
+    trainable = TinyNet().requires_grad_(True)
+    with pytest.raises(ValueError, match="weights require grad"):
+        pl.run_serial(trainable, jpegs, batch_size=4, image_size=SIZE)
+    with pytest.raises(ValueError, match="eval mode"):
+        pl.run_dataloader(TinyNet().train(), jpegs, batch_size=4, image_size=SIZE)
+    with pytest.raises(TypeError, match="nn.Module"):
+        pl.check_task_module(lambda x: x)
+
+
 def test_serial_run_and_timeline(jpegs):
     run = pl.run_serial(TinyNet(), jpegs, batch_size=4, image_size=SIZE)
     assert run.items == 10 and len(run.outputs) == 3 and run.logits().shape == (10, 3)
+    assert run.saliency().shape == (10, SIZE, SIZE)
     assert [(e.stage, e.batch) for e in run.events[:2]] == [("load", 0), ("infer", 0)]
     assert all(e.duration >= 0 for e in run.events)
     assert 0 < run.busy_fraction("infer") <= 1.0 and run.throughput > 0
@@ -73,11 +104,20 @@ def test_pipelines_match_serial(jpegs):
     two = pl.run_two_process(
         TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=2, timeout_s=60
     )
+    import psutil
+
+    def live_children():
+        kids = psutil.Process().children(recursive=True)
+        return {c.pid for c in kids if c.is_running() and c.status() != psutil.STATUS_ZOMBIE}
+
+    before = live_children()
     loader = pl.run_dataloader(
         TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=2, timeout_s=60
     )
+    left_running = live_children() - before
     for run in (two, loader):
         np.testing.assert_allclose(run.logits(), serial.logits(), atol=1e-5)
+        np.testing.assert_allclose(run.saliency(), serial.saliency(), atol=1e-6)
         assert {e.stage for e in run.events} == {"load", "infer"}
     assert {e.lane for e in two.events} <= {"process 0", "process 1"}
     rows = pl.speedup_table([serial, two, loader])
@@ -91,7 +131,11 @@ def test_pipelines_match_serial(jpegs):
         "num_workers",
         "pin_memory",
         "prefetch_factor",
+        "startup_s",
     }
+    # start-up measured apart, and the persistent workers stopped when the run ended
+    assert loader.meta["startup_s"] > 0
+    assert not left_running, f"DataLoader workers still running: {left_running}"
 
 
 def test_overlap_fraction_and_busy_fraction():
@@ -107,6 +151,16 @@ def test_overlap_fraction_and_busy_fraction():
     assert run.overlap_fraction("load", "infer") == pytest.approx(1 / 4)
     assert run.busy_fraction("infer") == pytest.approx(3 / 4)
     assert run.logits().shape == (2, 2)
+    with pytest.raises(ValueError, match="not \\(logits, saliency\\) pairs"):
+        run.saliency()
+    pairs = pl.PipelineRun(
+        "toy",
+        ev,
+        {1: (np.ones((1, 2)), np.ones((1, 4, 4))), 0: (np.zeros((1, 2)), np.zeros((1, 4, 4)))},
+        4.0,
+        2,
+    )
+    assert pairs.logits()[0].tolist() == [0, 0] and pairs.saliency().shape == (2, 4, 4)
 
 
 def test_torch_threads_restores_the_count(torch_mod):
@@ -174,3 +228,17 @@ def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
             TinyNet(), jpegs, batch_size=2, image_size=SIZE, num_workers=1, timeout_s=2
         )
     assert time.time() - start < 30
+
+
+def test_dataloader_workers_stop_when_the_model_fails(jpegs):
+    import psutil
+
+    def live_children():
+        kids = psutil.Process().children(recursive=True)
+        return {c.pid for c in kids if c.is_running() and c.status() != psutil.STATUS_ZOMBIE}
+
+    before = live_children()
+    with pytest.raises(RuntimeError, match="model exploded") as failure:
+        pl.run_dataloader(Fails(), jpegs, batch_size=4, image_size=SIZE, num_workers=2)
+    # the traceback (kept in `failure`) holds the loader: only an explicit shutdown stops them
+    assert failure.traceback and not (live_children() - before)

@@ -8,7 +8,9 @@
 - :func:`torch_static` -- PyTorch's routes on the same module: ``trace``, ``script``, ``freeze``
   (script + ``torch.jit.freeze``) and ``compile`` (``torch.compile``, TorchInductor);
 - :func:`measure_static` -- build time, first-call (compile) time and steady-state timing of
-  a static variant, measured separately so compile cost never pollutes the steady state.
+  a static variant, measured separately so compile cost never pollutes the steady state;
+- :func:`with_steady` -- the same cost with its steady state re-timed elsewhere (chapter 3 times
+  every variant's steady state in interleaved rounds beside eager mode, the same warm-up for all).
 
 A OneFlow graph compiles on its first call for the exact input shapes and dtypes of that call:
 a graph built at batch 1 refuses batch 16 (make one graph per shape). Importing this module imports
@@ -36,6 +38,7 @@ __all__ = [
     "torch_static",
     "StaticMeasurement",
     "measure_static",
+    "with_steady",
 ]
 
 flow = import_oneflow()  # the notebook's setup cell does the same before the page's classes
@@ -214,6 +217,21 @@ def measure_static(
     )
     steady.meta["first_calls"] = first_calls
     return fn, StaticMeasurement(label, build_s, first_s, steady)
+
+
+def with_steady(measured: StaticMeasurement, steady: Measurement) -> StaticMeasurement:
+    """``measured`` (build and first-call cost) with ``steady`` as its steady state.
+
+    For a steady state timed apart from :func:`measure_static`, e.g. in interleaved rounds with
+    eager mode (:func:`helpers.core.benchmarking.benchmark_interleaved`): ``compile_s`` is then
+    computed against that steady state.
+    """
+    if not isinstance(measured, StaticMeasurement):
+        raise TypeError(f"expected a StaticMeasurement, got {type(measured).__name__}")
+    if not isinstance(steady, Measurement):
+        raise TypeError(f"steady must be a Measurement, got {type(steady).__name__}")
+    steady.meta.setdefault("first_calls", measured.steady.meta.get("first_calls", 1))
+    return StaticMeasurement(measured.label, measured.build_s, measured.first_call_s, steady)
 
 
 def _force(out: Any, framework: str) -> None:

@@ -1,7 +1,9 @@
 """A two-stage inference pipeline: CPU pre-processing overlapped with model execution.
 
 A service receives encoded images. Each batch must be *loaded* (JPEG decode, resize,
-normalise: CPU work) and then *inferred* (the network: GPU work in the case study). Run one
+normalise: CPU work) and then *inferred*: the case study's pruned task (chapter 4), a forward pass
+and the backward pass to the input, giving logits and a saliency map per image (GPU work in the
+case study). Run one
 after the other, the accelerator idles while the CPU loads and vice versa. Chapter 5 writes the
 three runners on its page, in ``#@save`` cells that ``tools/save_cells.py`` copies to the end of
 this module:
@@ -56,6 +58,7 @@ __all__ = [
     "make_batches",
     "check_dataset",
     "check_workers",
+    "check_task_module",
     "torch_threads",
     "WorkerPool",
     "speedup_table",
@@ -113,12 +116,29 @@ class PipelineRun:
         """Images per second over the whole run."""
         return self.items / self.wall_s
 
-    def logits(self) -> np.ndarray:
-        """All outputs concatenated in batch order (whatever order the workers finished in)."""
+    def _part(self, k: int | None) -> np.ndarray:
         missing = [i for i in range(len(self.outputs)) if i not in self.outputs]
         if missing:
             raise RuntimeError(f"{self.name}: batches {missing[:5]} produced no output")
-        return np.concatenate([self.outputs[i] for i in range(len(self.outputs))])
+        parts = [self.outputs[i] for i in range(len(self.outputs))]
+        if k is not None:
+            if not all(isinstance(p, tuple) for p in parts):
+                raise ValueError(f"{self.name}: outputs are arrays, not (logits, saliency) pairs")
+            parts = [p[k] for p in parts]
+        elif all(isinstance(p, tuple) for p in parts):
+            parts = [p[0] for p in parts]
+        return np.concatenate(parts)
+
+    def logits(self) -> np.ndarray:
+        """All logits concatenated in batch order (whatever order the workers finished in).
+
+        An output is an array of logits, or a ``(logits, saliency)`` pair from the pruned task.
+        """
+        return self._part(None)
+
+    def saliency(self) -> np.ndarray:
+        """All saliency maps ``(N, H, W)`` in batch order (outputs must be ``(logits, saliency)``)."""
+        return self._part(1)
 
     def busy_fraction(self, stage: str) -> float:
         """Share of the wall time during which at least one ``stage`` event was running."""
@@ -187,6 +207,28 @@ def check_workers(workers: Any, what: str) -> None:
             else ""
         )
         raise ValueError(f"{what} must be a positive int, got {workers!r}{hint}")
+
+
+def check_task_module(model: Any) -> None:
+    """Check that ``model`` is ready for the pruned task: an eval-mode module with frozen weights.
+
+    The model stage computes the input's gradient only; a weight that requires grad would add
+    every weight's gradient (the unpruned task) and accumulate it from call to call.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if model.training:
+        raise ValueError(
+            "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
+            "the images of a batch"
+        )
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    if trainable:
+        raise ValueError(
+            f"{len(trainable)} weights require grad (e.g. {trainable[0]}): the pruned task "
+            "freezes them; pass helpers.workload.saliency.make_task(model, "
+            "'single_forward').module"
+        )
 
 
 @contextmanager
@@ -332,14 +374,21 @@ def speedup_table(
 
 # ---- saved from notebooks/05_parallelism.ipynb by tools/save_cells.py: edit it there ----
 def infer(model, x, device):
-    """The model stage: a NumPy batch in, NumPy logits out (.cpu() waits for a GPU to finish)."""
-    with torch.inference_mode():
-        return model(torch.from_numpy(x).to(device)).float().cpu().numpy()
+    """The model stage, chapter 4's pruned task: a batch in, (logits, saliency maps) out, NumPy.
+
+    The steps of st.single_forward_task, written out so that worker processes need not import
+    OneFlow (helpers.workload.saliency does). `model`: eval mode, weights frozen."""
+    x = torch.as_tensor(x).to(device).requires_grad_(True)
+    logits = model(x)  # forward
+    logits.max(dim=1)[0].sum().backward()  # backward, to the input only (frozen weights)
+    saliency = x.grad.abs().max(dim=1)[0]  # .cpu() waits for a GPU to finish
+    return logits.detach().float().cpu().numpy(), saliency.float().cpu().numpy()
 
 
 def run_serial(model, jpegs, *, batch_size, image_size, device="cpu", threads=None):
-    """Load a batch, run the model (eval mode, on `device`) on it, repeat: nothing overlaps."""
+    """Load a batch, run the task (eval mode, on `device`) on it, repeat: nothing overlaps."""
     batches = check_dataset(jpegs, batch_size, image_size)
+    check_task_module(model)
     with torch_threads(threads):
         infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
         events, outputs = [], {}
@@ -352,7 +401,7 @@ def run_serial(model, jpegs, *, batch_size, image_size, device="cpu", threads=No
             e = time.time()
             events += [StageEvent("main", "load", b, s, m), StageEvent("main", "infer", b, m, e)]
         wall = time.time() - t0
-        meta = {"threads": torch.get_num_threads()}
+        meta = {"threads": torch.get_num_threads(), "startup_s": 0.0}
     return PipelineRun("serial", events, outputs, wall, len(jpegs), meta)
 
 
@@ -401,6 +450,7 @@ def run_two_process(
     """The case study's pipeline: `workers` processes that load their next batch under one lock."""
     batches = check_dataset(jpegs, batch_size, image_size)
     check_workers(threads_per_worker, "threads_per_worker")
+    check_task_module(model)
     ctx = mp.get_context("spawn")
     lock, next_batch, go = ctx.Lock(), ctx.Value("i", 0), ctx.Event()
     args = (batches, image_size, str(device), threads_per_worker, lock, next_batch, go)
@@ -454,6 +504,7 @@ def run_dataloader(
     """The standard tool: DataLoader worker processes load and prefetch while this one infers."""
     check_dataset(jpegs, batch_size, image_size)
     check_workers(num_workers, "num_workers")
+    check_task_module(model)
     pin = torch.device(device).type == "cuda"  # page-locked memory: faster, asynchronous copies
     loader = DataLoader(
         JpegDataset(jpegs, image_size),
@@ -465,22 +516,33 @@ def run_dataloader(
         timeout=timeout_s,  # a stuck worker raises instead of hanging
     )
     events, outputs = [], {}
-    with torch_threads(threads), torch.inference_mode():
-        for b, (x, *_) in enumerate(loader):  # ...so this untimed first pass starts them
-            if b == 0:
-                model(x.to(device))  # and warms the model up at this thread count
-        t0 = time.time()
-        for b, (x, starts, ends, wids) in enumerate(loader):
-            m = time.time()
-            outputs[b] = model(x.to(device, non_blocking=pin)).float().cpu().numpy()
-            e = time.time()
-            lane = f"loader worker {int(wids[0])}"  # (one worker loads a whole batch)
-            events += [
-                StageEvent(lane, "load", b, float(starts.min()), float(ends.max())),
-                StageEvent("main", "infer", b, m, e),
-            ]
-        wall = time.time() - t0
-    meta = {"num_workers": num_workers, "pin_memory": pin, "prefetch_factor": prefetch_factor}
+    try:
+        with torch_threads(threads):
+            t_start = time.time()
+            for b, (x, *_) in enumerate(loader):  # ...so this untimed first pass starts them
+                if b == 0:
+                    startup = time.time() - t_start  # workers started, first batch loaded
+                    infer(model, x, device)  # and warms the model up at this thread count
+            t0 = time.time()
+            for b, (x, starts, ends, wids) in enumerate(loader):
+                m = time.time()
+                outputs[b] = infer(model, x.to(device, non_blocking=pin), device)
+                e = time.time()
+                lane = f"loader worker {int(wids[0])}"  # (one worker loads a whole batch)
+                events += [
+                    StageEvent(lane, "load", b, float(starts.min()), float(ends.max())),
+                    StageEvent("main", "infer", b, m, e),
+                ]
+            wall = time.time() - t0
+    finally:  # persistent workers: stop them now, not whenever the loader is garbage-collected
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()
+    meta = {
+        "num_workers": num_workers,
+        "pin_memory": pin,
+        "prefetch_factor": prefetch_factor,
+        "startup_s": startup,
+    }
     return PipelineRun(
         f"DataLoader, {num_workers} workers", events, outputs, wall, len(jpegs), meta
     )
