@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from helpers.deploy import export
@@ -152,3 +153,23 @@ def test_verification_takes_the_precision_policys_tolerance(tiny, tmp_path, torc
     if rep.max_abs > 0:
         with pytest.raises(AssertionError, match="ONNX Runtime vs PyTorch"):
             export.export_and_verify(model, x, tmp_path / "t.onnx", tolerance=tight)
+
+
+def test_numpy_bool_alias_is_scoped() -> None:
+    """Inside the block ``np.bool`` is ``np.bool_``; afterwards NumPy is exactly as before."""
+    before = "bool" in np.__dict__, np.__dict__.get("bool")
+    with export.numpy_bool_alias():
+        assert np.bool is np.bool_
+    assert ("bool" in np.__dict__, np.__dict__.get("bool")) == before
+
+
+def test_numpy_bool_alias_restores_on_error() -> None:
+    """An exception inside the block still restores NumPy (no leaked global patch)."""
+    before = "bool" in np.__dict__
+    with pytest.raises(RuntimeError, match="inside"):
+        with export.numpy_bool_alias():
+            raise RuntimeError("inside")
+    assert ("bool" in np.__dict__) == before
+    if not before:  # NumPy 1.24-1.26: the alias is gone again, as NumPy ships it
+        with pytest.raises(AttributeError):
+            np.bool  # noqa: B018

@@ -75,10 +75,64 @@ def test_fp32_peak_runs_with_tf32_off_and_restores_the_settings(torch_mod, monke
         precision.restore_tf32(before)
 
 
-def test_ceilings_on_a_cpu_are_fp32_and_bf16_keyed_by_math_mode(torch_mod):
+def test_ceilings_on_a_cpu_are_fp32_bf16_and_int8_keyed_by_math_mode(torch_mod):
     from helpers.core import precision
 
     peaks = roofline.ceilings("cpu", n=32, repeats=1)
-    assert list(peaks) == ["fp32", "bf16"] and all(v > 0 for v in peaks.values())
+    int8 = ["int8"] if roofline.has_int8_dot_product() else []
+    assert list(peaks) == ["fp32", "bf16", *int8] and all(v > 0 for v in peaks.values())
     # the ceiling of the mode a CPU model runs in is there to divide by
     assert precision.torch_math_mode("cpu") in peaks
+
+
+@pytest.mark.parametrize("kernel", roofline.INT8_KERNELS)
+def test_int8_matmul_peak_small_n_is_positive(torch_mod, kernel):
+    assert roofline.int8_matmul_peak_gops(n=64, repeats=2, kernel=kernel) > 0
+
+
+def test_int8_matmul_peak_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="kernel"):
+        roofline.int8_matmul_peak_gops(n=64, kernel="numpy")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        roofline.int8_matmul_peak_gops(n=60)
+    with pytest.raises(ValueError, match="repeats"):
+        roofline.int8_matmul_peak_gops(n=64, repeats=0)
+
+
+@pytest.mark.parametrize("vnni", [True, False])
+def test_cpu_ceilings_have_int8_exactly_with_dot_product_instructions(torch_mod, monkeypatch, vnni):
+    """The int8 ceiling appears where the CPU has VNNI/AMX, and is then the best of both kernels."""
+    monkeypatch.setattr(roofline, "has_int8_dot_product", lambda: vnni)
+    calls = []
+
+    def fake_int8(n, repeats, kernel):
+        calls.append(kernel)
+        return {"onednn": 100.0, "ort": 300.0, "openvino": 200.0}[kernel]
+
+    monkeypatch.setattr(roofline, "int8_matmul_peak_gops", fake_int8)
+    peaks = roofline.ceilings("cpu", n=64, repeats=1)
+    assert {"fp32", "bf16"} <= set(peaks)
+    if vnni:
+        assert peaks["int8"] == 300.0 and sorted(calls) == ["onednn", "openvino", "ort"]
+    else:
+        assert "int8" not in peaks and not calls
+
+
+def test_conv1x1_peak_small_n_is_positive_and_checks_arguments(torch_mod):
+    assert roofline.conv1x1_peak_gflops("float32", n=16, repeats=1) > 0
+    with pytest.raises(ValueError, match="dtype"):
+        roofline.conv1x1_peak_gflops("int8")
+    with pytest.raises(ValueError, match="n must"):
+        roofline.conv1x1_peak_gflops(n=8)
+
+
+def test_cpu_fp32_ceiling_is_the_better_of_matmul_and_conv(torch_mod, monkeypatch):
+    """A BLAS matmul slower than the convolutions must not set the fp32 ceiling."""
+    monkeypatch.setattr(roofline, "has_int8_dot_product", lambda: False)
+    monkeypatch.setattr(roofline, "matmul_peak_gflops", lambda dtype, *a, **k: 50.0)
+    monkeypatch.setattr(
+        roofline,
+        "conv1x1_peak_gflops",
+        lambda dtype, *a: {"float32": 140.0, "bfloat16": 20.0}[dtype],
+    )
+    assert roofline.ceilings("cpu", n=32, repeats=1) == {"fp32": 140.0, "bf16": 50.0}

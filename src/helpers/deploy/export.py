@@ -16,6 +16,8 @@ counts) and :func:`graph_inputs`.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ __all__ = [
     "graph_inputs",
     "export_onnx",
     "export_and_verify",
+    "numpy_bool_alias",
 ]
 
 
@@ -215,6 +218,23 @@ def export_and_verify(
     )
     report.max_abs, report.cosine, report.tolerance = cmp.max_abs, cmp.cosine, tol
     return report
+
+
+@contextlib.contextmanager
+def numpy_bool_alias() -> Iterator[None]:
+    """``np.bool`` as an alias of ``np.bool_`` inside the block only, for code that still uses it.
+
+    NumPy 1.24 removed the alias (NumPy 2 brought ``np.bool`` back; then nothing changes). On
+    leaving, also on an error, NumPy is as it was: the alias is deleted only if the block added it.
+    """
+    added = "bool" not in np.__dict__
+    if added:
+        np.bool = np.bool_
+    try:
+        yield
+    finally:
+        if added:
+            del np.bool
 
 
 # ---- end of cells saved from notebooks/07_onnx_runtimes.ipynb ----

@@ -1,14 +1,22 @@
 """How close to the limit: this machine's matmul ceilings and a model's FLOPs (a roofline's two axes).
 
-Why a module: measurement plumbing, like :mod:`helpers.core.benchmarking`. Only chapter 0 uses it,
-but it holds instruments, not the lesson: a timed matrix product (timed by chapter 0's own
-:func:`~helpers.core.benchmarking.time_loop`) and PyTorch's FLOP counter. The chapter's page
-compares the two (the percent of peak).
+Why a module: measurement plumbing, like :mod:`helpers.core.benchmarking`, used by chapter 0 and
+by chapter 8's CPU deployment target (and ``tools/bench_cpu_deploy.py``). It holds instruments, not
+the lesson: timed matrix products and convolutions (timed by chapter 0's own
+:func:`~helpers.core.benchmarking.time_loop`) and PyTorch's FLOP counter. The pages compare the
+two (the percent of peak).
 
 The ceiling depends on the math mode (:mod:`helpers.core.precision`): a float32 model on an
 Ampere-or-newer GPU runs its convolutions in TF32 by default, on tensor cores, several times
 above the IEEE float32 peak. :func:`ceilings` measures one peak per mode this device offers
 (float32 with TF32 off), and "% of peak" divides by the ceiling of the mode the model runs in.
+
+On a CPU with 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX), :func:`ceilings` adds
+an ``int8`` ceiling, :func:`int8_matmul_peak_gops`: the best of three integer kernels that run
+those instructions, oneDNN's s8 x s8 -> s32 GEMM behind ``torch._int_mm``, ONNX Runtime's MLAS
+``MatMulInteger`` with u8 activations and s8 weights (the pair ``vpdpbusd`` multiplies; ORT's
+quantized convolutions use the same MLAS kernels) and OpenVINO's u8 x i8 1x1 convolution. Chapter 8 divides every INT8 runtime's
+operations per second by it, as it divides fp32 and bf16 ones by theirs.
 """
 
 from __future__ import annotations
@@ -21,6 +29,10 @@ from helpers.core.benchmarking import time_loop
 __all__ = [
     "DTYPES",
     "matmul_peak_gflops",
+    "conv1x1_peak_gflops",
+    "INT8_KERNELS",
+    "int8_matmul_peak_gops",
+    "has_int8_dot_product",
     "ceilings",
     "count_flops",
     "percent_of_peak",
@@ -73,10 +85,153 @@ def matmul_peak_gflops(
     return 2 * n**3 / best / 1e9
 
 
+def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
+    """Best observed GFLOP/s of a 1x1 convolution on the CPU: ``n`` to ``n`` channels, 64x64 pixels.
+
+    A GEMM of 4096 x ``n`` x ``n`` run by oneDNN in channels-last, the library PyTorch's and
+    OpenVINO's CPU convolutions use. On some CPUs (AMD EPYC among them) PyTorch's float32 matmul
+    goes to a BLAS that does not use the widest vector units, and a model's convolutions then run
+    faster than the "peak" matmul; :func:`ceilings` takes the better of the two.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 16:
+        raise ValueError(f"n must be an int >= 16, got {n!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    cl = torch.channels_last
+    x = torch.randn(1, n, 64, 64).to(getattr(torch, dtype), memory_format=cl)
+    w = torch.randn(n, n, 1, 1).to(getattr(torch, dtype), memory_format=cl)
+    with torch.inference_mode():
+        times = time_loop(lambda: F.conv2d(x, w), warmup=1, repeats=repeats, sync=None)
+    return 2 * 4096 * n * n / min(times) / 1e9
+
+
+INT8_KERNELS = ("onednn", "ort", "openvino")
+
+
+def has_int8_dot_product() -> bool:
+    """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX-INT8)."""
+    from helpers.core.environment import environment_report
+
+    flags = set(environment_report().get("cpu_features", ()))
+    if flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        return True
+    try:  # the report may list only the course's features: read the kernel's flags too
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            words = set(f.read().split())
+    except OSError:
+        return False
+    return bool(words & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn") -> float:
+    """Best observed integer GOP/s (multiply and add counted apart) of an 8-bit GEMM on the CPU.
+
+    ``kernel='onednn'``: ``torch._int_mm`` on ``n x n`` matrices (int8 x int8 -> int32), which
+    PyTorch hands to oneDNN's s8s8s32 GEMM (``ONEDNN_VERBOSE=1`` prints the ISA it dispatched to:
+    "AVX-512 with Intel DL Boost" is VNNI). ``kernel='ort'``: ONNX Runtime's ``MatMulInteger``
+    with uint8 activations and int8 weights, MLAS's U8S8 GEMM, which has VNNI kernels (its S8S8
+    GEMM does not on every CPU: measure both). ``kernel='openvino'``: a 1x1 convolution of ``n``
+    to ``n`` channels on 64x64 pixels (a GEMM of 4096 x ``n`` x ``n``) between
+    QuantizeLinear/DequantizeLinear nodes, which OpenVINO runs as a u8 x i8 oneDNN convolution
+    (checked: the compiled convolution's runtime precision must be 8-bit), the kernel its INT8
+    models use. Threads: PyTorch's ``torch.get_num_threads()`` for all three.
+    """
+    import torch
+
+    if kernel not in INT8_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(INT8_KERNELS)}, got {kernel!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n % 8:
+        raise ValueError(f"n must be an int >= 16 and a multiple of 8, got {n!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    gen = torch.Generator().manual_seed(0)
+    if kernel == "onednn":
+        a = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
+        b = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
+        with torch.inference_mode():
+            times = time_loop(lambda: torch._int_mm(a, b), warmup=1, repeats=repeats, sync=None)
+    elif kernel == "openvino":
+        return _openvino_int8_conv_gops(n, repeats, torch.get_num_threads())
+    else:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        w = torch.randint(-127, 128, (n, n), dtype=torch.int8, generator=gen).numpy()
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["A", "B"], ["Y"])],
+            "int8_peak",
+            [helper.make_tensor_value_info("A", TensorProto.UINT8, [n, n])],
+            [helper.make_tensor_value_info("Y", TensorProto.INT32, [n, n])],
+            [helper.make_tensor("B", TensorProto.INT8, [n, n], w.tobytes(), raw=True)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = torch.get_num_threads()
+        session = ort.InferenceSession(
+            model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+        )
+        a = torch.randint(0, 256, (n, n), dtype=torch.uint8, generator=gen).numpy()
+        times = time_loop(lambda: session.run(None, {"A": a}), warmup=1, repeats=repeats, sync=None)
+    return 2 * n**3 / min(times) / 1e9
+
+
+def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
+    import numpy as np
+    import openvino as ov
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    shape = [1, n, 64, 64]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+        helper.make_node("Conv", ["xd", "wd"], ["y"]),
+    ]
+    consts = [
+        numpy_helper.from_array(np.float32(0.02), "xs"),
+        numpy_helper.from_array(np.uint8(128), "xz"),
+        numpy_helper.from_array(rng.integers(-127, 128, (n, n, 1, 1), dtype=np.int8), "w"),
+        numpy_helper.from_array(np.float32(0.01), "ws"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int8_conv_peak",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        consts,
+    )
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    core = ov.Core()
+    compiled = core.compile_model(
+        core.read_model(onnx_model.SerializeToString(), b""),
+        "CPU",
+        {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"},
+    )
+    conv_precisions = {
+        op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "Convolution"
+    }
+    if not conv_precisions <= {"u8", "i8"}:
+        raise RuntimeError(f"OpenVINO ran the int8 peak convolution in {conv_precisions}, not int8")
+    request = compiled.create_infer_request()
+    x = rng.standard_normal(shape, dtype=np.float32)
+    times = time_loop(lambda: request.infer({0: x}), warmup=1, repeats=repeats, sync=None)
+    return 2 * 4096 * n * n / min(times) / 1e9
+
+
 def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str, float]:
     """The matmul peak (GFLOP/s) of each math mode ``device`` offers, keyed by mode.
 
-    On a CPU: 'fp32' and 'bf16'. On a CUDA GPU: 'fp32' (TF32 off), 'tf32' where the GPU has TF32
+    On a CPU: 'fp32' and 'bf16', each the better of a matmul and a oneDNN 1x1 convolution
+    (:func:`conv1x1_peak_gflops`), and 'int8' (GOP/s) where the CPU has 8-bit dot-product
+    instructions: the best of :func:`int8_matmul_peak_gops`'s kernels. On a CUDA GPU: 'fp32' (TF32 off), 'tf32' where the GPU has TF32
     tensor cores and ``NVIDIA_TF32_OVERRIDE`` does not forbid them (read with
     :func:`helpers.core.precision.torch_math_mode` while TF32 is allowed), 'bf16' where PyTorch
     supports it on the GPU, and 'fp16'. Pick the ceiling of the mode a model runs in with
@@ -100,7 +255,13 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
             peaks["bf16"] = matmul_peak_gflops("bfloat16", n, repeats, dev)
         peaks["fp16"] = matmul_peak_gflops("float16", n, repeats, dev)
     else:
-        peaks["bf16"] = matmul_peak_gflops("bfloat16", n, repeats, dev)
+        peaks["fp32"] = max(peaks["fp32"], conv1x1_peak_gflops("float32", n, repeats))
+        peaks["bf16"] = max(
+            matmul_peak_gflops("bfloat16", n, repeats, dev),
+            conv1x1_peak_gflops("bfloat16", n, repeats),
+        )
+        if has_int8_dot_product():
+            peaks["int8"] = max(int8_matmul_peak_gops(n, repeats, k) for k in INT8_KERNELS)
     return peaks
 
 

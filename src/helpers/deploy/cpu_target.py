@@ -1,0 +1,434 @@
+"""The CPU deployment target: one model, every CPU runtime and precision, timed like with like.
+
+Why a module: chapter 8 and ``tools/bench_cpu_deploy.py`` measure the same target (ResNet-101,
+224x224, batch 16 on the CPU) with the same variants, and chapter 8 measures the trained model's
+accuracy with the very same recipes, so the variants are built in one place::
+
+    variants = build_variants(model, "model.onnx", calibration, threads=2, work_dir="art")
+    table = measure_variants(variants, x16, ceilings=roofline.ceilings("cpu"), flops=f)
+
+Every :class:`Variant` names its runtime, device, precision (``fp32``, ``bf16``, ``int8``: the
+precision policy's modes) and the threads it was given; every runtime gets the same threads, set
+explicitly. The OpenVINO streams runner (``PERFORMANCE_HINT=THROUGHPUT``: the batch split across
+streams of one thread each) is chapter 8's lever, written on its page and saved here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from helpers.core.benchmarking import Measurement, benchmark_interleaved
+
+__all__ = [
+    "VARIANTS",
+    "Variant",
+    "torch_variants",
+    "ort_variant",
+    "openvino_variant",
+    "nncf_quantize",
+    "build_variants",
+    "measure_variants",
+    "format_rows",
+    "best_ceilings",
+    "machine_load",
+    "openvino_streams",
+]
+
+# The variants build_variants knows, in the order they are shown (baseline first).
+VARIANTS: tuple[str, ...] = (
+    "PyTorch eager fp32",
+    "PyTorch bf16 autocast + channels-last",
+    "ORT fp32",
+    "OpenVINO bf16",
+    "ORT int8 (QDQ, U8S8)",
+    "OpenVINO int8 (NNCF)",
+    "OpenVINO int8 (NNCF, 2 streams)",
+)
+
+
+@dataclass
+class Variant:
+    """One way to run the model: ``call(x) -> logits`` on NumPy, and what a table must say about it."""
+
+    label: str
+    runtime: str
+    precision: str  # the precision policy's mode of its heavy layers: fp32, bf16, int8
+    threads: int
+    call: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    device: str = "cpu"
+    framework: str = "onnxruntime"  # the name helpers.core.benchmarking knows
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_threads(threads: int) -> int:
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    return threads
+
+
+def torch_variants(model: Any, threads: int) -> dict[str, Variant]:
+    """fp32 eager (the baseline) and bf16 autocast with channels-last, both on ``threads`` threads.
+
+    ``torch.set_num_threads(threads)`` is set here (a process-wide setting): the baseline gets
+    the same cores as every runtime.
+    """
+    import copy
+
+    import torch
+
+    torch.set_num_threads(_check_threads(threads))
+    fp32 = model.eval()
+    cl = copy.deepcopy(model).eval().to(memory_format=torch.channels_last)
+
+    def eager(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return fp32(torch.from_numpy(x)).numpy()
+
+    def bf16(x: np.ndarray) -> np.ndarray:
+        xt = torch.from_numpy(x).contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return cl(xt).float().numpy()
+
+    n = torch.get_num_threads()
+    return {
+        "PyTorch eager fp32": Variant(
+            "PyTorch eager fp32", "PyTorch eager", "fp32", n, eager, framework="torch"
+        ),
+        "PyTorch bf16 autocast + channels-last": Variant(
+            "PyTorch bf16 autocast + channels-last",
+            "PyTorch eager",
+            "bf16",
+            n,
+            bf16,
+            framework="torch",
+            settings={"autocast": "bfloat16", "memory_format": "channels_last"},
+        ),
+    }
+
+
+def ort_variant(
+    label: str,
+    path: str | Path,
+    threads: int,
+    *,
+    precision: str = "fp32",
+    optimization: str = "all",
+) -> Variant:
+    """An ONNX Runtime CPU session on ``threads`` intra-op threads (one inter-op thread)."""
+    from helpers.deploy import runtimes
+
+    runner = runtimes.create_session(
+        path,
+        "cpu",
+        optimization=optimization,
+        intra_op_threads=_check_threads(threads),
+        inter_op_threads=1,
+        verbose=False,
+    )
+    return Variant(
+        label,
+        "ONNX Runtime",
+        precision,
+        threads,
+        runner.run,
+        settings={"optimization": optimization, "inter_op_threads": 1},
+    )
+
+
+def openvino_variant(
+    label: str,
+    model: Any,
+    threads: int,
+    *,
+    precision: str = "f32",
+    streams: int = 1,
+) -> Variant:
+    """OpenVINO on the CPU with ``threads`` threads in all and an explicit precision hint.
+
+    ``streams=1``: ``PERFORMANCE_HINT=LATENCY``, one request uses every thread. ``streams > 1``:
+    ``THROUGHPUT`` with ``NUM_STREAMS=streams``; the threads are shared among the streams and
+    each call splits its batch across them (:func:`openvino_streams`). For an INT8 model the hint
+    is the precision of the layers left unquantized. The label's precision is read back from the
+    compiled model (what its convolutions really run in).
+    """
+    import openvino as ov
+
+    from helpers.deploy import runtimes
+
+    _check_threads(threads)
+    if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams <= threads:
+        raise ValueError(f"streams must be an int from 1 to threads ({threads}), got {streams!r}")
+    if precision not in runtimes.OV_PRECISIONS:
+        raise ValueError(f"precision must be one of {runtimes.OV_PRECISIONS}, got {precision!r}")
+    core = ov.Core()
+    if isinstance(model, (str, Path)):
+        model = core.read_model(str(model))
+    config: dict[str, Any] = {
+        "INFERENCE_PRECISION_HINT": precision,
+        "INFERENCE_NUM_THREADS": threads,
+        "PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT",
+    }
+    if streams > 1:
+        config["NUM_STREAMS"] = streams
+    compiled = core.compile_model(model, "CPU", config)
+    precisions = runtimes.runtime_precisions(compiled)
+    heavy = {
+        p for (layer, p), _ in precisions.items() if layer in ("Convolution", "FullyConnected")
+    }
+    mode = (
+        "int8"
+        if heavy & {"i8", "u8"}
+        else {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}[precision]
+    )
+    if streams == 1:
+        request = compiled.create_infer_request()
+
+        def call(x: np.ndarray) -> np.ndarray:
+            request.infer({0: np.ascontiguousarray(x, dtype=np.float32)})
+            return request.get_output_tensor(0).data.copy()
+
+    else:
+        call = openvino_streams(compiled, streams)
+    settings = {
+        "hint": config["PERFORMANCE_HINT"],
+        "streams": int(compiled.get_property("NUM_STREAMS")),
+        "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),
+        "rest_precision": precision,
+    }
+    return Variant(
+        label, "OpenVINO", mode, settings["threads"], call, framework="openvino", settings=settings
+    )
+
+
+def nncf_quantize(onnx_path: str | Path, calibration: np.ndarray, *, mixed: bool = False) -> Any:
+    """NNCF post-training INT8 of an ONNX file: an ``openvino.Model`` with FakeQuantize nodes.
+
+    ``PERFORMANCE`` preset (symmetric weights and activations) unless ``mixed`` (asymmetric
+    activations); fast bias correction; every calibration image is used.
+    """
+    import nncf
+    import openvino as ov
+
+    from helpers.deploy.quantization import check_calibration
+
+    x = check_calibration(calibration)
+    nncf.set_log_level(logging.WARNING)
+    model = ov.Core().read_model(str(onnx_path))
+    preset = nncf.QuantizationPreset.MIXED if mixed else nncf.QuantizationPreset.PERFORMANCE
+    dataset = nncf.Dataset([x[i : i + 1] for i in range(len(x))])
+    return nncf.quantize(
+        model, dataset, subset_size=len(x), preset=preset, fast_bias_correction=True
+    )
+
+
+def build_variants(
+    model: Any,
+    onnx_path: str | Path,
+    calibration: np.ndarray,
+    *,
+    threads: int,
+    work_dir: str | Path,
+    which: Iterable[str] = VARIANTS,
+    bf16: bool = True,
+    streams: int = 2,
+) -> dict[str, Variant]:
+    """Every variant of :data:`VARIANTS` named in ``which``, for one model, all on ``threads`` threads.
+
+    ``onnx_path`` is ``model`` exported (chapter 7's ``export_and_verify``); ``calibration`` feeds
+    both INT8 tools (never the evaluation images). ``bf16=False`` leaves out the bf16 variants
+    (a CPU without AVX-512 BF16 or AMX).
+    """
+    from helpers.deploy.quantization import quantize_onnx
+
+    wanted = list(which)
+    unknown = [w for w in wanted if w not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    if not bf16:
+        wanted = [w for w in wanted if "bf16" not in w]
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Variant] = {}
+    tv = torch_variants(model, threads)
+    for name in wanted:
+        if name in tv:
+            out[name] = tv[name]
+        elif name == "ORT fp32":
+            out[name] = ort_variant(name, onnx_path, threads)
+        elif name == "OpenVINO bf16":
+            out[name] = openvino_variant(name, onnx_path, threads, precision="bf16")
+        elif name == "ORT int8 (QDQ, U8S8)":
+            rep = quantize_onnx(
+                onnx_path, work / (Path(onnx_path).stem + ".int8.onnx"), calibration
+            )
+            out[name] = ort_variant(name, rep.path, threads, precision="int8")
+    nncf_names = [w for w in wanted if w.startswith("OpenVINO int8")]
+    if nncf_names:
+        q = nncf_quantize(onnx_path, calibration)
+        for name in nncf_names:
+            n = streams if "streams" in name else 1
+            out[name] = openvino_variant(name, q, threads, precision="f32", streams=n)
+    return {k: out[k] for k in wanted if k in out}
+
+
+def machine_load(seconds: float = 0.5) -> dict[str, float]:
+    """The load around a measurement: 1-minute load average and the CPU share others took.
+
+    ``busy_share`` is the share of all cores' time spent busy (not idle, not iowait) over
+    ``seconds`` while this process sleeps: 0 on a quiet machine, 1 when others fill every core.
+    """
+
+    def ticks() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as f:
+            v = [int(t) for t in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v[:8]), idle
+
+    try:
+        t0, i0 = ticks()
+        time.sleep(seconds)
+        t1, i1 = ticks()
+        busy = 1.0 - (i1 - i0) / max(t1 - t0, 1)
+    except OSError:
+        busy = float("nan")
+    return {"loadavg_1min": os.getloadavg()[0], "busy_share": busy}
+
+
+def measure_variants(
+    variants: Mapping[str, Variant],
+    x: np.ndarray,
+    *,
+    warmup: int = 1,
+    repeats: int = 5,
+    flops: float | None = None,
+    ceilings: Mapping[str, float] | None = None,
+    baseline: str = "PyTorch eager fp32",
+    progress: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, Measurement]]:
+    """Time every variant on batch ``x`` in interleaved rounds; one table row per variant.
+
+    Each row: runtime, device, precision, threads, median seconds and its interquartile range,
+    speedup over ``baseline`` (ratio of medians), and with ``flops`` (one call's operations)
+    and ``ceilings`` (:func:`helpers.perf.roofline.ceilings`) the share of the ceiling *of the
+    variant's own precision* it reaches.
+    """
+    if baseline not in variants:
+        raise ValueError(f"the baseline {baseline!r} is not among the variants")
+    fns = {k: partial(v.call, x) for k, v in variants.items()}
+    fws = {k: v.framework for k, v in variants.items()}
+    runs = benchmark_interleaved(
+        fns, framework=fws, warmup=warmup, repeats=repeats, items=len(x), progress=progress
+    )
+    base = runs[baseline].median
+    rows = []
+    for k, v in variants.items():
+        m = runs[k]
+        row: dict[str, Any] = {
+            "variant": k,
+            "runtime": v.runtime,
+            "device": v.device,
+            "precision": v.precision,
+            "threads": v.threads,
+            "batch": len(x),
+            "median_s": m.median,
+            "p25_s": m.p25,
+            "p75_s": m.p75,
+            "vs_eager": base / m.median,
+        }
+        cpu_s, wall_s = getattr(m, "cpu_s", None), getattr(m, "wall_s", None)
+        if cpu_s and wall_s:  # the cores this process really kept busy during the timed calls
+            row["cores_used"] = cpu_s / wall_s
+        if flops and ceilings:
+            ceiling = ceilings.get(v.precision)
+            achieved = flops / m.median / 1e9
+            row["gops"] = achieved
+            row["ceiling_gops"] = ceiling
+            row["pct_of_ceiling"] = 100.0 * achieved / ceiling if ceiling else float("nan")
+        rows.append(row)
+    return rows, runs
+
+
+def best_ceilings(
+    rows: Iterable[dict[str, Any]], *measured: Mapping[str, float]
+) -> dict[str, float]:
+    """The best of several ceiling measurements per mode; the rows' % of ceiling redone with it.
+
+    A ceiling is a best case, and a burst of load during one measurement lowers it (and inflates
+    every percentage of it): measure before and after the rounds and keep the higher. A row that
+    still exceeds 100% means the ceiling was measured under load (or its kernel is not the best
+    this CPU has): the row gets ``over_ceiling=True``.
+    """
+    best: dict[str, float] = {}
+    for peaks in measured:
+        for mode, value in peaks.items():
+            best[mode] = max(best.get(mode, 0.0), float(value))
+    for r in rows:
+        ceiling = best.get(r["precision"])
+        if "gops" in r and ceiling:
+            r["ceiling_gops"] = ceiling
+            r["pct_of_ceiling"] = 100.0 * r["gops"] / ceiling
+            r["over_ceiling"] = r["pct_of_ceiling"] > 100.0
+    return best
+
+
+def format_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The rows of :func:`measure_variants` (plus ``accuracy`` / ``drop_points`` if set) as text."""
+    out = []
+    for r in rows:
+        row = {
+            "variant": r["variant"],
+            "runtime": r["runtime"],
+            "device": r["device"],
+            "precision": r["precision"],
+            "threads": str(r["threads"]),
+            "s / batch (IQR)": f"{r['median_s']:.3f} ({r['p25_s']:.3f}-{r['p75_s']:.3f})",
+            "vs eager": f"{r['vs_eager']:.2f}x",
+        }
+        if r.get("cores_used") is not None:
+            row["cores used"] = f"{r['cores_used']:.2f}"
+        if "pct_of_ceiling" in r:
+            row["% of own ceiling"] = (
+                f"{r['pct_of_ceiling']:.0f}% of {r['ceiling_gops']:.0f}"
+                if r["ceiling_gops"]
+                else "no ceiling"
+            )
+        if r.get("accuracy") is not None:
+            row["accuracy"] = f"{100 * r['accuracy']:.2f}%"
+            row["drop (points)"] = f"{r['drop_points']:+.2f}"
+        out.append(row)
+    return out
+
+
+# ---- saved from notebooks/08_int8_quantization.ipynb by tools/save_cells.py: edit it there ----
+def openvino_streams(compiled: Any, streams: int) -> Callable[[np.ndarray], np.ndarray]:
+    """``call(x)`` that splits a batch across ``streams`` infer requests running at once."""
+    queue = ov.AsyncInferQueue(compiled, streams)  # one request per stream
+    results: dict[int, np.ndarray] = {}
+
+    def collect(request: Any, part: int) -> None:  # runs when a request finishes
+        results[part] = request.get_output_tensor(0).data.copy()
+
+    queue.set_callback(collect)
+
+    def call(x: np.ndarray) -> np.ndarray:
+        parts = np.array_split(np.ascontiguousarray(x, dtype=np.float32), min(streams, len(x)))
+        results.clear()
+        for i, part in enumerate(parts):
+            queue.start_async({0: part}, userdata=i)  # returns at once; the stream computes
+        queue.wait_all()
+        return np.concatenate([results[i] for i in range(len(parts))])
+
+    return call
+
+
+# ---- end of cells saved from notebooks/08_int8_quantization.ipynb ----
