@@ -317,6 +317,64 @@ def test_model_stats_and_load_sweep(server, tiny):
     assert len(fig.axes) == 2
 
 
+def test_prometheus_metrics_count_what_the_server_did(server, tiny):
+    before: dict[str, float] = {}
+    for _ in range(50):  # settled: two reads 0.2 s apart agree
+        now = triton_client.scrape_metrics(server.metrics_url, "tiny")
+        if now == before:
+            break
+        before = now
+        time.sleep(0.2)
+    stats_before = triton_client.model_stats(server.http_url, "tiny")
+    run = triton_load.counted_run(
+        server.http_url, "tiny", {"image": tiny.x[:1]}, "embedding", total=12, concurrency=3
+    )
+    assert (run.sent, run.answered, run.failed) == (12, 12, 0)
+    deadline = time.time() + 10  # a server counts a request just after answering it
+    while time.time() < deadline:
+        after = triton_client.scrape_metrics(server.metrics_url, "tiny")
+        if after["nv_inference_request_success"] - before["nv_inference_request_success"] >= 12:
+            break
+        time.sleep(0.05)
+    stats_after = triton_client.model_stats(server.http_url, "tiny")
+    # the metrics and the statistics extension count the same requests and the same compute time
+    assert after["nv_inference_request_success"] - before["nv_inference_request_success"] == 12
+    assert stats_after["requests"] - stats_before["requests"] == 12
+    assert (
+        after["nv_inference_compute_infer_duration_us"]
+        > before["nv_inference_compute_infer_duration_us"]
+    )
+    everything = triton_client.scrape_metrics(server.metrics_url)
+    assert everything["nv_inference_request_success"] >= after["nv_inference_request_success"]
+    off = triton_server.TritonServer(tiny.repo, metrics=False)
+    assert "--allow-metrics=false" in off._command(triton_server.find_triton(), Path("/x"))
+    with pytest.raises(RuntimeError, match="metrics=False"):
+        _ = off.metrics_url
+
+
+def test_counted_run_fires_its_action_once_and_refuses_unbounded_runs(server, tiny):
+    fired = []
+    run = triton_load.counted_run(
+        server.grpc_url,
+        "tiny",
+        {"image": tiny.x[:1]},
+        "embedding",
+        total=10,
+        concurrency=2,
+        protocol="grpc",
+        at=(4, lambda: fired.append(1)),
+    )
+    assert run.answered == 10 and fired == [1] and len(run.outputs) == 10
+    with pytest.raises(ValueError, match="total"):
+        triton_load.counted_run(
+            server.http_url, "tiny", {"image": tiny.x[:1]}, "embedding", total=10**6, concurrency=2
+        )
+    with pytest.raises(ValueError, match="127.0.0.1"):
+        triton_load.counted_run(
+            "10.0.0.1:8000", "tiny", {"image": tiny.x[:1]}, "embedding", total=1, concurrency=1
+        )
+
+
 def test_load_generator_refuses_unbounded_or_remote_load(server, tiny):
     inputs = {"image": tiny.x[:1]}
     for kwargs, message in [

@@ -42,6 +42,7 @@ __all__ = [
     "infer_json_body",
     "model_stats",
     "request_tensors",
+    "scrape_metrics",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -283,3 +284,25 @@ def model_stats(url: str, model: str) -> dict[str, float]:
             for b in stats.get("batch_stats", [])
         },
     }
+
+
+def scrape_metrics(url: str, model: str | None = None) -> dict[str, float]:
+    """Triton's Prometheus metrics at ``url`` (its ``--metrics-port``), summed per metric name.
+
+    With ``model``, only the samples labelled ``model="<model>"`` count (all versions together):
+    e.g. ``nv_inference_request_success``, ``nv_inference_queue_duration_us`` and
+    ``nv_inference_compute_infer_duration_us``, cumulative counters since the model loaded.
+    """
+    resp = http_request(url, "GET", "/metrics", timeout=10)
+    if resp.status != 200:
+        raise TritonRequestError(resp.status, resp.body.decode("utf-8", "replace")[:200])
+    out: dict[str, float] = {}
+    for line in resp.body.decode("utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, labels = head.partition("{")
+        if model is not None and f'model="{model}"' not in labels:
+            continue
+        out[name] = out.get(name, 0.0) + float(value)
+    return out

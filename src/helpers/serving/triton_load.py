@@ -41,8 +41,10 @@ __all__ = [
     "MAX_CONCURRENCY",
     "MAX_LEVELS",
     "MAX_SECONDS_PER_LEVEL",
+    "CountedRun",
     "LoadPoint",
     "closed_loop",
+    "counted_run",
     "find_perf_analyzer",
     "load_sweep",
     "perf_analyzer",
@@ -270,6 +272,7 @@ def perf_analyzer(
     stability_percent: int = 50,
     max_trials: int = 10,
     timeout_s: float = 120.0,
+    model_version: str | None = None,
 ) -> list[dict[str, float]]:
     """Run ``perf_analyzer`` on ``model`` at each concurrency; rows of throughput and latency (ms).
 
@@ -309,6 +312,8 @@ def perf_analyzer(
             "-f",
             str(out),
         ]
+        if model_version is not None:  # -x: the version whose server-side statistics are read
+            cmd += ["-x", str(model_version)]
         proc = subprocess.run(
             cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
         )
@@ -360,3 +365,95 @@ def plot_load_sweep(results: Mapping[str, Sequence[LoadPoint]], title: str = "")
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+@dataclass
+class CountedRun:
+    """A fixed number of requests: how many were sent, answered and failed, and the answers."""
+
+    sent: int
+    answered: int
+    failed: int
+    outputs: list[np.ndarray]
+    first_errors: list[str]
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """One table row."""
+        return {
+            "sent": self.sent,
+            "answered": self.answered,
+            "failed": self.failed,
+            "seconds": self.seconds,
+        }
+
+
+def counted_run(
+    url: str,
+    model: str,
+    inputs: Mapping[str, np.ndarray],
+    output: str,
+    *,
+    total: int,
+    concurrency: int,
+    protocol: str = "http",
+    at: tuple[int, Any] | None = None,
+    timeout_s: float = 120.0,
+) -> CountedRun:
+    """Send exactly ``total`` requests from ``concurrency`` clients; count answers and failures.
+
+    ``at=(n, action)`` calls ``action()`` once, from the load's own thread pool, when ``n``
+    requests have been answered (e.g. kill a server mid-load). Bounded: at most 10,000 requests,
+    64 clients and ``timeout_s`` seconds; every request is tried once, never retried here.
+    """
+    check_loopback(url)
+    if not 1 <= total <= 10_000 or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"need 1 <= total <= 10000 and 1 <= concurrency <= {MAX_CONCURRENCY}")
+    inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+    clients = [_client(protocol, url, model, inputs, output) for _ in range(concurrency)]
+    lock = threading.Lock()
+    state = {"next": 0, "answered": 0, "failed": 0, "fired": at is None}
+    outputs: list[np.ndarray] = []
+    errors: list[str] = []
+    deadline = time.perf_counter() + timeout_s
+
+    def worker(i: int) -> None:
+        send = clients[i][1]
+        while time.perf_counter() < deadline:
+            with lock:
+                if state["next"] >= total:
+                    return
+                state["next"] += 1
+            try:
+                result = send().as_numpy(output)
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                with lock:
+                    state["failed"] += 1
+                    if len(errors) < 3:
+                        errors.append(repr(exc)[:300])
+                continue
+            fire = False
+            with lock:
+                state["answered"] += 1
+                outputs.append(result)
+                if not state["fired"] and state["answered"] >= at[0]:
+                    state["fired"] = fire = True
+            if fire:
+                at[1]()
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(deadline - time.perf_counter(), 0) + 30)
+    for client, _ in clients:
+        client.close()
+    return CountedRun(
+        sent=state["next"],
+        answered=state["answered"],
+        failed=state["failed"],
+        outputs=outputs,
+        first_errors=errors,
+        seconds=time.perf_counter() - start,
+    )

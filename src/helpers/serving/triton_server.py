@@ -10,6 +10,10 @@ stops the whole process group on exit::
         ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
         print(ready.status_line)  # HTTP/1.1 200 OK
 
+Prometheus metrics are on by default (``--allow-metrics=true`` on a third free loopback port,
+:attr:`TritonServer.metrics_url`; read them with
+:func:`helpers.serving.triton_client.scrape_metrics`); ``metrics=False`` opens no such port.
+
 Four safety nets stop the server: the context manager (also on exceptions), an ``atexit`` hook, a
 finalizer when the object is garbage collected, and a small watchdog process that kills the server's
 process group if the Python process itself dies (e.g. a killed Jupyter kernel).
@@ -324,6 +328,8 @@ class TritonServer:
         grpc_port: int | None = None,
         startup_timeout: float = 120.0,
         log_verbose: int = 0,
+        metrics: bool = True,
+        metrics_port: int | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
@@ -332,9 +338,11 @@ class TritonServer:
         if startup_timeout <= 0:
             raise ValueError(f"startup_timeout must be positive, got {startup_timeout}")
         self.models = list(models) if models is not None else None
-        self._fixed_ports = (http_port, grpc_port)
+        self._fixed_ports = (http_port, grpc_port, metrics_port)
         self.http_port = http_port or 0
         self.grpc_port = grpc_port or 0
+        self.metrics = bool(metrics)
+        self.metrics_port = metrics_port or 0
         self.startup_timeout = float(startup_timeout)
         self.log_verbose = int(log_verbose)
         self.extra_args = list(extra_args)
@@ -356,6 +364,13 @@ class TritonServer:
     def grpc_url(self) -> str:
         """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
         return f"{LOOPBACK}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """``127.0.0.1:PORT`` of the Prometheus endpoint (``GET /metrics``); needs ``metrics=True``."""
+        if not self.metrics:
+            raise RuntimeError("this server was started with metrics=False")
+        return f"{LOOPBACK}:{self.metrics_port}"
 
     @property
     def pid(self) -> int | None:
@@ -390,7 +405,15 @@ class TritonServer:
             f"--http-port={self.http_port}",
             f"--grpc-address={LOOPBACK}",
             f"--grpc-port={self.grpc_port}",
-            "--allow-metrics=false",
+            *(
+                [
+                    "--allow-metrics=true",
+                    f"--metrics-address={LOOPBACK}",
+                    f"--metrics-port={self.metrics_port}",
+                ]
+                if self.metrics
+                else ["--allow-metrics=false"]
+            ),
             "--exit-timeout-secs=5",
             f"--log-verbose={self.log_verbose}",
             "--strict-readiness=true",
@@ -431,6 +454,9 @@ class TritonServer:
         self.grpc_port = self._fixed_ports[1] or free_port()
         while self.grpc_port == self.http_port:
             self.grpc_port = free_port()
+        self.metrics_port = self._fixed_ports[2] or free_port()
+        while self.metrics_port in (self.http_port, self.grpc_port):
+            self.metrics_port = free_port()
         self._log_path = self._workdir / "server.log"
         self._start_time = time.perf_counter()
         # the watchdog first, so that it guards the server from the moment the server exists

@@ -1,0 +1,353 @@
+"""helpers.serving.nginx_front: a REAL nginx in front of two REAL Triton servers (loopback only).
+
+The servers and the front start once for the module. The tests check the body limit (413, and no
+server sees the request), clear 4xx errors through the front, the rate limit (429), a load run
+whose answers all equal local inference, gRPC through the front, that every protection of the
+config is checked, and, last, that killing one server mid-load loses no request. nginx is a system
+package: without it these tests skip, except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+
+from helpers.core import precision
+from helpers.serving import nginx_front, triton_client, triton_load, triton_server
+from helpers.serving import triton_repo as sr
+
+pytestmark = pytest.mark.slow
+SIZE, DIM, MAX_BATCH = 32, 8, 4
+
+if shutil.which("nginx") is None and not os.access("/usr/sbin/nginx", os.X_OK):
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("CI=true but nginx is not installed (tools/install_system_deps.sh)")
+    pytest.skip(
+        "nginx is not installed (apt-get install nginx, or tools/install_system_deps.sh)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, torch_mod):
+    """A tiny embedder in ONNX, a one-model repository, and the local ONNX Runtime session."""
+    from helpers.deploy import export, runtimes
+    from helpers.workload import models
+
+    root = tmp_path_factory.mktemp("front")
+    torch_mod.manual_seed(0)
+    x = np.random.default_rng(0).normal(size=(8, 3, SIZE, SIZE)).astype(np.float32)
+    emb = models.build_embedder("torch", DIM, 0.25)
+    models.calibrate_batchnorm(emb, torch_mod.from_numpy(x))
+    onnx_path = export.export_onnx(
+        emb,
+        torch_mod.from_numpy(x[:2]),
+        root / "tiny.onnx",
+        input_name="image",
+        output_name="embedding",
+    ).path
+    sr.python_runtime_model(
+        root / "repo",
+        "tiny",
+        onnx_path,
+        runtime="onnxruntime",
+        max_batch_size=MAX_BATCH,
+        dynamic_batching=True,
+        inputs=[sr.TensorSpec("image", (3, SIZE, SIZE))],
+        outputs=[sr.TensorSpec("embedding", (DIM,))],
+    )
+    local = runtimes.create_session(onnx_path, "cpu", intra_op_threads=1, verbose=False)
+    tol = precision.tolerance("fp32", scale=precision.output_scale(local.run(x)))
+    return types.SimpleNamespace(repo=root / "repo", x=x, local=local, tol=tol)
+
+
+@pytest.fixture(scope="module")
+def stack(tiny):
+    """Two Triton servers on one repository and an nginx front; nothing survives the module."""
+    limit = nginx_front.body_limit_bytes(MAX_BATCH, (3, SIZE, SIZE))
+    with (
+        triton_server.TritonServer(tiny.repo) as a,
+        triton_server.TritonServer(tiny.repo) as b,
+        nginx_front.NginxFront(
+            [a.http_url, b.http_url], [a.grpc_url, b.grpc_url], max_body_bytes=limit
+        ) as front,
+    ):
+        pids = a.processes() + b.processes() + front.processes()
+        yield types.SimpleNamespace(a=a, b=b, front=front, limit=limit)
+    assert pids and triton_server.alive(pids) == [], "a server or nginx process survived"
+
+
+def _served(server: triton_server.TritonServer) -> int:
+    """Requests the server answered or failed (its own counters)."""
+    m = triton_client.scrape_metrics(server.metrics_url, "tiny")
+    return int(m["nv_inference_request_success"] + m["nv_inference_request_failure"])
+
+
+def _settled(*servers: triton_server.TritonServer) -> int:
+    """Requests the servers counted, once two reads 0.2 s apart agree (a server counts a request
+    just after answering it)."""
+    last = -1
+    for _ in range(50):
+        now = sum(_served(s) for s in servers)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.2)
+    raise AssertionError("the servers' counters never settled")
+
+
+# ------------------------------------------------------------------------------------- config
+
+
+def test_audit_fails_when_any_protection_is_removed():
+    text = nginx_front.front_config(
+        ["127.0.0.1:1", "127.0.0.1:2"],
+        ["127.0.0.1:3", "127.0.0.1:4"],
+        http_port=5,
+        grpc_port=6,
+        max_body_bytes=1000,
+        rate_per_s=10,
+        burst=5,
+        prefix="/tmp/x",
+    )
+    assert nginx_front.audit_config(text) == []
+    for pattern, why in nginx_front.REQUIRED.items():
+        mutated = "\n".join(
+            line for line in text.splitlines() if not re.search(pattern, re.sub(r"\s+", " ", line))
+        )
+        assert mutated != text, f"the pattern for {why!r} matches no single line"
+        assert why in nginx_front.audit_config(mutated), f"removing {why!r} went unnoticed"
+
+
+def test_nginx_t_refuses_a_broken_config(tmp_path):
+    text = nginx_front.front_config(
+        ["127.0.0.1:1"],
+        ["127.0.0.1:3"],
+        http_port=5,
+        grpc_port=6,
+        max_body_bytes=1000,
+        rate_per_s=10,
+        burst=5,
+        prefix=tmp_path,
+    )
+    good = tmp_path / "good.conf"
+    good.write_text(text)
+    assert "successful" in nginx_front._nginx_test(nginx_front.find_nginx(), good, tmp_path)
+    bad = tmp_path / "bad.conf"
+    bad.write_text(text.replace("non_idempotent;", "non_idempotent"))
+    with pytest.raises(nginx_front.NginxConfigError, match="nginx -t refused"):
+        nginx_front._nginx_test(nginx_front.find_nginx(), bad, tmp_path)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="127.0.0.1:PORT"):
+        nginx_front.NginxFront(["10.0.0.1:80"], ["127.0.0.1:1"], max_body_bytes=10)
+    with pytest.raises(ValueError, match="positive"):
+        nginx_front.NginxFront(["127.0.0.1:2"], ["127.0.0.1:1"], max_body_bytes=0)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        nginx_front.body_limit_bytes(0, (3, 4, 4))
+
+
+def test_a_front_that_raises_in_its_with_block_leaves_nothing_running():
+    with pytest.raises(RuntimeError, match="boom"):
+        with nginx_front.NginxFront(["127.0.0.1:1"], ["127.0.0.1:2"], max_body_bytes=100) as f:
+            pids = f.processes()
+            assert len(pids) >= 2  # master + worker
+            raise RuntimeError("boom")
+    assert triton_server.alive(pids) == []
+
+
+@pytest.mark.parametrize("how", ["exception", "sigkill"])
+def test_no_nginx_survives_its_python_process(how):
+    """The watchdog stops nginx when the Python process that started it dies, even by SIGKILL."""
+    end = "raise SystemExit('uncaught')" if how == "exception" else "os.kill(os.getpid(), 9)"
+    code = (
+        "import os, sys\n"
+        "from helpers.serving import nginx_front\n"
+        "f = nginx_front.NginxFront(['127.0.0.1:1'], ['127.0.0.1:2'], max_body_bytes=100).start()\n"
+        "print(' '.join(map(str, f.processes())), flush=True)\n" + end + "\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    pids = [int(p) for p in child.stdout.split()]
+    assert len(pids) >= 2, child.stderr
+    deadline = time.time() + 20
+    while triton_server.alive(pids) and time.time() < deadline:
+        time.sleep(0.2)
+    assert triton_server.alive(pids) == [], f"nginx outlived its Python process ({how})"
+
+
+# ------------------------------------------------------------------------------------- through the front
+
+
+def test_http_grpc_and_json_through_the_front_equal_local(stack, tiny):
+    x = tiny.x[:MAX_BATCH]
+    want = tiny.local.run(x)
+    for got in (
+        triton_client.infer_http(stack.front.http_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer_grpc(stack.front.grpc_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer_json(stack.front.http_url, "tiny", {"image": x})["embedding"],
+    ):
+        np.testing.assert_allclose(got, want, **tiny.tol.as_kwargs())
+
+
+def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny):
+    # A valid request (MAX_BATCH images) that is too large only because of its bytes (indented
+    # JSON): if it reached a server, the server would answer it and count a success.
+    request = json.loads(triton_client.infer_json_body({"image": tiny.x[:MAX_BATCH]}))
+    padded = json.dumps(request, indent=8)
+    # over the model's limit, under nginx's default of 1 MiB: only the sized limit refuses it
+    assert stack.limit < len(padded) < 2**20
+    before = _settled(stack.a, stack.b)
+    resp = triton_client.http_request(
+        stack.front.http_url, "POST", "/v2/models/tiny/infer", body=padded
+    )
+    assert resp.status == 413 and b"Request Entity Too Large" in resp.body
+    assert _settled(stack.a, stack.b) == before, "a server saw the oversized request"
+    assert stack.front.access_log()[-1].startswith("413 POST /v2/models/tiny/infer upstream=-")
+    # the issue's request: 250 MB announced; nginx refuses it from the headers alone
+    conn = http.client.HTTPConnection(*stack.front.http_url.split(":"), timeout=10)
+    conn.putrequest("POST", "/v2/models/tiny/infer")
+    conn.putheader("Content-Length", str(250_000_000))
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
+    # the largest request the model accepts (max_batch_size images as plain JSON) still passes
+    got = triton_client.infer_json(stack.front.http_url, "tiny", {"image": tiny.x[:MAX_BATCH]})
+    assert got["embedding"].shape == (MAX_BATCH, DIM)
+    with pytest.raises(Exception, match="413|Too Large|RESOURCE_EXHAUSTED|StatusCode"):
+        triton_client.infer_grpc(
+            stack.front.grpc_url, "tiny", {"image": np.repeat(tiny.x[:1], 64, 0)}, "embedding"
+        )
+
+
+BAD = [  # (what is wrong, model, body)
+    ("malformed JSON", "tiny", '{"inputs": [ {"name": "image", '),
+    ("empty body", "tiny", ""),
+    ("unknown model", "nope", None),
+    ("wrong dtype", "tiny", "FP64"),
+    ("wrong shape", "tiny", "shape"),
+    ("data/shape mismatch", "tiny", "mismatch"),
+    ("unknown input", "tiny", "input"),
+]
+
+
+@pytest.mark.parametrize(("what", "model", "kind"), BAD, ids=[b[0] for b in BAD])
+def test_bad_requests_get_clear_errors_through_the_front(stack, tiny, what, model, kind):
+    one = tiny.x[:1]
+    good = json.loads(triton_client.infer_json_body({"image": one}))
+    if kind == "FP64":
+        body = triton_client.infer_json_body({"image": one.astype(np.float64)})
+    elif kind == "shape":
+        body = triton_client.infer_json_body({"image": one[:, :, ::2, ::2].copy()})
+    elif kind == "mismatch":
+        good["inputs"][0]["data"] = good["inputs"][0]["data"][:-5]
+        body = json.dumps(good)
+    elif kind == "input":
+        good["inputs"][0]["name"] = "picture"
+        body = json.dumps(good)
+    elif kind is None:
+        body = json.dumps(good)
+    else:
+        body = kind
+    resp = triton_client.http_request(
+        stack.front.http_url, "POST", f"/v2/models/{model}/infer", body=body
+    )
+    # Triton 2.51 answers a body its JSON parser refuses with 500 and the parser's message, the
+    # rest with 4xx. The front passes them through and never retries them (http_500 is not in
+    # proxy_next_upstream: the other server would refuse the same bytes).
+    parse_errors = ("malformed JSON", "empty body", "data/shape mismatch")
+    allowed = {400, 500} if what in parse_errors else {400, 404}
+    assert resp.status in allowed, (what, resp.status, resp.body[:200])
+    assert resp.error_message(), f"{what}: no error message"
+    for server in (stack.a, stack.b):
+        ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
+        assert ready.status == 200
+
+
+def test_model_control_is_not_exposed(stack):
+    resp = triton_client.http_request(
+        stack.front.http_url, "POST", "/v2/repository/models/tiny/unload", body=b"{}"
+    )
+    assert resp.status == 403
+
+
+def test_burst_over_the_rate_limit_gets_429(stack, tiny):
+    body = triton_client.infer_json_body({"image": tiny.x[:1]})
+    statuses: list[int] = []
+    with nginx_front.NginxFront(
+        [stack.a.http_url], [stack.a.grpc_url], max_body_bytes=stack.limit, rate_per_s=1, burst=2
+    ) as tight:
+        gate = threading.Barrier(12)
+
+        def one() -> None:
+            gate.wait()
+            resp = triton_client.http_request(
+                tight.http_url, "POST", "/v2/models/tiny/infer", body=body
+            )
+            statuses.append(resp.status)
+
+        threads = [threading.Thread(target=one) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    # 1 request/s with a burst of 2: at most 3 of 12 simultaneous requests pass (a 4th if a second
+    # has passed), the rest are refused with 429 by nginx, not queued
+    assert len(statuses) == 12 and set(statuses) <= {200, 429}
+    assert 1 <= statuses.count(200) <= 4 and statuses.count(429) >= 8
+
+
+def test_load_through_the_front_all_answered_and_equal_local(stack, tiny):
+    one = tiny.x[:1]
+    want = tiny.local.run(one)
+    run = triton_load.counted_run(
+        stack.front.http_url, "tiny", {"image": one}, "embedding", total=80, concurrency=4
+    )
+    assert (run.sent, run.answered, run.failed) == (80, 80, 0), run.first_errors
+    for got in run.outputs:
+        np.testing.assert_allclose(got, want, **tiny.tol.as_kwargs())
+    assert {line.split("upstream=")[1].split()[0] for line in stack.front.access_log()[-80:]} == {
+        stack.a.http_url,
+        stack.b.http_url,
+    }, "the front did not spread the load over both servers"
+
+
+def test_killing_one_server_mid_load_loses_no_request(stack, tiny):
+    """Runs last: it kills server b."""
+    one = tiny.x[:1]
+    want = tiny.local.run(one)
+
+    def crash_b() -> None:
+        os.killpg(stack.b.proc.pid, signal.SIGKILL)
+
+    run = triton_load.counted_run(
+        stack.front.http_url,
+        "tiny",
+        {"image": one},
+        "embedding",
+        total=120,
+        concurrency=4,
+        at=(30, crash_b),
+    )
+    assert not stack.b.is_alive()
+    assert (run.sent, run.answered, run.failed) == (120, 120, 0), run.first_errors
+    for got in run.outputs:
+        np.testing.assert_allclose(got, want, **tiny.tol.as_kwargs())
+    log = stack.front.access_log()
+    retried = [line for line in log if f"upstream={stack.b.http_url}, {stack.a.http_url}" in line]
+    assert all(line.startswith("200 ") for line in log[-120:])
+    print(f"{len(retried)} requests retried on the other server")
