@@ -1,8 +1,11 @@
 # From PyTorch to production, fast -- one Makefile for readers, teachers and CI.
 #   make book   create the environment if missing, execute every chapter, render _build/html
 #   make test   create the environment if missing, unit tests + every notebook executed by nbval
-#   make lab    JupyterLab on the course
-#   make setup  only the environment (idempotent)
+#   make lab    JupyterLab on the course (headless; LAB_IP, LAB_PORT, LAB_TOKEN; works as root)
+#   make kernel register the environment as the Jupyter kernel "course" (MODE=full sets COURSE_MODE)
+#   make setup  only the environment (idempotent; WHEELHOUSE=dir installs offline from make wheelhouse)
+#   make doctor check this machine before installing: a table of what is found, needed, how to fix
+#   make wheelhouse  download every pinned package once into WHEELHOUSE (default wheelhouse/)
 #   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
@@ -25,19 +28,33 @@ TRT_STAMP := $(VENV)/.course-tensorrt
 GPU_SEEN := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 GPU ?=
 MODE ?=
+# What `make setup` installs besides requirements.txt; `make wheelhouse` downloads the same list.
+BOOTSTRAP := "pip<25" "setuptools<81" wheel
+FLOWVISION := flowvision==0.2.1
+ONEFLOW_ONNX := oneflow-onnx==0.6.2
+# Workshop rooms: `make wheelhouse` (with network, once) then `make setup WHEELHOUSE=dir` (no network).
+WHEELHOUSE ?=
+FROM_WHEELHOUSE := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE
 
 # Python 3.10 (OneFlow 0.9.0 has wheels for 3.7-3.10 only): PATH first, then pyenv's versions folder.
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check
+.PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check doctor wheelhouse kernel
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# //'
+	@sed -n '2,12p' Makefile | sed 's/^# //'
+
+# The doctor runs before anything is installed, so with the course's Python if it exists, else the system's.
+DOCTOR = $(or $(wildcard $(PY)),$(shell command -v python3),$(PYTHON310)) tools/doctor.py --venv $(VENV) --python310 "$(PYTHON310)"
+
+doctor:
+	@$(DOCTOR)
 
 $(PY):
 	@if [ -z "$(PYTHON310)" ]; then \
+	  $(DOCTOR) || true; \
 	  echo "ERROR: Python 3.10 not found (needed by oneflow 0.9.0)."; \
 	  echo "Install it, e.g. 'pyenv install 3.10.13', 'apt-get install python3.10 python3.10-venv',"; \
 	  echo "or use conda: 'conda env create -f environment.yml' then 'make setup VENV=\$$CONDA_PREFIX'."; \
@@ -46,21 +63,29 @@ $(PY):
 	$(PYTHON310) -m venv $(VENV)
 	@echo "created by the course Makefile; make distclean may delete this environment" > $(VENV)/.course-created
 
+# make doctor first: it stops only for what blocks the install (FAIL rows); warnings name what gets skipped.
+# nvidia-pytriton needs glibc >= 2.35 (tools/doctor.py says why): on older images (Ubuntu 20.04) the
+# rest installs without it and chapter 9 says it cannot start its server.
 $(STAMP): requirements.txt pyproject.toml | $(PY)
+	@$(DOCTOR)
 	@bash tools/check_disk.sh $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check "pip<25" "setuptools<81" wheel
-	$(PIP) install --disable-pip-version-check -r requirements.txt
+	$(PIP) install --quiet --disable-pip-version-check $(FROM_WHEELHOUSE) $(BOOTSTRAP)
+	@req=requirements.txt; if ! $(PY) tools/doctor.py --serving-ok; then \
+	  req=$(VENV)/requirements-without-triton.txt; grep -v '^nvidia-pytriton' requirements.txt > $$req; \
+	  echo "NOTE: glibc older than 2.35: installing without nvidia-pytriton; chapter 9 cannot run here."; fi; \
+	echo "$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req"; \
+	$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req
 	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: build it with our setuptools<81.
-	$(PIP) install --disable-pip-version-check --no-build-isolation --no-deps flowvision==0.2.1
+	$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-build-isolation --no-deps $(FLOWVISION)
 	# oneflow-onnx's unpinned dependencies would upgrade numpy/protobuf and break OneFlow.
-	$(PIP) install --disable-pip-version-check --no-deps oneflow-onnx==0.6.2
-	$(PIP) install --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-deps $(ONEFLOW_ONNX)
+	$(PIP) install --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .
 	bash tools/install_system_deps.sh
 	$(PY) -c "import torch, torchvision, oneflow, flowvision, onnxruntime, openvino, helpers; print('environment OK')"
 	touch $(STAMP)
 
 $(TRT_STAMP): | $(STAMP)
-	@if $(PIP) install --disable-pip-version-check "$(TENSORRT)" \
+	@if $(PIP) install --disable-pip-version-check "$(TENSORRT)" $(FROM_WHEELHOUSE) \
 	   && $(PY) -c "import tensorrt; print('TensorRT', tensorrt.__version__, 'for ONNX Runtime\'s TensorRT EP')"; then \
 	  touch $(TRT_STAMP); \
 	else \
@@ -68,6 +93,18 @@ $(TRT_STAMP): | $(STAMP)
 	  echo "(a PyPI mirror alone is not enough). Chapters 7-8 print a skip line for their TensorRT steps."; \
 	  if [ "$(GPU)" = 1 ]; then exit 1; fi; \
 	fi
+
+# Everything the $(STAMP) recipe installs, downloaded once (network needed here only). Copy the folder to
+# the room's machines (a hub, a USB stick), then `make setup WHEELHOUSE=that/folder` installs with
+# --no-index: nothing from the network. TensorRT is not included (NVIDIA's index serves its libraries).
+WHEELHOUSE_DIR = $(abspath $(or $(WHEELHOUSE),wheelhouse))
+wheelhouse: | $(PY)
+	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) $(BOOTSTRAP)
+	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) -r requirements.txt
+	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) --no-build-isolation --no-deps $(FLOWVISION)
+	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) --no-deps $(ONEFLOW_ONNX)
+	@echo "wheelhouse: $$(ls $(WHEELHOUSE_DIR) | wc -l) files, $$(du -sh $(WHEELHOUSE_DIR) | cut -f1) in $(WHEELHOUSE_DIR)"
+	@echo "install from it with no network: make setup WHEELHOUSE=$(WHEELHOUSE_DIR)"
 
 setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(TRT_STAMP)))
 
@@ -98,17 +135,43 @@ book: setup
 	$(RUN_ENV) $(VENV)/bin/jupyter-book build . --path-output . --config _build/_config.yml
 	@echo "Book rendered: open _build/html/index.html"
 
-# Full-mode reference run for readers with a GPU: executes every chapter (MODE=full by default) and
-# writes the ledger to results/reference/<machine>-<mode>/, which the book shows beside the reader's own.
+# Full-mode reference run for readers with a GPU: executes every chapter (MODE=full by default) into a
+# staging folder, then publishes it as results/reference/<machine>-<mode>/ (which the book shows beside the
+# reader's own) only if no record was measured while other processes took CPU time (check-quiet lists them
+# and the run stops; the staging folder stays for inspection). Run it on a quiet machine.
 bench: setup
 	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.core.ledger slug 2>/dev/null | tail -1); \
-	echo "Reference run into results/reference/$$slug"; \
-	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$(CURDIR)/results/reference/$$slug PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
-	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider
+	stage=$(CURDIR)/results/local/bench-staging/$$slug; rm -rf $$stage; \
+	echo "Reference run into $$stage, published as results/reference/$$slug if quiet"; \
+	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$$stage PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
+	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider && \
+	$(PY) -m helpers.core.ledger check-quiet $$stage && \
+	rm -rf results/reference/$$slug && mkdir -p results/reference && mv $$stage results/reference/$$slug
 	@echo "Commit results/reference/ to publish these figures in the book."
 
+# Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
+# from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.
+# MODE=full|quick pins the mode; KERNEL_INSTALL=--sys-prefix or --prefix=DIR instead of --user.
+KERNEL_INSTALL ?= --user
+kernel: setup
+	$(PY) -m ipykernel install $(KERNEL_INSTALL) --name course --display-name "Course (fast-inference)" \
+	  $(if $(MODE),--env COURSE_MODE $(MODE)) --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0
+
+# Headless, also as root (rented GPU containers log you in as root; Jupyter refuses root without
+# --allow-root). LAB_IP=0.0.0.0 listens on every interface (behind a provider's port forwarding);
+# the default 127.0.0.1 is for an SSH tunnel: ssh -L 8888:localhost:8888 you@machine. The token is
+# printed; LAB_TOKEN=... chooses it.
+LAB_IP ?= 127.0.0.1
+LAB_PORT ?= 8888
+LAB_TOKEN ?=
 lab: setup
-	$(RUN_ENV) $(VENV)/bin/jupyter lab notebooks
+	@token="$(LAB_TOKEN)"; [ -n "$$token" ] || token=$$($(PY) -c 'import secrets; print(secrets.token_hex(24))'); \
+	root=$$([ "$$(id -u)" = 0 ] && echo --allow-root); \
+	echo "JupyterLab on http://$(LAB_IP):$(LAB_PORT)/lab?token=$$token"; \
+	echo "From your own browser: ssh -L $(LAB_PORT):localhost:$(LAB_PORT) you@this-machine, then open"; \
+	echo "http://localhost:$(LAB_PORT)/lab?token=$$token (or the provider's forwarded address, with LAB_IP=0.0.0.0)"; \
+	exec env $(RUN_ENV) $(VENV)/bin/jupyter lab --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) \
+	  --port-retries=0 $$root --IdentityProvider.token=$$token --ServerApp.root_dir=notebooks
 
 # Style and single-source checks (also run by .ci/run): ruff lint + format over the package, tests, tools and
 # the notebooks' code cells (notebook lines <= 100 characters), and #@save cells equal to the package.

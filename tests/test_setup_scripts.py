@@ -225,3 +225,110 @@ def test_setup_adds_tensorrt_on_gpu_machines_only() -> None:
         timeout=60,
     )
     assert "tensorrt" not in without.stdout
+
+
+# `make wheelhouse` / `make setup WHEELHOUSE=dir`: a workshop room installs once-downloaded wheels offline.
+def _dry_run(*args: str) -> str:
+    out = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _requested(line: str) -> set[str]:
+    """What a pip install/download line asks for: its package specs, and -r for a requirements file."""
+    import shlex
+
+    words = shlex.split(line.split(" -m pip ", 1)[1].replace("$req", "requirements.txt"))
+    wanted, skip = set(), False
+    for word in words[1:]:
+        if skip:
+            skip = False
+            continue
+        if word in ("-d", "--find-links", "-r"):
+            skip = True
+            wanted |= {"-r requirements.txt"} if word == "-r" else set()
+            continue
+        if not word.startswith("-"):
+            wanted.add(word)
+    return wanted
+
+
+def test_wheelhouse_downloads_everything_setup_installs_and_setup_uses_only_it(
+    tmp_path: Path,
+) -> None:
+    wh = tmp_path / "wh"
+    setup = _dry_run("setup", f"WHEELHOUSE={wh}", "VENV=/nonexistent-venv", "GPU=0")
+    installs = [ln for ln in setup.splitlines() if " -m pip install" in ln and "echo" not in ln]
+    assert len(installs) >= 5
+    for line in installs:  # every install reads the wheelhouse only
+        assert "--no-index" in line, line
+        if " -e ." not in line:
+            assert f"--find-links {wh}" in line, line
+    downloads = [
+        ln for ln in _dry_run("wheelhouse", f"WHEELHOUSE={wh}").splitlines() if " download " in ln
+    ]
+    assert all(f"-d {wh}" in ln for ln in downloads)
+    asked = set().union(*(_requested(ln) for ln in installs if " -e ." not in ln))
+    fetched = set().union(*(_requested(ln) for ln in downloads))
+    assert asked and asked == fetched, (asked, fetched)
+    # without WHEELHOUSE the install uses the index as before
+    plain = _dry_run("setup", "VENV=/nonexistent-venv", "GPU=0")
+    assert "--find-links" not in plain
+
+
+def test_offline_install_from_a_tiny_wheelhouse(tmp_path: Path) -> None:
+    """A wheelhouse of one locally built wheel installs into a scratch venv with no network at all."""
+    import shutil
+    import sys
+
+    src = tmp_path / "src"
+    (src / "course_tiny").mkdir(parents=True)
+    (src / "course_tiny" / "__init__.py").write_text("VALUE = 42\n")
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "course-tiny"\nversion = "1.0"\n'
+    )
+    wh = tmp_path / "wh"
+    # no network, no machine-wide pip config (this machine's own local indexes included)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        http_proxy="http://127.0.0.1:9",
+        https_proxy="http://127.0.0.1:9",
+        PIP_INDEX_URL="http://127.0.0.1:9/simple",  # named in pip's output if it is ever consulted
+    )
+    pip = [sys.executable, "-m", "pip"]
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wh), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    venv = tmp_path / "scratch"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # the flags `make setup WHEELHOUSE=...` passes to every pip install
+    setup = _dry_run("setup", f"WHEELHOUSE={wh}", "VENV=/nonexistent-venv", "GPU=0")
+    flags = f"--no-index --find-links {wh}"
+    assert flags in setup
+    isolate = ["unshare", "-n"] if os.getuid() == 0 and shutil.which("unshare") else []
+    if isolate and subprocess.run([*isolate, "true"], capture_output=True).returncode != 0:
+        isolate = []  # no permission for a network namespace here: the dead proxy still guards
+
+    def install(spec: str) -> subprocess.CompletedProcess:
+        cmd = [*isolate, str(venv / "bin" / "python"), "-m", "pip", "install", *flags.split(), spec]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+    out = install("course-tiny==1.0")
+    assert out.returncode == 0, out.stdout + out.stderr
+    check = [str(venv / "bin" / "python"), "-c", "import course_tiny; print(course_tiny.VALUE)"]
+    assert subprocess.run(check, capture_output=True, text=True).stdout.strip() == "42"
+    # and nothing else can come in: a package missing from the wheelhouse is not fetched
+    missing = install("course-tiny-absent==1.0")
+    assert missing.returncode != 0 and "No matching distribution" in missing.stderr
+    for run in (out, missing):  # no index was consulted, not even the (dead) one configured
+        assert "127.0.0.1:9" not in run.stdout + run.stderr, run.stdout + run.stderr

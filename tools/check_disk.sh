@@ -13,11 +13,13 @@ free_gb() { df -Pk "$1" 2>/dev/null | awk 'NR==2 {printf "%d", $4 / 1048576}'; }
 used_gb() { du -sk "$1" 2>/dev/null | awk '{printf "%d", $1 / 1048576}'; }
 # what an earlier, interrupted install already put in the venv counts towards the total
 have=$(used_gb "$venv"); have=${have:-0}
-venv_free=$(free_gb "$venv")
+# before the venv exists (make doctor), the folder it will be made in
+where=$venv; while [ ! -e "$where" ]; do where=$(dirname "$where"); done
+venv_free=$(free_gb "$where")
 need=$(( need_gb - have ))
 [ "$need" -lt 0 ] && need=0
 if [ -z "$venv_free" ]; then echo "disk: cannot read free space for $venv; not checked"; exit 0; fi
-same_fs=$([ "$(df -Pk "$venv" | awk 'NR==2{print $1}')" = "$(df -Pk "$tmp" | awk 'NR==2{print $1}')" ] && echo 1 || echo 0)
+same_fs=$([ "$(df -Pk "$where" | awk 'NR==2{print $1}')" = "$(df -Pk "$tmp" | awk 'NR==2{print $1}')" ] && echo 1 || echo 0)
 if [ "$same_fs" = 1 ]; then
   if [ "$venv_free" -lt "$need" ]; then
     echo "ERROR: not enough free disk to install the course: about ${need} GB needed where $venv lives,"

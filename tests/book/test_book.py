@@ -192,6 +192,54 @@ def test_internal_links_resolve(built_book: Path) -> None:
 
 CHAPTERS = [p for p in PAGES if p.startswith("notebooks/")]
 
+# The pages readers on a rented GPU and in a workshop start from: what each must say, as rendered.
+READER_PAGES = {
+    "book/setup": [
+        "make doctor",
+        "A rented GPU with JupyterLab (Matpool and similar)",
+        "make kernel MODE=full",
+        "What a stopped instance keeps",
+        "Images with OneFlow preinstalled",
+        "make setup WHEELHOUSE=",
+        "Nothing of OneFlow 0.9.0 runs on macOS",
+    ],
+    "book/zh/index": ["在租用的 GPU 上快速开始", "运行模式", "COURSE_MODE", "工作坊日程"],
+}
+
+
+def test_setup_and_chinese_pages_read_as_written(built_book: Path, browser) -> None:
+    """The rented-GPU steps and the Chinese page are in the book, legible, and their links open."""
+    for page, phrases in READER_PAGES.items():
+        assert page in PAGES, f"{page} is not in _toc.yml"
+        browser.get((built_book / f"{page}.html").as_uri())
+        text = browser.find_element("css selector", "main").text
+        missing = [p for p in phrases if p not in text]
+        assert not missing, f"{page}: missing {missing}"
+    # Chinese text is drawn with real glyphs: without a CJK font every character is the same box
+    same_box = browser.execute_script(
+        "const c = document.createElement('canvas'); c.width = 64; c.height = 64;"
+        "const g = c.getContext('2d');"
+        "const font = getComputedStyle(document.querySelector('main p')).fontFamily;"
+        "const draw = ch => { g.clearRect(0, 0, 64, 64); g.font = '48px ' + font;"
+        "  g.fillText(ch, 4, 52); return c.toDataURL(); };"
+        "return draw('中') === draw('丁');"
+    )
+    assert not same_box, (
+        "the Chinese page renders as empty boxes: install a CJK font (Debian: fonts-wqy-microhei)"
+    )
+    # its links to the English pages open them (test_internal_links_resolve checks every href)
+    links = browser.execute_script(
+        "return Array.from(document.querySelectorAll('main a.reference.internal')).map(a => a.href);"
+    )
+    targets = [h for h in links if h.split("#")[0].endswith(("setup.html", "workshop.html"))]
+    assert len(targets) >= 2, links
+    for href in targets:
+        browser.get(href)
+        title = browser.execute_script(
+            "const h = document.querySelector('main h1'); return h ? h.textContent : '';"
+        )
+        assert title.strip() and "404" not in title, href
+
 
 def test_solutions_start_hidden(built_book: Path, browser) -> None:
     """Every chapter ends with exercises whose solutions sit behind a toggle, closed until clicked."""

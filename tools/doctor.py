@@ -1,0 +1,551 @@
+"""`make doctor`: is this machine ready for the course? A table of what is found, what is needed, how to fix.
+
+Runs before anything is installed (``make setup`` calls it first), so it uses the standard library only
+and any Python 3 (the course's ``.venv`` if it exists, else the system ``python3``). It checks the
+things that otherwise fail half-way through an install or a chapter: Linux x86-64, Python 3.10 with a
+shared libpython, glibc, free disk, ``/dev/shm``, the GPU and its driver, a C++ compiler, Chromium and
+nginx. Each check is a pure function of a :class:`Facts` record, so the tests fake machines (an old
+Ubuntu, a 64 MB container, an H100, a pyenv build without ``--enable-shared``) without owning one.
+
+Exit status: 1 when something blocks the install itself (``FAIL``), else 0 (``WARN`` rows name the
+chapters or tests that will print a skip line). ``--serving-ok`` only answers whether
+nvidia-pytriton (chapter 9's Triton server) can be installed here: exit 0 yes, 1 no.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "Facts",
+    "Row",
+    "CHECKS",
+    "gather",
+    "run_checks",
+    "render",
+    "serving_ok",
+    "runs_on",
+    "main",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# glibc: torch 2.9.1 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
+# nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
+# libtritonserver and Python-backend stub were read with `objdump -T`: they need GLIBC_2.34 and, from
+# the system's libstdc++ (not bundled), GLIBCXX_3.4.30 (GCC 12's runtime). Ubuntu 22.04 has both
+# (glibc 2.35, libstdc++ 12); Ubuntu 20.04 (glibc 2.31) has neither: chapter 9 is skipped there.
+GLIBC_INSTALL = (2, 28)
+GLIBC_SERVING = (2, 35)
+GLIBCXX_SERVING = 30  # GLIBCXX_3.4.30
+# Disk: tools/check_disk.sh holds the threshold (COURSE_MIN_FREE_GB, default 20 GB); its verdict is used.
+# /dev/shm: DataLoader workers (chapter 5) hand every batch to the main process through /dev/shm
+# (full mode: 16 x 3 x 224 x 224 float32 = 9.6 MB a batch, several batches in flight per worker), and
+# Triton's Python backend and PyTriton (chapter 9) pass every request's tensors through /dev/shm
+# regions per model instance. Docker's default of 64 MB ends in "Bus error" or a dead worker; 1 GB
+# is what the course's own Triton docker command asks for (--shm-size=1g).
+SHM_NEEDED = 1 << 30
+SHM_MINIMUM = 256 << 20
+# GPUs: OneFlow 0.9.0 (cu117 wheel) carries SASS for these and no PTX (helpers.core.cuda_compat reads
+# them from the wheel; tests/test_doctor.py checks the two agree). PyTorch 2.9's cu12 wheel starts at 7.0.
+ONEFLOW_SASS = (60, 61, 70, 75, 80, 86)
+TORCH_MIN_CC = (7, 0)
+# Driver: PyTorch 2.9.1 and onnxruntime-gpu 1.23.2 use CUDA 12, which runs on drivers from 525.60.13
+# on (CUDA's minor-version compatibility); OneFlow's CUDA 11.7 needs less (450.80.02).
+DRIVER_MIN = (525, 60, 13)
+PINNED_FRAMEWORKS = ("torch", "oneflow", "numpy", "protobuf", "onnxruntime-gpu")
+
+OK, WARN, FAIL, INFO = "ok", "WARN", "FAIL", "info"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the doctor knows about a machine (gathered by :func:`gather`, faked by the tests)."""
+
+    system: str = "Linux"
+    machine: str = "x86_64"
+    uid: int = 1000
+    venv: str = ".venv"
+    venv_exists: bool = False
+    python: str | None = None  # the Python 3.10 the install uses (the venv's, else PYTHON310)
+    python_version: tuple[int, int] | None = None
+    python_shared: bool | None = None  # built with --enable-shared (sysconfig Py_ENABLE_SHARED)
+    libpython: str | None = None  # its libpython3.10.so.1.0, where Triton's stub will look
+    python_has_venv: bool | None = None  # `import venv, ensurepip` works (Debian: python3.10-venv)
+    packages: dict[str, str] = field(default_factory=dict)  # installed in that Python
+    pins: dict[str, str] = field(default_factory=dict)  # requirements.txt
+    glibc: tuple[int, int] | None = None
+    glibcxx: int | None = None  # highest GLIBCXX_3.4.N in the system's libstdc++
+    disk_rc: int | None = None  # tools/check_disk.sh's exit status
+    disk_message: str = ""
+    disk_free_gb: float | None = None
+    shm_bytes: int | None = None
+    nvidia_smi: bool = False
+    gpus: tuple[tuple[str, tuple[int, int] | None], ...] = ()  # (name, compute capability)
+    driver: tuple[int, ...] | None = None
+    cxx: str | None = None
+    chromium: str | None = None
+    chromedriver: str | None = None
+    nginx: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    check: str
+    status: str
+    found: str
+    needed: str
+    fix: str = ""
+
+
+def _v(parts: tuple[int, ...] | None) -> str:
+    return ".".join(str(p) for p in parts) if parts else "?"
+
+
+def runs_on(cc: tuple[int, int], sass: tuple[int, ...]) -> bool:
+    """SASS runs on the same major architecture at an equal or higher minor (8.6 code on 8.9, not 9.0)."""
+    return any(a // 10 == cc[0] and a % 10 <= cc[1] for a in sass)
+
+
+def check_platform(f: Facts) -> Row:
+    found = f"{f.system} {f.machine}"
+    if f.system == "Linux" and f.machine in ("x86_64", "AMD64"):
+        return Row("platform", OK, found, "Linux x86-64")
+    return Row(
+        "platform",
+        FAIL,
+        found,
+        "Linux x86-64",
+        "OneFlow 0.9.0, nvidia-pytriton and onnxruntime-gpu ship Linux x86-64 wheels only: nothing "
+        "of OneFlow runs on macOS or native Windows. Use a Linux machine, a rented GPU, or WSL2.",
+    )
+
+
+def check_python(f: Facts) -> Row:
+    needed = "Python 3.10 (OneFlow 0.9.0: wheels for 3.7-3.10)"
+    if f.python is None or f.python_version is None:
+        return Row(
+            "python",
+            FAIL,
+            "no Python 3.10",
+            needed,
+            "pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install 3.10.13; Debian/Ubuntu: "
+            "apt-get install python3.10 python3.10-venv; or conda: conda env create -f "
+            "environment.yml, then make setup VENV=$CONDA_PREFIX",
+        )
+    found = f"{_v(f.python_version)} at {f.python}"
+    if f.python_version != (3, 10):
+        return Row(
+            "python",
+            FAIL,
+            found,
+            needed,
+            f"{f.venv} was made with another Python: make distclean, then make setup "
+            "(or PYTHON310=/path/to/python3.10)",
+        )
+    if not f.venv_exists and f.python_has_venv is False:
+        return Row(
+            "python",
+            FAIL,
+            found + ", no venv module",
+            needed + " with venv",
+            "apt-get install python3.10-venv (Debian/Ubuntu split venv and ensurepip out)",
+        )
+    return Row("python", OK, found, needed)
+
+
+def check_libpython(f: Facts) -> Row:
+    needed = "libpython3.10.so.1.0 (Triton's Python backend links it)"
+    if f.python is None:
+        return Row("libpython", INFO, "no Python 3.10", needed)
+    if f.libpython:  # conda's python is static but ships the shared library too: that is enough
+        return Row("libpython", OK, f.libpython, needed)
+    return Row(
+        "libpython",
+        WARN,
+        "static build (no libpython3.10.so.1.0)",
+        needed,
+        "chapter 9's Triton server cannot start its Python models. pyenv: "
+        "PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install --force 3.10.13, then make distclean "
+        "setup; or use conda's or your distribution's python3.10 (both are shared)",
+    )
+
+
+def check_glibc(f: Facts) -> Row:
+    needed = f"glibc >= {_v(GLIBC_SERVING)}, libstdc++ GLIBCXX_3.4.{GLIBCXX_SERVING} (chapter 9)"
+    found = f"glibc {_v(f.glibc)}, GLIBCXX_3.4.{f.glibcxx if f.glibcxx is not None else '?'}"
+    if f.glibc is None:
+        return Row("glibc", WARN, "not glibc (musl? not Linux?)", needed, "use a glibc Linux image")
+    if f.glibc < GLIBC_INSTALL:
+        return Row(
+            "glibc",
+            FAIL,
+            found,
+            f"glibc >= {_v(GLIBC_INSTALL)} (PyTorch's manylinux_2_28 wheels)",
+            "use an image of Ubuntu 22.04 or newer (Debian 12, Rocky 9)",
+        )
+    if not serving_ok(f):
+        return Row(
+            "glibc",
+            WARN,
+            found,
+            needed,
+            "nvidia-pytriton (manylinux_2_35) cannot install here: make setup installs everything "
+            "else and chapter 9 is skipped. For chapter 9, rent an image of Ubuntu 22.04 or newer",
+        )
+    return Row("glibc", OK, found, needed)
+
+
+def serving_ok(f: Facts) -> bool:
+    """Whether nvidia-pytriton installs and its tritonserver runs here (glibc and libstdc++)."""
+    glibc_ok = f.glibc is not None and f.glibc >= GLIBC_SERVING
+    return glibc_ok and (f.glibcxx is None or f.glibcxx >= GLIBCXX_SERVING)
+
+
+def check_disk(f: Facts) -> Row:
+    found = f"{f.disk_free_gb:.0f} GB free" if f.disk_free_gb is not None else "?"
+    needed = "~20 GB free at the install's peak (tools/check_disk.sh)"
+    if f.disk_rc in (None, 0):
+        return Row("disk", OK if f.disk_rc == 0 else INFO, found, needed)
+    return Row(
+        "disk", FAIL, found, needed, f.disk_message or "free some space, or VENV=/bigdisk/venv"
+    )
+
+
+def check_shm(f: Facts) -> Row:
+    needed = f"{SHM_NEEDED >> 20} MB /dev/shm (DataLoader workers, Triton's Python backend)"
+    if f.shm_bytes is None:
+        return Row("/dev/shm", WARN, "none", needed, "mount a tmpfs on /dev/shm")
+    found = f"{f.shm_bytes >> 20} MB"
+    if f.shm_bytes >= SHM_NEEDED:
+        return Row("/dev/shm", OK, found, needed)
+    fix = (
+        "docker run --shm-size=1g ...; on a host: mount -o remount,size=1G /dev/shm. "
+        "On a rental whose container you cannot restart, ask for a larger shm"
+    )
+    if f.shm_bytes < SHM_MINIMUM:
+        fix = "chapter 5's DataLoader and chapter 9's server fail with 'Bus error'. " + fix
+    return Row("/dev/shm", WARN, found, needed, fix)
+
+
+def check_gpu(f: Facts) -> Row:
+    needed = "CC 7.0-8.9 for OneFlow and PyTorch on the GPU (V100, T4, A100, A10G, L4)"
+    if not f.gpus:
+        found = "none (nvidia-smi not found)" if not f.nvidia_smi else "nvidia-smi lists no GPU"
+        return Row("gpu", INFO, found, needed, "quick mode on the CPU; full mode wants a GPU")
+    name, cc = f.gpus[0]
+    found = f"{name}, CC {_v(cc)}" + (f" (+{len(f.gpus) - 1} more)" if len(f.gpus) > 1 else "")
+    if cc is None:
+        return Row("gpu", WARN, found, needed, "driver too old to report compute capability")
+    if cc < TORCH_MIN_CC:
+        return Row(
+            "gpu",
+            WARN,
+            found,
+            needed,
+            "PyTorch 2.9 has no code for this GPU: everything runs on the CPU. Rent a newer GPU",
+        )
+    if not runs_on(cc, ONEFLOW_SASS):
+        return Row(
+            "gpu",
+            WARN,
+            found,
+            needed,
+            "OneFlow 0.9.0 has no code for this GPU: its cells run on the CPU (PyTorch, ONNX "
+            "Runtime and Triton use the GPU). Rent an A100, A10G or L4 to see OneFlow on a GPU",
+        )
+    return Row("gpu", OK, found, needed)
+
+
+def check_driver(f: Facts) -> Row:
+    needed = f"NVIDIA driver >= {_v(DRIVER_MIN)} (CUDA 12 wheels)"
+    if not f.gpus:
+        return Row("driver", INFO, "no GPU", needed)
+    if f.driver is None:
+        return Row("driver", WARN, "?", needed, "nvidia-smi did not report a driver version")
+    if f.driver < DRIVER_MIN:
+        return Row(
+            "driver",
+            WARN,
+            _v(f.driver),
+            needed,
+            "PyTorch and ONNX Runtime fall back to the CPU. Choose an image with a driver of the "
+            "525 series or newer (the rental's driver comes with the host)",
+        )
+    return Row("driver", OK, _v(f.driver), needed)
+
+
+def check_cxx(f: Facts) -> Row:
+    needed = "a C++ compiler (torch.compile's CPU backend, chapter 6)"
+    if f.cxx:
+        return Row("c++", OK, f.cxx, needed)
+    return Row(
+        "c++", WARN, "none", needed, "apt-get install g++ (else chapter 6's compile step fails)"
+    )
+
+
+def check_chromium(f: Facts) -> Row:
+    needed = "chromium + chromedriver (the book's browser test)"
+    if f.chromium and f.chromedriver:
+        return Row("chromium", OK, f.chromium, needed)
+    found = "chromium only" if f.chromium else "none"
+    return Row(
+        "chromium",
+        WARN,
+        found,
+        needed,
+        "apt-get install chromium chromium-driver (make setup does it as root); "
+        "without it tests/book skips its browser checks",
+    )
+
+
+def check_nginx(f: Facts) -> Row:
+    needed = "nginx (chapter 9's reverse proxy in front of Triton)"
+    if f.nginx:
+        return Row("nginx", OK, f.nginx, needed)
+    return Row(
+        "nginx", WARN, "none", needed, "apt-get install nginx (else that step prints a skip line)"
+    )
+
+
+def check_frameworks(f: Facts) -> Row:
+    """A preinstalled image (a rental's 'OneFlow' image): can its Python serve the course as it is?"""
+    needed = "the pins of requirements.txt"
+    wanted = [n for n in PINNED_FRAMEWORKS if n in f.pins]
+    if not any(n in f.packages for n in wanted):
+        return Row("frameworks", INFO, "none installed yet", needed, "make setup installs the pins")
+    found = ", ".join(f"{n} {f.packages.get(n, '-')}" for n in wanted)
+    off = [n for n in wanted if f.packages.get(n) != f.pins[n]]
+    if not off:
+        return Row("frameworks", OK, found, needed)
+    return Row(
+        "frameworks",
+        INFO,
+        found,
+        ", ".join(f"{n} {f.pins[n]}" for n in wanted),
+        "this Python differs from the pins: let make setup build .venv beside it (the image's "
+        "own environment stays as it is) rather than installing into it",
+    )
+
+
+CHECKS = (
+    check_platform,
+    check_python,
+    check_libpython,
+    check_glibc,
+    check_disk,
+    check_shm,
+    check_gpu,
+    check_driver,
+    check_cxx,
+    check_chromium,
+    check_nginx,
+    check_frameworks,
+)
+
+
+def run_checks(f: Facts) -> list[Row]:
+    """Every check over one set of facts."""
+    return [check(f) for check in CHECKS]
+
+
+def render(rows: list[Row], width: int = 44) -> str:
+    """The table: check | found | needed | how to fix (columns wrapped; the last at ``width``)."""
+    heads = ("check", "found", "needed", "how to fix")
+    cells = [(f"{r.check} [{r.status}]", r.found, r.needed, r.fix or "-") for r in rows]
+    w = [max(len(heads[0]), *(len(c[0]) for c in cells))]
+    w += [min(32, max(len(heads[i]), *(len(c[i]) for c in cells))) for i in (1, 2)]
+    lines = []
+
+    def emit(cols: tuple[str, ...]) -> None:
+        wrapped = [textwrap.wrap(col, size) or [""] for col, size in zip(cols, (*w, width))]
+        for i in range(max(len(c) for c in wrapped)):
+            parts = [c[i] if i < len(c) else "" for c in wrapped]
+            lines.append(
+                f"{parts[0]:<{w[0]}} | {parts[1]:<{w[1]}} | {parts[2]:<{w[2]}} | {parts[3]}".rstrip()
+            )
+
+    emit(heads)
+    lines.append("-+-".join("-" * x for x in w) + "-+-" + "-" * width)
+    for c in cells:
+        emit(c)
+    return "\n".join(lines)
+
+
+# -- gathering the facts of this machine ----------------------------------------------------------
+
+
+def _run(cmd: list[str], timeout: float = 30) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+_PROBE = r"""
+import json, sys, sysconfig, os
+from pathlib import Path
+cfg = sysconfig.get_config_var
+# as helpers.serving.triton_server.libpython_dir looks for it (the stub loads libpython3.10.so.1.0)
+name = cfg("INSTSONAME") or "libpython%d.%d.so.1.0" % sys.version_info[:2]
+lib = None
+for d in (cfg("LIBDIR"), os.path.join(sys.base_prefix, "lib"), os.path.join(sys.prefix, "lib")):
+    if d and ".so" in name and os.path.isfile(os.path.join(d, name)):
+        lib = os.path.join(d, name)
+        break
+try:
+    import venv, ensurepip  # noqa
+    has_venv = True
+except ImportError:
+    has_venv = False
+try:
+    from importlib import metadata
+    pkgs = {d.metadata["Name"].lower(): d.version for d in metadata.distributions() if d.metadata["Name"]}
+except Exception:
+    pkgs = {}
+print(json.dumps({"version": list(sys.version_info[:2]), "shared": bool(cfg("Py_ENABLE_SHARED")),
+                  "libpython": lib, "has_venv": has_venv, "packages": pkgs}))
+"""
+
+
+def _pins(requirements: Path) -> dict[str, str]:
+    pins = {}
+    for line in requirements.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^\s;#]+)", line.strip())
+        if m:
+            pins[m.group(1).lower()] = m.group(3)
+    return pins
+
+
+def _glibcxx() -> int | None:
+    paths = []
+    out = _run(["ldconfig", "-p"])
+    if out:
+        paths += re.findall(r"libstdc\+\+\.so\.6 \(libc6,x86-64\) => (\S+)", out)
+    paths += ["/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib64/libstdc++.so.6"]
+    for p in paths:
+        try:
+            data = Path(p).read_bytes()
+        except OSError:
+            continue
+        found = [int(n) for n in re.findall(rb"GLIBCXX_3\.4\.(\d+)", data)]
+        if found:
+            return max(found)
+    return None
+
+
+def _gpus() -> tuple[bool, tuple, tuple[int, ...] | None]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False, (), None
+    out = _run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"])
+    if out is None:  # drivers before 510 have no compute_cap field
+        out = _run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]) or ""
+        out = "\n".join(
+            f"{a},?,{b}" for a, b in (ln.rsplit(",", 1) for ln in out.splitlines() if ln)
+        )
+    gpus, driver = [], None
+    for line in out.splitlines():
+        name, cc, drv = (s.strip() for s in line.split(","))
+        m = re.match(r"(\d+)\.(\d+)", cc)
+        gpus.append((name, (int(m.group(1)), int(m.group(2))) if m else None))
+        driver = tuple(int(x) for x in re.findall(r"\d+", drv)) or None
+    return True, tuple(gpus), driver
+
+
+def gather(venv: str = ".venv", python310: str = "") -> Facts:
+    """The facts of this machine. ``venv``: the course's environment; ``python310``: Make's PYTHON310."""
+    vpy = Path(venv) / "bin" / "python"
+    python = str(vpy) if vpy.exists() else (python310 or None)
+    probe = {}
+    if python:
+        out = _run([python, "-c", _PROBE], timeout=120)
+        probe = json.loads(out) if out else {}
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+    m = re.search(r"glibc (\d+)\.(\d+)", libc or "")
+    disk = subprocess.run(
+        ["bash", str(ROOT / "tools" / "check_disk.sh"), venv], capture_output=True, text=True
+    )
+    probe_dir = Path(venv) if Path(venv).exists() else Path(venv).resolve().parent
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    try:
+        shm = os.statvfs("/dev/shm")
+        shm_bytes = shm.f_blocks * shm.f_frsize
+    except OSError:
+        shm_bytes = None
+    has_smi, gpus, driver = _gpus()
+    return Facts(
+        system=platform.system(),
+        machine=platform.machine(),
+        uid=os.getuid() if hasattr(os, "getuid") else -1,
+        venv=venv,
+        venv_exists=vpy.exists(),
+        python=python if probe else None,
+        python_version=tuple(probe["version"]) if probe else None,
+        python_shared=probe.get("shared"),
+        libpython=probe.get("libpython"),
+        python_has_venv=probe.get("has_venv"),
+        packages=probe.get("packages", {}),
+        pins=_pins(ROOT / "requirements.txt"),
+        glibc=(int(m.group(1)), int(m.group(2))) if m else None,
+        glibcxx=_glibcxx(),
+        disk_rc=disk.returncode,
+        disk_message=" ".join((disk.stdout + disk.stderr).split()),
+        disk_free_gb=shutil.disk_usage(probe_dir).free / 2**30,
+        shm_bytes=shm_bytes,
+        nvidia_smi=has_smi,
+        gpus=gpus,
+        driver=driver,
+        cxx=shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"),
+        chromium=shutil.which("chromium") or shutil.which("chromium-browser"),
+        chromedriver=shutil.which("chromedriver"),
+        nginx=shutil.which("nginx")
+        or next(
+            (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--venv", default=os.environ.get("VENV", ".venv"))
+    ap.add_argument("--python310", default="", help="the Python 3.10 make would use")
+    ap.add_argument("--serving-ok", action="store_true", help="exit 0 if nvidia-pytriton fits here")
+    args = ap.parse_args(argv)
+    if args.serving_ok:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else ""
+        m = re.search(r"glibc (\d+)\.(\d+)", libc or "")
+        facts = Facts(glibc=(int(m.group(1)), int(m.group(2))) if m else None, glibcxx=_glibcxx())
+        return 0 if serving_ok(facts) else 1
+    try:
+        rows = run_checks(gather(args.venv, args.python310))
+    except Exception as exc:  # noqa: BLE001 - a bug in the doctor must not stop an install
+        print(f"doctor: could not check this machine ({type(exc).__name__}: {exc}); carrying on")
+        return 0
+    print(render(rows))
+    failed = [r.check for r in rows if r.status == FAIL]
+    warned = [r.check for r in rows if r.status == WARN]
+    if failed:
+        print(f"doctor: {', '.join(failed)} blocks the install; see 'how to fix' above.")
+        return 1
+    note = f" ({len(warned)} warning(s): {', '.join(warned)})" if warned else ""
+    print(f"doctor: nothing blocks the install{note}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
