@@ -55,8 +55,10 @@ def listed(chapter: str, written: str) -> bool:
 
 def recorded_names(source: str) -> list[tuple[str, int]]:
     """``(name, line)`` of every ``ledger.record(chapter, name, ...)`` call in ``source``."""
+    tree = ast.parse(source)
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For)]
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -65,14 +67,37 @@ def recorded_names(source: str) -> list[tuple[str, int]]:
             and node.func.value.id == "ledger"
             and len(node.args) >= 2
         ):
-            sample = _fill(node.args[1])
-            if sample is None:
+            arg = node.args[1]
+            around = [lp for lp in loops if any(n is node for n in ast.walk(lp))]
+            samples = [_fill(arg)] if _fill(arg) is not None else _loop_values(arg, around)
+            if not samples or None in samples:
                 raise AssertionError(
-                    f"line {node.lineno}: a record name must be a string or an f-string, "
-                    f"got {ast.unparse(node.args[1])}"
+                    f"line {node.lineno}: a record name must be a string, an f-string or a loop "
+                    f"variable over literal names, got {ast.unparse(arg)}"
                 )
-            out.append((sample, node.lineno))
+            out += [(sample, node.lineno) for sample in samples]
     return out
+
+
+def _loop_values(arg: ast.expr, loops: list[ast.For]) -> list[str | None]:
+    """The names a loop variable of an enclosing loop takes: ``for name, _ in (("a", 1), ...)``."""
+    if not isinstance(arg, ast.Name):
+        return []
+    for loop in loops:
+        target, items = loop.target, loop.iter
+        if not isinstance(items, (ast.Tuple, ast.List)):
+            continue
+        if isinstance(target, ast.Name) and target.id == arg.id:
+            return [_fill(e) for e in items.elts]
+        if isinstance(target, ast.Tuple):
+            ids = [t.id if isinstance(t, ast.Name) else None for t in target.elts]
+            if arg.id in ids:
+                i = ids.index(arg.id)
+                return [
+                    _fill(e.elts[i]) if isinstance(e, (ast.Tuple, ast.List)) else None
+                    for e in items.elts
+                ]
+    return []
 
 
 def looked_up_names(source: str) -> list[tuple[str, str]]:
@@ -144,7 +169,12 @@ def test_a_renamed_record_fails_the_static_scan_and_the_record_call(tmp_path, mo
 
 
 def test_a_computed_record_name_is_refused_by_the_scan():
-    with pytest.raises(AssertionError, match="string or an f-string"):
+    loop = 'for name, w in (("a_x", 1), ("b_y", 2)):\n    ledger.record("c", name, w, "x")\n'
+    assert [n for n, _ in recorded_names(loop)] == ["a_x", "b_y"]
+    elsewhere = 'for name in ("a_x",):\n    pass\nledger.record("c", name, 1.0, "x")\n'
+    with pytest.raises(AssertionError, match="loop variable"):
+        recorded_names(elsewhere)
+    with pytest.raises(AssertionError, match="string, an f-string"):
         recorded_names('ledger.record("00_measuring", name, 1.0, "x")\n')
 
 
