@@ -38,6 +38,35 @@ def torch_mod():
 
 
 @pytest.fixture(scope="session")
+def tiny_embedder_onnx(torch_mod):
+    """A builder: ``(root, size, dim) -> (x, onnx_path)``, a tiny calibrated embedder in ONNX.
+
+    The serving tests (one Triton server, and nginx in front of two) serve this model; ``x`` is
+    8 random images of ``size`` px it was calibrated on, ``onnx_path`` its export (batch dynamic).
+    """
+    import numpy as np
+
+    from helpers.deploy import export
+    from helpers.workload import models
+
+    def build(root, size, dim):
+        torch_mod.manual_seed(0)
+        x = np.random.default_rng(0).normal(size=(8, 3, size, size)).astype(np.float32)
+        emb = models.build_embedder("torch", dim, 0.25)
+        models.calibrate_batchnorm(emb, torch_mod.from_numpy(x))
+        onnx_path = export.export_onnx(
+            emb,
+            torch_mod.from_numpy(x[:2]),
+            root / "tiny.onnx",
+            input_name="image",
+            output_name="embedding",
+        ).path
+        return x, onnx_path
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def flow():
     from helpers.core.environment import import_oneflow
 

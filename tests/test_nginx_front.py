@@ -41,23 +41,12 @@ if shutil.which("nginx") is None and not os.access("/usr/sbin/nginx", os.X_OK):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, torch_mod):
+def tiny(tmp_path_factory, tiny_embedder_onnx):
     """A tiny embedder in ONNX, a one-model repository, and the local ONNX Runtime session."""
-    from helpers.deploy import export, runtimes
-    from helpers.workload import models
+    from helpers.deploy import runtimes
 
     root = tmp_path_factory.mktemp("front")
-    torch_mod.manual_seed(0)
-    x = np.random.default_rng(0).normal(size=(8, 3, SIZE, SIZE)).astype(np.float32)
-    emb = models.build_embedder("torch", DIM, 0.25)
-    models.calibrate_batchnorm(emb, torch_mod.from_numpy(x))
-    onnx_path = export.export_onnx(
-        emb,
-        torch_mod.from_numpy(x[:2]),
-        root / "tiny.onnx",
-        input_name="image",
-        output_name="embedding",
-    ).path
+    x, onnx_path = tiny_embedder_onnx(root, SIZE, DIM)
     sr.python_runtime_model(
         root / "repo",
         "tiny",

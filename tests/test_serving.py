@@ -33,23 +33,12 @@ SIZE, DIM = 32, 8
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, torch_mod):
+def tiny(tmp_path_factory, tiny_embedder_onnx):
     """A tiny embedder exported to ONNX, a model repository serving it, and local reference outputs."""
-    from helpers.deploy import export, runtimes
-    from helpers.workload import models
+    from helpers.deploy import runtimes
 
     root = tmp_path_factory.mktemp("serving")
-    torch_mod.manual_seed(0)
-    x = np.random.default_rng(0).normal(size=(8, 3, SIZE, SIZE)).astype(np.float32)
-    emb = models.build_embedder("torch", DIM, 0.25)
-    models.calibrate_batchnorm(emb, torch_mod.from_numpy(x))
-    onnx_path = export.export_onnx(
-        emb,
-        torch_mod.from_numpy(x[:2]),
-        root / "tiny.onnx",
-        input_name="image",
-        output_name="embedding",
-    ).path
+    x, onnx_path = tiny_embedder_onnx(root, SIZE, DIM)
     repo = root / "repo"
     spec = dict(
         inputs=[sr.TensorSpec("image", (3, SIZE, SIZE))],
