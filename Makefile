@@ -138,7 +138,9 @@ book: setup
 # Full-mode reference run for readers with a GPU: executes every chapter (MODE=full by default) into a
 # staging folder, then publishes it as results/reference/<machine>-<mode>/ (which the book shows beside the
 # reader's own) only if no record was measured while other processes took CPU time (check-quiet lists them
-# and the run stops; the staging folder stays for inspection). Run it on a quiet machine.
+# and the run stops; the staging folder stays for inspection). Then the CPU deployment benchmark
+# (tools/bench_cpu_deploy.py: ResNet-101 224 batch 16, every CPU runtime) adds its table as JSON,
+# again only from a quiet run. Run it on a quiet machine.
 bench: setup
 	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.core.ledger slug 2>/dev/null | tail -1); \
 	stage=$(CURDIR)/results/local/bench-staging/$$slug; rm -rf $$stage; \
@@ -146,6 +148,8 @@ bench: setup
 	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$$stage PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
 	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider && \
 	$(PY) -m helpers.core.ledger check-quiet $$stage && \
+	$(PY) tools/bench_cpu_deploy.py --fail-if-contended \
+	  --json $$stage/benchmarks/cpu_deploy_resnet101_b16.json && \
 	rm -rf results/reference/$$slug && mkdir -p results/reference && mv $$stage results/reference/$$slug
 	@echo "Commit results/reference/ to publish these figures in the book."
 

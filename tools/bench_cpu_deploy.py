@@ -17,6 +17,10 @@ because runtimes suffer from it unequally).
 A benchmark, not a test: nothing here asserts a speed. Usage::
 
     python tools/bench_cpu_deploy.py [--threads 2] [--repeats 7] [--json PATH] [--no-accuracy]
+                                     [--fail-if-contended]
+
+``make bench`` runs it after the chapters with ``--fail-if-contended`` and publishes its JSON in
+the reference folder only when the run was quiet (exit status 3 otherwise, JSON still written).
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--json", type=Path, default=ROOT / "results" / "cpu_deploy" / "resnet101_b16.json"
     )
     p.add_argument("--work-dir", type=Path, default=None, help="where models are written")
+    p.add_argument(
+        "--fail-if-contended",
+        action="store_true",
+        help="exit with status 3 when other processes shared the cores (make bench)",
+    )
     args = p.parse_args(argv)
     if args.threads < 1 or args.batch < 1 or args.repeats < 1 or args.warmup < 0:
         p.error("threads, batch and repeats must be positive, warmup non-negative")
@@ -242,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1, default=str))
     print(f"wrote {args.json}")
+    if contended and args.fail_if_contended:
+        print(
+            "the run was contended (other processes kept "
+            f"{max(load_before['busy_share'], load_after['busy_share']):.0%} of the cores busy): "
+            "not a reference; rerun on a quiet machine",
+            file=sys.stderr,
+        )
+        return 3
     return 0
 
 
