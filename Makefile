@@ -65,7 +65,7 @@ $(PY):
 
 # make doctor first: it stops only for what blocks the install (FAIL rows); warnings name what gets skipped.
 # nvidia-pytriton needs glibc >= 2.35 (tools/doctor.py says why): on older images (Ubuntu 20.04) the
-# rest installs without it and chapter 9 says it cannot start its server.
+# rest installs without it; chapter 9 stops at its first cell with the reason (make test skips it).
 $(STAMP): requirements.txt pyproject.toml | $(PY)
 	@$(DOCTOR)
 	@bash tools/check_disk.sh $(VENV)
@@ -118,7 +118,7 @@ UNIT := $(PY) -m pytest -q tests --ignore=tests/book
 test: setup
 	$(RUN_ENV) COURSE_TEST_GROUP=no-oneflow bash tools/rerun_on_crash.sh $(UNIT)
 	$(RUN_ENV) COURSE_TEST_GROUP=oneflow bash tools/rerun_on_crash.sh $(UNIT)
-	$(RUN_ENV) $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=900
+	$(RUN_ENV) $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
 	$(RUN_ENV) $(PY) -m pytest -q tests/book
 
 test-unit: setup
@@ -126,7 +126,7 @@ test-unit: setup
 	$(RUN_ENV) COURSE_TEST_GROUP=oneflow bash tools/rerun_on_crash.sh $(UNIT)
 
 test-notebooks: setup
-	$(RUN_ENV) $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=900
+	$(RUN_ENV) $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
 
 # Repository links and launch buttons come from COURSE_REPO_URL (else the origin remote), COURSE_REPO_BRANCH,
 # COURSE_JUPYTERHUB_URL and COURSE_BINDERHUB_URL: see tools/book_config.py.
@@ -146,7 +146,7 @@ bench: setup
 	stage=$(CURDIR)/results/local/bench-staging/$$slug; rm -rf $$stage; \
 	echo "Reference run into $$stage, published as results/reference/$$slug if quiet"; \
 	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$$stage PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
-	  $(PY) -m pytest -q notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider && \
+	  $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=3600 -p no:cacheprovider && \
 	$(PY) -m helpers.core.ledger check-quiet $$stage && \
 	$(PY) tools/bench_cpu_deploy.py --fail-if-contended \
 	  --json $$stage/benchmarks/cpu_deploy_resnet101_b16.json && \

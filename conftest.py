@@ -35,6 +35,32 @@ def _is_nb_cell(item: pytest.Item) -> bool:
     return type(item).__name__ == "IPyNbCell"
 
 
+# Chapters that cannot run at all where Triton cannot (glibc older than 2.35, not Linux): skipped
+# there with the reason, once in the header. A Triton that should run but is broken still fails.
+TRITON_CHAPTERS = ("09_triton_serving.ipynb",)
+
+
+def _triton_reason() -> str | None:
+    from helpers.serving.triton_server import unavailable_reason
+
+    return unavailable_reason()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    reason = _triton_reason()
+    return f"skipping {', '.join(TRITON_CHAPTERS)}: {reason}" if reason else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _triton_reason()
+    if not reason:
+        return
+    mark = pytest.mark.skip(reason=f"Triton cannot run here: {reason}")
+    for item in items:
+        if _is_nb_cell(item) and Path(str(item.fspath)).name in TRITON_CHAPTERS:
+            item.add_marker(mark)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any):  # noqa: ANN201 - pytest hook
     outcome = yield

@@ -203,7 +203,8 @@ def check_glibc(f: Facts) -> Row:
             found,
             needed,
             "nvidia-pytriton (manylinux_2_35) cannot install here: make setup installs everything "
-            "else and chapter 9 is skipped. For chapter 9, rent an image of Ubuntu 22.04 or newer",
+            "else, chapter 9 is skipped and chapter 10 has no served rung. For them, rent an image "
+            "of Ubuntu 22.04 or newer",
         )
     return Row("glibc", OK, found, needed)
 

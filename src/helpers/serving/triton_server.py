@@ -66,11 +66,19 @@ __all__ = [
     "TritonServer",
     "alive",
     "find_triton",
+    "GLIBC_SERVING",
     "free_port",
+    "glibc_version",
     "libpython_dir",
     "pytriton_config",
     "stop_all_servers",
+    "unavailable_reason",
 ]
+
+# nvidia-pytriton 0.7.0 is tagged manylinux_2_35 and its tritonserver needs GLIBC_2.34 and
+# GLIBCXX_3.4.30 (tools/doctor.py, which runs before this package is installed, says the same and
+# a unit test keeps the two equal). Below it `make setup` installs everything else.
+GLIBC_SERVING = (2, 35)
 
 
 class TritonNotFoundError(RuntimeError):
@@ -123,13 +131,53 @@ def libpython_dir() -> Path:
     )
 
 
+def glibc_version() -> tuple[int, int] | None:
+    """This machine's glibc as (major, minor), or None where the C library is not glibc."""
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""  # e.g. "glibc 2.36"
+    except (ValueError, OSError, AttributeError):
+        return None
+    parts = text.split()
+    if len(parts) != 2 or parts[0] != "glibc":
+        return None
+    try:
+        major, minor = (int(v) for v in parts[1].split(".")[:2])
+    except ValueError:
+        return None
+    return major, minor
+
+
+def unavailable_reason() -> str | None:
+    """Why Triton cannot run on this machine at all (old glibc, not Linux), or None.
+
+    None does not promise that the installation is complete (:func:`find_triton` checks that and
+    fails loudly): only a platform that can never run it gets a reason, so that a chapter may skip
+    its serving steps there with one line while a broken install still fails.
+    """
+    if not sys.platform.startswith("linux"):
+        return f"Triton's binaries in nvidia-pytriton are for Linux only (this is {sys.platform})"
+    glibc = glibc_version()
+    if glibc is None:
+        return "nvidia-pytriton's binaries need glibc, and this Linux's C library is not glibc"
+    if glibc < GLIBC_SERVING:
+        return (
+            f"nvidia-pytriton needs glibc >= {GLIBC_SERVING[0]}.{GLIBC_SERVING[1]} and this machine "
+            f"has {glibc[0]}.{glibc[1]} (make setup left it out); use an image of Ubuntu 22.04 or "
+            "newer to run Triton (book/setup.md)"
+        )
+    return None
+
+
 def find_triton() -> TritonInstallation:
     """Locate the ``tritonserver`` binary and Python backend shipped in ``nvidia-pytriton``."""
+    reason = unavailable_reason()
+    if reason:
+        raise TritonNotFoundError(f"Triton cannot run on this machine: {reason}")
     try:
         import pytriton
     except ImportError as exc:
         raise TritonNotFoundError(
-            "nvidia-pytriton is not installed (pip install nvidia-pytriton==0.7.0)"
+            "nvidia-pytriton is not installed (pip install nvidia-pytriton==0.7.0, or make setup)"
         ) from exc
     root = Path(pytriton.__file__).parent / "tritonserver"
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
