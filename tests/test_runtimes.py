@@ -127,6 +127,33 @@ def test_openvino_f32_matches_and_reports_precision(tiny_onnx, capsys):
     assert all(p != "bf16" for (_, p) in runner.info["runtime_precisions"])
 
 
+def test_openvino_runner_is_safe_to_call_from_threads(tiny_onnx):
+    """Chapter 10's pipeline calls one runner from two threads: each must get its own answer."""
+    import threading
+
+    path, x, _ = tiny_onnx
+    runner = runtimes.openvino_model(path, precision="f32", threads=1, verbose=False)
+    inputs = [x * (k + 1) for k in range(4)]  # a different input per thread
+    alone = [runner.run(xi) for xi in inputs]
+    start, errors = threading.Barrier(len(inputs)), []
+
+    def work(k):
+        try:
+            start.wait()
+            for _ in range(200):
+                np.testing.assert_array_equal(runner.run(inputs[k]), alone[k])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck (deadlock)"
+    assert not errors, errors[0]
+
+
 def test_openvino_bf16_really_runs_bf16(tiny_onnx):
     import openvino as ov
 

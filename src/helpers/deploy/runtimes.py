@@ -33,6 +33,7 @@ import collections
 import ctypes
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ __all__ = [
     "runtime_precisions",
     "cpu_threads",
 ]
+
+# serialises reading OpenVINO outputs as NumPy (see openvino_model)
+_OV_OUTPUT_LOCK = threading.Lock()
 
 # Short names used by the course -> ONNX Runtime's provider names, best first.
 ORT_PROVIDERS: dict[str, str] = {
@@ -739,6 +743,12 @@ def openvino_model(
     compile_s = time.perf_counter() - start
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
+    # An infer request is not thread-safe: each thread that calls the runner gets its own (the
+    # creating thread's is `request`), as OpenVINO's docs do for parallel inference. Reading an
+    # output as NumPy initialises a static inside OpenVINO's Python binding on first use, with the
+    # GIL released: two threads doing that at once deadlocked a pipelined run, so it is serialised.
+    per_thread = threading.local()
+    per_thread.request = request
     precisions = runtime_precisions(compiled)
     # an int8 model is labelled by its int8 layers plus the precision of the rest
     int8 = any(
@@ -747,8 +757,12 @@ def openvino_model(
     label = f"int8 + {precision}" if int8 else precision
 
     def call(x: np.ndarray) -> np.ndarray:
-        request.infer({0: x})
-        return request.get_output_tensor(0).data.copy()
+        req = getattr(per_thread, "request", None)
+        if req is None:
+            req = per_thread.request = compiled.create_infer_request()
+        req.infer({0: x})
+        with _OV_OUTPUT_LOCK:
+            return req.get_output_tensor(0).data.copy()
 
     runner = Runner(
         name=name or f"OpenVINO {dev} {label}",
