@@ -70,8 +70,8 @@ __all__ = [
     "cpu_threads",
 ]
 
-# serialises reading OpenVINO outputs as NumPy (see openvino_model)
-_OV_OUTPUT_LOCK = threading.Lock()
+# serialises calls of OpenVINO runners from several threads (see openvino_model)
+_OV_CALL_LOCK = threading.Lock()
 
 # Short names used by the course -> ONNX Runtime's provider names, best first.
 ORT_PROVIDERS: dict[str, str] = {
@@ -744,9 +744,11 @@ def openvino_model(
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
     # An infer request is not thread-safe: each thread that calls the runner gets its own (the
-    # creating thread's is `request`), as OpenVINO's docs do for parallel inference. Reading an
-    # output as NumPy initialises a static inside OpenVINO's Python binding on first use, with the
-    # GIL released: two threads doing that at once deadlocked a pipelined run, so it is serialised.
+    # creating thread's is `request`). The calls themselves are serialised by one lock: OpenVINO's
+    # Python binding initialises statics on first use with the GIL released, and two threads doing
+    # that at once deadlocked a pipelined run (one thread waiting for the static while holding the
+    # GIL, the other waiting for the GIL inside it). With the LATENCY hint the CPU plugin runs one
+    # request at a time anyway; the caller's other work (loading the next batch) still overlaps.
     per_thread = threading.local()
     per_thread.request = request
     precisions = runtime_precisions(compiled)
@@ -760,8 +762,8 @@ def openvino_model(
         req = getattr(per_thread, "request", None)
         if req is None:
             req = per_thread.request = compiled.create_infer_request()
-        req.infer({0: x})
-        with _OV_OUTPUT_LOCK:
+        with _OV_CALL_LOCK:
+            req.infer({0: x})
             return req.get_output_tensor(0).data.copy()
 
     runner = Runner(
