@@ -743,14 +743,12 @@ def openvino_model(
     compile_s = time.perf_counter() - start
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
-    # An infer request is not thread-safe: each thread that calls the runner gets its own (the
-    # creating thread's is `request`). The calls themselves are serialised by one lock: OpenVINO's
-    # Python binding initialises statics on first use with the GIL released, and two threads doing
-    # that at once deadlocked a pipelined run (one thread waiting for the static while holding the
-    # GIL, the other waiting for the GIL inside it). With the LATENCY hint the CPU plugin runs one
-    # request at a time anyway; the caller's other work (loading the next batch) still overlaps.
-    per_thread = threading.local()
-    per_thread.request = request
+    # Calls from several threads are serialised by one process-wide lock: an infer request is not
+    # thread-safe (threads sharing one got each other's outputs), and OpenVINO's Python binding
+    # initialises statics on first use with the GIL released, so two threads' first calls at once
+    # deadlocked a pipelined run (one waiting for the static while holding the GIL, the other
+    # waiting for the GIL inside it). With the LATENCY hint the CPU plugin runs one request at a
+    # time anyway; the caller's other work (loading the next batch) still overlaps.
     precisions = runtime_precisions(compiled)
     # an int8 model is labelled by its int8 layers plus the precision of the rest
     int8 = any(
@@ -759,12 +757,9 @@ def openvino_model(
     label = f"int8 + {precision}" if int8 else precision
 
     def call(x: np.ndarray) -> np.ndarray:
-        req = getattr(per_thread, "request", None)
-        if req is None:
-            req = per_thread.request = compiled.create_infer_request()
         with _OV_CALL_LOCK:
-            req.infer({0: x})
-            return req.get_output_tensor(0).data.copy()
+            request.infer({0: x})
+            return request.get_output_tensor(0).data.copy()
 
     runner = Runner(
         name=name or f"OpenVINO {dev} {label}",
