@@ -40,7 +40,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# glibc: torch 2.9.1 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
+# glibc: torch 2.10.0 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
 # nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
 # libtritonserver and Python-backend stub were read with `objdump -T`: they need GLIBC_2.34 and, from
 # the system's libstdc++ (not bundled), GLIBCXX_3.4.30 (GCC 12's runtime). Ubuntu 22.04 has both
@@ -60,7 +60,7 @@ SHM_MINIMUM = 256 << 20
 # them from the wheel; tests/test_doctor.py checks the two agree). PyTorch 2.9's cu12 wheel starts at 7.0.
 ONEFLOW_SASS = (60, 61, 70, 75, 80, 86)
 TORCH_MIN_CC = (7, 0)
-# Driver: PyTorch 2.9.1 and onnxruntime-gpu 1.23.2 use CUDA 12, which runs on drivers from 525.60.13
+# Driver: PyTorch 2.10.0 and onnxruntime-gpu 1.23.2 use CUDA 12, which runs on drivers from 525.60.13
 # on (CUDA's minor-version compatibility); OneFlow's CUDA 11.7 needs less (450.80.02).
 DRIVER_MIN = (525, 60, 13)
 PINNED_FRAMEWORKS = ("torch", "oneflow", "numpy", "protobuf", "onnxruntime-gpu")
