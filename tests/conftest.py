@@ -99,3 +99,38 @@ def pytest_ignore_collect(collection_path, config):
         raise pytest.UsageError(f"COURSE_TEST_GROUP must be one of {TEST_GROUPS}, got {group!r}")
     wanted = group == "oneflow"
     return True if uses_oneflow(collection_path.read_text(encoding="utf-8")) != wanted else None
+
+
+class _FakeMachine:
+    """Injectable readers: a wall clock, this process's CPU clock and /proc/stat, moved by hand."""
+
+    def __init__(self, cpus=2, ticks=100):
+        self.wall = 0.0
+        self.own = 0.0  # this process's CPU seconds
+        self.busy = 0.0  # all CPUs' busy seconds (/proc/stat reports whole ticks of them)
+        self.steal = 0.0
+        self.la = 1.0
+        from helpers.measure import machine
+
+        self.readers = machine._Readers(
+            proc_stat=lambda: (round(self.busy * ticks), round(self.steal * ticks)),
+            family_cpu_s=lambda: self.own,
+            process_cpu_s=lambda: self.own,
+            wall_s=lambda: self.wall,
+            loadavg=lambda: self.la,
+            clock_ticks=ticks,
+            cpus=cpus,
+        )
+
+    def run(self, wall, own, others, steal=0.0):
+        """Advance: `wall` seconds pass, we use `own` CPU seconds, others `others` (busy ticks)."""
+        self.wall += wall
+        self.own += own
+        self.busy += own + others
+        self.steal += steal
+
+
+@pytest.fixture
+def fake_machine() -> _FakeMachine:
+    """A machine whose clocks and /proc/stat a test moves by hand (see ``helpers.measure.machine``)."""
+    return _FakeMachine()

@@ -1,4 +1,4 @@
-"""helpers.porting.alignment: the one-call inference report and aligned training in two frameworks."""
+"""helpers.chapters.ch02_alignment: the one-call inference report and aligned training in two frameworks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 
-from helpers.porting import alignment
+from helpers.chapters import ch02_alignment as alignment
 from helpers.workload import models, predict
 
 

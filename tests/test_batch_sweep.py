@@ -1,4 +1,4 @@
-"""helpers.perf.batch_sweep: sweep tables, GPU utilisation sampling, the fastest thread count."""
+"""helpers.measure.batch_sweep: sweep tables, GPU utilisation sampling, the fastest thread count."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from helpers.core.benchmarking import Measurement
-from helpers.perf import batch_sweep
+from helpers.measure import batch_sweep
+from helpers.measure.measurement import Measurement
 
 
 def test_sweep_rows():

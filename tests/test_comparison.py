@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.core.comparison import assert_outputs_close, compare, to_numpy, topk_agreement
+from helpers.core import precision
+from helpers.core.comparison import (
+    assert_outputs_close,
+    assert_task_level,
+    compare,
+    to_numpy,
+    topk_agreement,
+)
 
 
 def test_to_numpy_accepts_tensors_arrays_and_lists(torch_mod, flow):
@@ -168,3 +175,69 @@ def test_assert_outputs_close_rejects_bounds_that_would_always_pass(bad):
     x = np.array([[1.0, 2.0, 3.0]])
     with pytest.raises(ValueError, match="must"):
         assert_outputs_close(x, x + 10.0, **bad)
+
+
+def test_relative_bound_uses_the_magnitude_of_negative_references():
+    """The bound is atol + rtol * |ref|: a negative reference gets its relative share too."""
+    assert_outputs_close([-1.0], [-1.05], atol=0.0, rtol=0.1)
+    with pytest.raises(AssertionError):
+        assert_outputs_close([-1.0], [-1.2], atol=0.0, rtol=0.1)
+    with pytest.raises(AssertionError):  # and a positive one, symmetric
+        assert_outputs_close([1.0], [1.2], atol=0.0, rtol=0.1)
+
+
+def test_mode_derived_bound_reports_how_much_of_it_was_used():
+    ref = np.linspace(-2.0, 2.0, 50)
+    tol = precision.tolerance("fp32", network="resnet18", scale=2.0)
+    cmp = assert_outputs_close(ref + 0.5 * tol.atol, ref, mode="fp32", network="resnet18")
+    assert 0.2 < cmp.used <= 0.5 and "of its fp32 bound" in str(cmp)
+    with pytest.raises(AssertionError, match="differ by more than"):
+        assert_outputs_close(ref + 3 * tol.atol, ref, mode="fp32", network="resnet18")
+    with pytest.raises(ValueError, match="not both"):
+        assert_outputs_close(ref, ref, mode="fp32", atol=1e-3)
+    with pytest.raises(ValueError, match="give the bound"):
+        assert_outputs_close(ref, ref)
+
+
+@pytest.mark.parametrize("mode", ["tf32", "bf16", "fp16", "int8"])
+def test_no_elementwise_reduced_precision_bound_on_a_whole_network(mode):
+    ref = np.ones(4)
+    with pytest.raises(ValueError, match="task level"):
+        assert_outputs_close(ref, ref, mode=mode)
+    assert_outputs_close(ref, ref, mode=mode, accumulation="op")  # one layer: still a real bound
+
+
+def _rows(n=16, dim=32, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, dim))
+
+
+def test_task_level_passes_small_noise_and_its_controls_fail():
+    ref = _rows()
+    noisy = ref + 0.05 * _rows(seed=1)
+    check = assert_task_level(noisy, ref, mode="bf16", name="embeddings")
+    assert check.nearest_own == 1.0 and check.controls["negated"] < 1.0
+    assert check.controls["shifted rows"] < 1.0 and "controls fail" in str(check)
+    with pytest.raises(AssertionError, match="nearest their own reference"):
+        assert_task_level(-noisy, ref, mode="bf16")  # a sign bug
+    with pytest.raises(AssertionError, match="nearest their own reference"):
+        assert_task_level(np.roll(noisy, 1, 0), ref, mode="bf16")  # responses out of order
+
+
+def test_task_level_refuses_data_that_cannot_tell_right_from_wrong():
+    same = np.tile(
+        _rows(n=1), (8, 1)
+    )  # every sample gives the same output: a model that learned nothing
+    with pytest.raises(AssertionError, match="too alike"):
+        assert_task_level(same, same, mode="int8")
+
+
+def test_task_level_keeps_the_decisions_the_precision_cannot_flip():
+    ref = np.zeros((6, 4))
+    ref[np.arange(6), np.arange(6) % 4] = 5.0  # six decided rows, margin 5
+    ref += 0.01 * _rows(6, 4)
+    check = assert_task_level(ref + 1e-3, ref, mode="bf16", logits=True, network="resnet18")
+    assert check.decided == 6 and check.kept == 6
+    flipped = ref.copy()
+    flipped[0] = ref[0][::-1]  # one confident decision reversed, the row still nearest its own
+    with pytest.raises(AssertionError, match="top-1 changed on 1 of 6"):
+        assert_task_level(flipped, ref, mode="bf16", logits=True, network="resnet18")

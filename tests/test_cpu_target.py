@@ -1,11 +1,12 @@
-"""helpers.deploy.cpu_target: the CPU deployment target's variants, streams runner and table (tiny models)."""
+"""helpers.chapters.ch08_cpu_target: the CPU deployment target's variants, streams runner and table (tiny models)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers.deploy import cpu_target, export
+from helpers.chapters import ch08_cpu_target as cpu_target
+from helpers.deploy import export
 
 
 @pytest.fixture()
@@ -100,11 +101,6 @@ def test_measure_variants_rows_name_what_ran_and_use_their_own_ceiling():
     assert all("threads" in t and "device" in t for t in text)
     with pytest.raises(ValueError, match="baseline"):
         cpu_target.measure_variants({"int8": variants["int8"]}, np.zeros((1, 1)))
-
-
-def test_machine_load_reads_a_share():
-    load = cpu_target.machine_load(0.05)
-    assert 0.0 <= load["busy_share"] <= 1.0 and load["loadavg_1min"] >= 0
 
 
 def test_best_ceilings_keeps_the_higher_measurement_and_flags_rows_above_it():

@@ -130,42 +130,8 @@ def test_sizes_fit_what_the_chapters_assume(mode):
     assert s.arch in ("resnet18", "resnet34", "resnet50", "resnet101")
 
 
-def test_same_threads_sets_every_framework(monkeypatch, torch_mod):
-    monkeypatch.delenv(env.ONEFLOW_THREADS_ENV, raising=False)
-    monkeypatch.setattr(env, "_flow_threads", None)
-    saved = torch_mod.get_num_threads()
-    try:
-        torch_mod.set_num_threads(2)  # something else first, so the call must change it
-        assert env.same_threads(1) == 1
-        assert torch_mod.get_num_threads() == 1
-        import os
-
-        assert os.environ[env.ONEFLOW_THREADS_ENV] == "1"  # for a OneFlow started after this
-        assert env.oneflow_threads() == 1
-        assert env.same_threads() == env.available_cores()  # default: every core we may use
-    finally:
-        torch_mod.set_num_threads(saved)
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="positive int"):
-            env.same_threads(bad)
-
-
-def test_oneflow_threads_default_and_env(monkeypatch):
-    monkeypatch.setattr(env, "_flow_threads", None)
-    monkeypatch.delenv(env.ONEFLOW_THREADS_ENV, raising=False)
-    monkeypatch.setattr(env.os, "cpu_count", lambda: 2)
-    assert env.oneflow_threads() == 1  # OneFlow's own rule: CPUs minus two, at least one
-    monkeypatch.setattr(env.os, "cpu_count", lambda: 8)
-    assert env.oneflow_threads() == 6
-    monkeypatch.setenv(env.ONEFLOW_THREADS_ENV, "3")
-    assert env.oneflow_threads() == 3
-
-
-def test_oneflow_blas_reads_the_bundled_library(flow):
-    """OneFlow 0.9.0's CPU matmuls: a single-threaded OpenBLAS inside liboneflow (chapter 0)."""
-    blas = env.oneflow_blas()
-    assert blas["library"] == "OpenBLAS (bundled in liboneflow)", blas
-    assert blas["threaded"] is False and blas["threads"] == 1
-    assert blas["kernels"] != "?" and blas["avx2_kernels"] == (
-        blas["kernels"] in env.AVX2_BLAS_CORES
-    )
+def test_cpu_work_uses_quick_sizes_in_full_mode(capsys):
+    assert env.sizes_on("cpu", "full") == env.SIZES["quick"]
+    assert "quick sizes" in capsys.readouterr().out
+    assert env.sizes_on("cuda", "full") == env.SIZES["full"]
+    assert env.sizes_on("cpu", "quick") == env.SIZES["quick"]

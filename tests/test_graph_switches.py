@@ -1,4 +1,4 @@
-"""helpers.compiling.graph_switches: chapter 6's OneFlow graph switches and its ablation in a fresh
+"""helpers.chapters.ch06_switches: chapter 6's OneFlow graph switches and its ablation in a fresh
 process (MLIR passes, TF32 environment, the math mode each variant ran in).
 
 Every fusion test has its control: the same graph without the switch still has the ops the switch removes.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.chapters import ch06_switches as gs
 from helpers.compiling import graph_ops
-from helpers.compiling import graph_switches as gs
 from helpers.core import precision
 from helpers.core.subprocess_run import run_in_subprocess
 from helpers.workload import models
@@ -102,7 +102,7 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod
     monkeypatch.setenv("ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION", "1")
     strict = precision.oneflow_strict_fp32_env()
     res = run_in_subprocess(
-        "helpers.compiling.graph_switches:oneflow_graph_ablation",
+        "helpers.chapters.ch06_switches:oneflow_graph_ablation",
         kwargs,
         env={**gs.PAD_CONV_FUSION_ENV, **strict},
         unset=gs.MLIR_VARS,

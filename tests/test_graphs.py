@@ -162,7 +162,7 @@ def test_trace_reports_its_warnings_on_stdout(capsys):
 
 
 def test_with_steady_replaces_the_steady_state():
-    from helpers.core.benchmarking import Measurement
+    from helpers.measure.measurement import Measurement
 
     _, meas = graphs.measure_static(
         lambda: lambda: 1, label="plain", framework="none", first_calls=2, warmup=0, repeats=1

@@ -1,10 +1,10 @@
-"""Tests of helpers.perf.ladder (the capstone's ledger arithmetic and plots)."""
+"""Tests of helpers.chapters.ch10_ladder (the capstone's ledger arithmetic and plots)."""
 
 import math
 
 import pytest
 
-from helpers.perf import ladder
+from helpers.chapters import ch10_ladder as ladder
 
 
 def rec(chapter, name, value, **extra):
@@ -27,7 +27,6 @@ def test_missing_step_is_named_not_invented():
     rows = ladder.journey_rows(FULL[1:])
     assert rows[0]["measured"] is None
     assert rows[0]["source"] == "missing: run 03_dynamic_to_static"
-    assert ladder.missing_steps(rows) == [ladder.TASK_STEPS[0].label]
     assert math.isclose(rows[-1]["cumulative_measured"], 2.0 * 4.0 * 1.1)
 
 
@@ -42,53 +41,6 @@ def test_bad_factor_is_rejected():
         ladder.journey_rows(bad)
     with pytest.raises(ValueError, match="no steps"):
         ladder.journey_rows(FULL, steps=())
-
-
-def test_runtime_table_and_best():
-    recs = [
-        rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT", mode="full"),
-        rec("07_onnx_runtimes", "fps_ov_batch1", 150.0, runtime="OpenVINO", mode="full"),
-        rec("07_onnx_runtimes", "fps_ort_batch8", 400.0, runtime="ORT", mode="full"),
-        rec("07_onnx_runtimes", "nodes_simplified", 5.0),
-    ]
-    table = ladder.runtime_table(recs)
-    assert len(table) == 3 and {row["mode"] for row in table} == {"full"}
-    best = ladder.best_by_batch(table)
-    assert best[1]["runtime"] == "OpenVINO" and best[8]["runtime"] == "ORT"
-    lines = ladder.recommend(best, has_gpu=False)
-    assert any("OpenVINO" in line for line in lines) and any("no GPU" in line for line in lines)
-    assert not any("quick-mode" in line for line in lines)
-    assert "run chapter 7" in ladder.recommend({}, has_gpu=False)[0]
-
-
-def test_recommend_flags_quick_mode_and_names_the_int8_record():
-    quick = {1: {"runtime": "ORT", "batch": 1, "images_per_s": 100.0, "mode": "quick"}}
-    int8 = rec("08_int8_quantization", "resnet101_b16_ort_int8_vs_eager_speedup", 3.4, batch=16)
-    lines = ladder.recommend(quick, has_gpu=True, int8=int8)
-    assert any("quick-mode" in line for line in lines)
-    int8_line = next(line for line in lines if line.startswith("INT8"))
-    assert "resnet101_b16_ort_int8_vs_eager_speedup" in int8_line and "batch 16" in int8_line
-    assert "3.40x" in int8_line
-    assert any("TensorRT" in line for line in lines)
-
-
-def test_first_record():
-    recs = [rec("08_int8_quantization", "b", 2.0)]
-    assert ladder.first_record(recs, "08_int8_quantization", ["a", "b"])["value"] == 2.0
-    assert ladder.first_record(recs, "08_int8_quantization", ["a"]) is None
-
-
-def test_plot_waterfall():
-    ax = ladder.plot_waterfall(ladder.journey_rows(FULL[1:]))
-    assert ax.get_yscale() == "log"
-    with pytest.raises(ValueError):
-        ladder.plot_waterfall([])
-
-
-def test_remeasure_rejects_unknown_steps():
-    with pytest.raises(ValueError, match="only 'static' and 'pruning'"):
-        ladder.remeasure_task_steps(None, "resnet18", None, ["parallel"])
-    assert ladder.remeasure_task_steps(None, "resnet18", None, []) == {}
 
 
 def test_rows_name_device_and_precision():
@@ -110,38 +62,6 @@ def test_rows_name_device_and_precision():
     # a missing step has no measurement, so no device either, whatever remeasured_meta says
     rows = ladder.journey_rows(FULL[1:], remeasured_meta={"device": "cpu"})
     assert rows[0]["device"] == ladder.NOT_RECORDED
-
-
-def test_measured_on_and_runtime_table_metadata():
-    assert ladder.measured_on({"device": "cuda:0", "precision": "tf32"}) == "cuda:0, tf32"
-    assert ladder.measured_on({"device": "cpu", "precision": ""}) == "cpu, not recorded"
-    assert ladder.measured_on(None) == "not recorded, not recorded"
-    recs = [
-        rec("07_onnx_runtimes", "fps_ort_batch1", 100.0, runtime="ORT", device="cpu"),
-        rec("07_onnx_runtimes", "fps_trt_batch1", 900.0, device="cuda", precision="fp16"),
-    ]
-    table = ladder.runtime_table(recs)
-    assert [(r["device"], r["precision"]) for r in table] == [
-        ("cuda", "fp16"),
-        ("cpu", ladder.NOT_RECORDED),
-    ]
-    lines = ladder.recommend(ladder.best_by_batch(table), has_gpu=True)
-    assert "(cuda, fp16)" in lines[0]
-
-
-def test_remeasure_runs_on_the_given_oneflow_device():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("oneflow")
-    from helpers.workload import models
-
-    model = models.build_resnet("torch", "resnet18", num_classes=4).eval()
-    x = torch.randn(1, 3, 32, 32)
-    # one nn.Graph (the original task) against eager: the cheaper of the two steps
-    out = ladder.remeasure_task_steps(
-        model, "resnet18", x, ["static"], device="cpu", warmup=0, repeats=1
-    )
-    assert set(out) == {"static"}
-    assert all(math.isfinite(v) and v > 0 for v in out.values())
 
 
 # ---- the cumulative ladder (one task, every rung timed in one run) ----

@@ -1,4 +1,4 @@
-"""helpers.core.ledger: recording and loading measurements (always in a temporary folder here)."""
+"""helpers.record.ledger: recording and loading measurements (always in a temporary folder here)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from helpers.core import ledger
+from helpers.record import ledger
 
 
 def test_ledger_dir_follows_env(results_dir):
@@ -102,7 +102,8 @@ def test_record_names_device_precision_and_threads(results_dir):
 
 
 def _measurement(label, contended):
-    from helpers.core.benchmarking import MachineLoad, Measurement
+    from helpers.measure.machine import MachineLoad
+    from helpers.measure.measurement import Measurement
 
     others = 0.5 if contended else 0.0
     load = MachineLoad(1.0, others, 0.0, 1.0, 1.2, resolution_s=0.04)
@@ -128,14 +129,14 @@ def test_on_machine_passes_threads_cores_and_contention(results_dir):
 
 
 def test_record_stamps_the_process_load_by_default(results_dir, monkeypatch):
-    from helpers.core import benchmarking
+    from helpers.measure import machine
 
-    monkeypatch.setattr(benchmarking, "LOAD_LOG", [])
+    monkeypatch.setattr(machine, "_LOADS", [])
     rec = ledger.record("ch00", "before", 1.0, "x")
     assert rec["contended"] is None and rec["load"]["scope"] == "no measurement in this process"
-    benchmarking.LOAD_LOG.append(_measurement("q", False).load)
+    machine._LOADS.append(_measurement("q", False).load)
     assert ledger.record("ch00", "quiet", 1.0, "x")["contended"] is False
-    benchmarking.LOAD_LOG.append(_measurement("c", True).load)
+    machine._LOADS.append(_measurement("c", True).load)
     rec = ledger.record("ch00", "later", 1.0, "x")
     assert rec["contended"] is True and rec["load"]["contended_measurements"] == 1
 
@@ -166,7 +167,7 @@ def test_check_quiet_command_fails_on_a_contended_record(tmp_path):
 
     def run(folder):
         return subprocess.run(
-            [sys.executable, "-m", "helpers.core.ledger", "check-quiet", str(folder)],
+            [sys.executable, "-m", "helpers.record.ledger", "check-quiet", str(folder)],
             capture_output=True,
             text=True,
         )
@@ -183,7 +184,9 @@ def test_check_quiet_command_fails_on_a_contended_record(tmp_path):
 def test_makefile_bench_publishes_only_after_check_quiet():
     text = (ledger.repo_root() / "Makefile").read_text()
     recipe = text.split("\nbench:", 1)[1].split("\n\n", 1)[0]
-    check = recipe.index("helpers.core.ledger check-quiet")
+    check = recipe.index("helpers.record.ledger check-quiet")
     assert "COURSE_RESULTS_DIR=$$stage" in recipe  # the chapters write to staging, not reference
     assert check < recipe.index("mv $$stage results/reference/")
-    assert "&& \\\n\t$(PY) -m helpers.core.ledger check-quiet" in recipe  # chained: a failure stops
+    assert (
+        "&& \\\n\t$(PY) -m helpers.record.ledger check-quiet" in recipe
+    )  # chained: a failure stops

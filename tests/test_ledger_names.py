@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.core import ledger
-from helpers.core import ledger_names as names
+from helpers.record import ledger
+from helpers.record import ledger_names as names
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -129,7 +129,7 @@ def test_every_record_a_chapter_writes_is_in_the_table(nb):
     for sample, line in found:
         assert listed(nb.stem, sample), (
             f"{nb.name}: ledger.record name {sample!r} (code line {line}) is not listed under "
-            f"{nb.stem!r} in helpers.core.ledger_names.NAMES"
+            f"{nb.stem!r} in helpers.record.ledger_names.NAMES"
         )
 
 
@@ -140,7 +140,7 @@ def test_every_chapter_writes_records_and_has_an_entry():
 
 
 def test_every_name_the_capstone_reads_is_an_exact_entry():
-    from helpers.perf import ladder
+    from helpers.chapters import ch10_ladder as ladder
 
     wanted = [(s.chapter, s.record) for s in getattr(ladder, "TASK_STEPS", ())]
     for nb in NOTEBOOKS:
@@ -161,7 +161,7 @@ def test_a_renamed_record_fails_the_static_scan_and_the_record_call(tmp_path, mo
     assert not any(listed("04_pruning", n) for n, _ in recorded_names(renamed))
     monkeypatch.setenv(ledger.RESULTS_ENV, str(tmp_path))
     ledger.record("04_pruning", "oneflow_nngraph_pruning_speedup", 2.0, "x")
-    with pytest.raises(ValueError, match="not in helpers.core.ledger_names.NAMES"):
+    with pytest.raises(ValueError, match="not in helpers.record.ledger_names.NAMES"):
         ledger.record("04_pruning", "oneflow_nngraph_prune_gain", 2.0, "x")
     with pytest.raises(ValueError, match="no entry"):
         ledger.record("11_new_chapter", "x", 1.0, "x")

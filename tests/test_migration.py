@@ -89,6 +89,19 @@ def test_api_usage_finds_what_oneflow_lacks(flow):
         migration.resolve("numpy.zeros")
 
 
+def test_api_usage_follows_unaliased_dotted_imports(flow):
+    """``import torch.fft`` binds ``torch``: every use starts with the root name."""
+    assert migration.missing_apis("import torch.fft\ny = torch.fft.rfft(torch.zeros(4))\n") == [
+        "torch.fft.rfft"
+    ]
+    rows = migration.api_usage("import torch.nn\nm = torch.nn.Linear(2, 2)\n")
+    assert [(r["api"], r["oneflow"], r["available"]) for r in rows] == [
+        ("torch.nn.Linear", "oneflow.nn.Linear", True)
+    ]
+    rows = migration.api_usage("import torchvision.models\nnet = torchvision.models.resnet18()\n")
+    assert [r["api"] for r in rows] == ["torchvision.models.resnet18"]
+
+
 def test_api_usage_bad_inputs():
     with pytest.raises(ValueError, match="not valid Python: line 1"):
         migration.api_usage("import torch as\n")

@@ -24,7 +24,7 @@ import types
 import numpy as np
 import pytest
 
-from helpers.core import precision
+from helpers.core import precision, processes
 from helpers.serving import nginx_front, triton_client, triton_load, triton_server
 from helpers.serving import triton_repo as sr
 
@@ -75,7 +75,7 @@ def stack(tiny):
     ):
         pids = a.processes() + b.processes() + front.processes()
         yield types.SimpleNamespace(a=a, b=b, front=front, limit=limit)
-    assert pids and triton_server.alive(pids) == [], "a server or nginx process survived"
+    assert pids and processes.alive(pids) == [], "a server or nginx process survived"
 
 
 def _served(server: triton_server.TritonServer) -> int:
@@ -155,7 +155,7 @@ def test_a_front_that_raises_in_its_with_block_leaves_nothing_running():
             pids = f.processes()
             assert len(pids) >= 2  # master + worker
             raise RuntimeError("boom")
-    assert triton_server.alive(pids) == []
+    assert processes.alive(pids) == []
 
 
 @pytest.mark.parametrize("how", ["exception", "sigkill"])
@@ -174,9 +174,9 @@ def test_no_nginx_survives_its_python_process(how):
     pids = [int(p) for p in child.stdout.split()]
     assert len(pids) >= 2, child.stderr
     deadline = time.time() + 20
-    while triton_server.alive(pids) and time.time() < deadline:
+    while processes.alive(pids) and time.time() < deadline:
         time.sleep(0.2)
-    assert triton_server.alive(pids) == [], f"nginx outlived its Python process ({how})"
+    assert processes.alive(pids) == [], f"nginx outlived its Python process ({how})"
 
 
 # ------------------------------------------------------------------------------------- through the front

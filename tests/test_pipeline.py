@@ -1,4 +1,4 @@
-"""helpers.perf.pipeline: chapter 5's serial, two-process (lock) and DataLoader pipelines; bad inputs never hang.
+"""helpers.chapters.ch05_pipeline: chapter 5's serial, two-process (lock) and DataLoader pipelines; bad inputs never hang.
 
 The model stage is chapter 4's pruned task (logits and input-gradient saliency maps); the test that
 compares it with ``helpers.workload.saliency`` imports oneflow, so this file is in the oneflow group.
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.perf import pipeline as pl
+from helpers.chapters import ch05_pipeline as pl
+from helpers.core.threads import torch_threads
+from helpers.workload import data
 
 SIZE = 32
 
@@ -51,23 +53,23 @@ class Fails(TinyNet):
 
 @pytest.fixture(scope="module")
 def jpegs():
-    return pl.make_jpeg_dataset(10, 2 * SIZE, seed=0)
+    return data.make_jpeg_dataset(10, 2 * SIZE, seed=0)
 
 
 def test_load_batch_and_batches(jpegs):
-    x = pl.load_batch(jpegs, [0, 1, 2], SIZE)
+    x = data.load_batch(jpegs, [0, 1, 2], SIZE)
     assert x.shape == (3, 3, SIZE, SIZE) and x.dtype == np.float32
-    assert pl.make_batches(10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert data.make_batches(10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     with pytest.raises(ValueError, match="batch_size"):
-        pl.make_batches(10, 0)
+        data.make_batches(10, 0)
     with pytest.raises(ValueError, match="at least one image"):
-        pl.load_batch(jpegs, [], SIZE)
+        data.load_batch(jpegs, [], SIZE)
 
 
 def test_infer_is_chapter_4s_pruned_task(jpegs):
     from helpers.workload import saliency  # (imports oneflow)
 
-    x = pl.load_batch(jpegs, [0, 1, 2], SIZE)
+    x = data.load_batch(jpegs, [0, 1, 2], SIZE)
     logits, maps = pl.infer(TinyNet(), x, "cpu")
     want = saliency.single_forward_task(TinyNet(), torch.from_numpy(x))
     np.testing.assert_array_equal(logits, want.logits.numpy())
@@ -165,13 +167,13 @@ def test_overlap_fraction_and_busy_fraction():
 
 def test_torch_threads_restores_the_count(torch_mod):
     before = torch_mod.get_num_threads()
-    with pl.torch_threads(1):
+    with torch_threads(1):
         assert torch_mod.get_num_threads() == 1
-    with pl.torch_threads(None):
+    with torch_threads(None):
         assert torch_mod.get_num_threads() == before
     assert torch_mod.get_num_threads() == before
     with pytest.raises(ValueError, match="threads must be a positive int"):
-        with pl.torch_threads(0):
+        with torch_threads(0):
             pass
 
 

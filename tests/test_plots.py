@@ -1,11 +1,11 @@
-"""helpers.core.plots: every figure function returns an Axes and rejects empty input."""
+"""helpers.show.plots: every figure function returns an Axes and rejects empty input."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.core import plots
-from helpers.core.benchmarking import Measurement
+from helpers.measure.measurement import Measurement
+from helpers.show import plots
 
 
 @pytest.fixture(scope="module")

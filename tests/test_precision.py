@@ -457,3 +457,53 @@ def test_emulation_left_the_model_unchanged(resnet):
     emulated(model, x)
     with torch.inference_mode():
         assert torch.equal(model(x), ref)
+
+
+def _planted(model, bug):
+    """A copy of ``model`` with one realistic bug: BatchNorm eps 1e-3, or one conv's weights x1.01."""
+    import copy
+
+    bad = copy.deepcopy(model)
+    if bug == "bn eps":
+        for m in bad.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.eps = 1e-3
+    else:
+        convs = [m for m in bad.modules() if isinstance(m, torch.nn.Conv2d)]
+        with torch.no_grad():
+            convs[len(convs) // 2].weight.mul_(1.01)
+    return bad
+
+
+@pytest.mark.parametrize("bug", ["bn eps", "conv x1.01"])
+def test_the_network_float32_bound_catches_planted_bugs_a_tf32_bound_passes(resnet, bug):
+    """Why equality is checked in strict float32: the old network-wide TF32 bound let bugs through."""
+    model, x, ref = resnet
+    with torch.inference_mode():
+        out = _planted(model, bug)(x)
+        other = model.to(memory_format=torch.channels_last)(x.to(memory_format=torch.channels_last))
+        model.to(memory_format=torch.contiguous_format)
+    cmp = assert_outputs_close(other, ref, mode="fp32", network="resnet18")  # a correct reordering
+    assert cmp.used < 0.5
+    with pytest.raises(AssertionError, match="not close"):
+        assert_outputs_close(out, ref, mode="fp32", network="resnet18")
+    old_tf32 = precision.tolerance("tf32", scale=precision.output_scale(ref))  # factor 512
+    if bug == "conv x1.01":  # the weight bug hides inside it: an elementwise TF32 check is blind
+        assert_outputs_close(out, ref, **old_tf32.as_kwargs())
+
+
+def test_tf32_is_checked_at_task_level_and_the_check_can_fail(resnet):
+    from helpers.core.comparison import assert_task_level
+
+    model, x, ref = resnet
+    check = assert_task_level(emulated(model, x), ref, mode="tf32", logits=True, network="resnet18")
+    assert check.nearest_own == 1.0 and max(check.controls.values()) < 1.0
+    with pytest.raises(AssertionError):
+        assert_task_level(-emulated(model, x), ref, mode="tf32", logits=True, network="resnet18")
+
+
+def test_network_accumulation_is_measured_per_network():
+    assert precision.tolerance("fp32", network="resnet18").rtol < precision.tolerance("fp32").rtol
+    assert precision.tolerance("fp32", network="resnet101").rtol == precision.tolerance("fp32").rtol
+    with pytest.raises(ValueError, match="no measured accumulation"):
+        precision.tolerance("fp32", network="vgg16")

@@ -1,10 +1,10 @@
-"""helpers.perf.profiling: per-stage timing, profiler tables and peak tensor memory."""
+"""helpers.measure.profiling: per-stage timing, profiler tables and peak tensor memory."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.perf import profiling
+from helpers.measure import profiling
 
 
 def test_time_stages_and_profile_table(torch_mod):

@@ -1,10 +1,10 @@
-"""helpers.perf.roofline: matmul peak, FLOP counting and percent of peak."""
+"""helpers.measure.roofline: matmul peak, FLOP counting and percent of peak."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.perf import roofline
+from helpers.measure import roofline
 
 
 def test_count_flops_of_linear(torch_mod):

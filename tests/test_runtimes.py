@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.core.benchmarking import Measurement
 from helpers.core.environment import has_cuda
 from helpers.deploy import export, runtimes
+from helpers.measure.measurement import Measurement
 
 
 @pytest.fixture()

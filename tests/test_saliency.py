@@ -123,9 +123,11 @@ def test_bad_inputs(torch_mod, flow, torch_model, flow_model, x_np):
 
 
 def test_task_peak_memory_sees_weight_gradients(torch_mod, torch_model, x_np):
+    from helpers.measure import profiling
+
     x = torch_mod.from_numpy(x_np)
     mem = {
-        v: st.task_peak_memory(st.make_task(torch_model, v), x)
+        v: profiling.task_peak_memory(st.make_task(torch_model, v), x)
         for v in ("original", "single_forward")
     }
     weights = sum(p.numel() * 4 for p in torch_model.parameters())
@@ -133,4 +135,4 @@ def test_task_peak_memory_sees_weight_gradients(torch_mod, torch_model, x_np):
     assert mem["single_forward"]["retained"] < 0.05 * weights
     assert mem["single_forward"]["peak"] < mem["original"]["peak"]
     with pytest.raises(TypeError, match="PyTorch task"):
-        st.task_peak_memory(lambda t: t, x)
+        profiling.task_peak_memory(lambda t: t, x)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.core import scratch
+from helpers.core import processes, scratch
 from helpers.serving import triton_client, triton_load, triton_server
 from helpers.serving import triton_repo as sr
 
@@ -85,16 +85,14 @@ def server(tiny):
     ) as srv:
         pids = srv.processes()
         yield srv
-    assert pids and triton_server.alive(pids) == [], (
-        "server or stub processes survived the with-block"
-    )
+    assert pids and processes.alive(pids) == [], "server or stub processes survived the with-block"
 
 
 def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
     deadline = time.time() + timeout
-    while triton_server.alive(pids) and time.time() < deadline:
+    while processes.alive(pids) and time.time() < deadline:
         time.sleep(0.2)
-    return triton_server.alive(pids)
+    return processes.alive(pids)
 
 
 # ------------------------------------------------------------------------------------- installation
@@ -497,7 +495,7 @@ def test_with_block_stops_everything_when_the_body_raises(tiny):
             pids = srv.processes()
             assert len(pids) >= 2  # server + one stub
             raise RuntimeError("a test failing midway")
-    assert triton_server.alive(pids) == []
+    assert processes.alive(pids) == []
     code = srv.proc.returncode
     assert srv.stop() == code and not srv.is_alive()  # stop() again is harmless
 
@@ -506,7 +504,7 @@ def test_a_forgotten_server_is_stopped_when_garbage_collected(tiny):
     import gc
 
     srv = triton_server.TritonServer(tiny.repo, models=["tiny"]).start()
-    pids, workdir = srv.processes(), srv._workdir
+    pids, workdir = srv.processes(), srv.workdir
     assert workdir.is_dir()
     del srv  # no stop(), no with-block: the finalizer must stop it and delete its work folder
     gc.collect()
@@ -521,7 +519,7 @@ CHILD = textwrap.dedent("""
     from helpers.serving import triton_server
     state["srv"] = triton_server.TritonServer(sys.argv[1], models=["tiny"]).start()
     print(json.dumps(state["srv"].processes()), flush=True)
-    print("workdir", state["srv"]._workdir, flush=True)
+    print("workdir", state["srv"].workdir, flush=True)
     print("watchdog", state["srv"]._watchdog.pid, flush=True)
     if sys.argv[2] == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)   # no atexit, no finally: only the watchdog is left
@@ -583,7 +581,7 @@ def test_server_started_by_a_thread_outlives_the_thread(tiny, monkeypatch):
         calls.append((args, kwargs))
         return real_popen(*args, **kwargs)
 
-    monkeypatch.setattr(triton_server.subprocess, "Popen", spy)
+    monkeypatch.setattr(processes.subprocess, "Popen", spy)
     box: dict[str, triton_server.TritonServer] = {}
 
     def start() -> None:
@@ -604,38 +602,10 @@ def test_server_started_by_a_thread_outlives_the_thread(tiny, monkeypatch):
         ready = triton_client.http_request(srv.http_url, "GET", "/v2/health/ready", timeout=5)
         assert ready.status == 200
         watchdog = srv._watchdog.pid
-        assert triton_server.alive([watchdog]) == [watchdog]
+        assert processes.alive([watchdog]) == [watchdog]
     finally:
         srv.stop()
-    assert triton_server.alive([watchdog]) == [] and srv._watchdog is None
-
-
-WATCHDOG_CHILD = textwrap.dedent("""
-    import json, os, signal, subprocess, sys
-    from helpers.serving import triton_server
-    watchdog = triton_server._start_watchdog(grace_s=0.5)
-    code = (  # ignores SIGTERM: only the watchdog's SIGKILL stops it
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "print('ready', flush=True); time.sleep(300)"
-    )
-    stubborn = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    stubborn.stdout.readline()
-    triton_server._guard(watchdog, stubborn.pid)
-    print(json.dumps([stubborn.pid, watchdog.pid]), flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-""")
-
-
-def test_watchdog_stops_a_group_that_ignores_sigterm_when_its_parent_is_killed(tmp_path):
-    script = tmp_path / "child.py"
-    script.write_text(WATCHDOG_CHILD)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -9, proc.stderr[-1500:]
-    stubborn, watchdog = json.loads(proc.stdout.splitlines()[-1])
-    assert _wait_gone([stubborn, watchdog], timeout=20) == []
+    assert processes.alive([watchdog]) == [] and srv._watchdog is None
 
 
 # ------------------------------------------------------------------------------------- model.py pieces

@@ -4,7 +4,7 @@ Times fp32 eager PyTorch (the baseline), PyTorch bf16 autocast + channels-last, 
 OpenVINO bf16, ONNX Runtime INT8 (QDQ, U8S8) and OpenVINO INT8 (NNCF; one stream, and the batch split
 across streams) in interleaved rounds, all on the same threads (set explicitly, printed per row).
 Prints one table (seconds per batch with its interquartile range, ratio to eager, % of the ceiling
-of the variant's own precision from :func:`helpers.perf.roofline.ceilings`, and the held-out
+of the variant's own precision from :func:`helpers.measure.roofline.ceilings`, and the held-out
 accuracy of the same recipe on chapter 8's trained classifier) and writes it as JSON.
 
 Speed does not depend on what the weights learned, so the timed ResNet-101 has random weights with
@@ -38,8 +38,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
 
-# A run is contended when others kept more than this share of all cores busy around it.
-CONTENDED_BUSY = 0.15
 GOAL = 8.0  # the course's goal for the best CPU path, x fp32 eager PyTorch
 MAX_DROP_POINTS = 1.0  # ... with at most this many points of accuracy lost
 
@@ -77,8 +75,9 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
     """Held-out accuracy of each recipe on chapter 8's trained classifier (the mode's sizes)."""
     import torch
 
+    from helpers.chapters import ch08_cpu_target as cpu_target
     from helpers.core.environment import seed_everything, sizes
-    from helpers.deploy import cpu_target, export
+    from helpers.deploy import export
     from helpers.workload import data, models, training
 
     S = sizes()
@@ -119,20 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
-    from helpers.core import benchmarking as bench
+    from helpers.chapters import ch08_cpu_target as cpu_target
     from helpers.core import comparison, precision
     from helpers.core.environment import environment_report, seed_everything
-    from helpers.deploy import cpu_target, export
-    from helpers.perf import roofline
+    from helpers.deploy import export
+    from helpers.measure import roofline
+    from helpers.record import ledger
+    from helpers.show import Table
     from helpers.workload import data, models
 
     torch.set_num_threads(args.threads)
     seed_everything(0)
     report = environment_report()
     bf16 = bool({"avx512_bf16", "amx_bf16"} & set(report["cpu_features"]))
-    load_before = cpu_target.machine_load()
     print(f"CPU: {report['cpu']}, {report['cores']} cores; features {report['cpu_features']}")
-    print(f"threads for every runtime: {args.threads}; load before: {load_before}")
+    print(f"threads for every runtime: {args.threads}; load average {os.getloadavg()[0]:.2f}")
     ceilings = roofline.ceilings("cpu", n=2048, repeats=3)
     print("ceilings (GFLOP/s, int8 GOP/s):", {k: round(v) for k, v in ceilings.items()})
 
@@ -175,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         ceilings=ceilings,
         progress=True,
     )
-    load_after = cpu_target.machine_load()
     # A ceiling is a best case: measure it again after the rounds and keep the better of the two,
     # so a burst of load during one measurement does not lower it (and inflate every % of it).
     again = roofline.ceilings("cpu", n=2048, repeats=3)
@@ -194,14 +193,16 @@ def main(argv: list[str] | None = None) -> int:
             a = acc_info["accuracy"].get(r["variant"])
             r["accuracy"] = a
             r["drop_points"] = None if a is None else 100 * (base_acc - a)
-    contended = max(load_before["busy_share"], load_after["busy_share"]) > CONTENDED_BUSY
+    # the course's one rule (helpers.measure.machine.CONTENDED_SHARE), on the timed rounds themselves
+    contended = any(m.contended for m in runs.values())
+    load = ledger.on_machine(*runs.values())["load"]
     print()
     print(
         f"ResNet-101, {args.image_size}x{args.image_size}, batch {args.batch}, "
         f"{args.threads} threads, {args.repeats} interleaved rounds"
         + ("  ** CONTENDED: other processes shared the cores **" if contended else "")
     )
-    print(bench.format_table(cpu_target.format_rows(rows)))
+    print(Table(cpu_target.format_rows(rows)))
     if acc_info:
         print(f"accuracy: each recipe on {acc_info['model']}, {acc_info['val_images']} images")
     ok = [
@@ -237,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_features": report["cpu_features"],
         "libraries": report.get("libraries"),
         "ceilings": ceilings,
-        "load_before": load_before,
-        "load_after": load_after,
+        "load": load,
         "contended": contended,
         "rows": rows,
         "settings": {k: v.settings for k, v in variants.items()},
@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.json}")
     if contended and args.fail_if_contended:
         print(
-            "the run was contended (other processes kept "
-            f"{max(load_before['busy_share'], load_after['busy_share']):.0%} of the cores busy): "
+            "the run was contended (other processes kept up to "
+            f"{load['others_cores_max'] or 0:.2f} cores busy while it was timed): "
             "not a reference; rerun on a quiet machine",
             file=sys.stderr,
         )

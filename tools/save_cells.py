@@ -108,7 +108,8 @@ def _replace_region(text: str, notebook: str, body: str | None) -> str:
 
 
 def _ruff_format(text: str, path: Path) -> str:
-    """``text`` as ``ruff format`` would write ``path`` (unchanged when ruff is not installed).
+    """``text`` as ``ruff format`` would write ``path`` (ruff is required: without it the check would
+    depend on the machine).
 
     The module must stay ruff-clean after the copy (a saved cell that ends with a ``def`` gets two
     blank lines before the region's end line, for example), and ``--check`` compares against the
@@ -119,7 +120,7 @@ def _ruff_format(text: str, path: Path) -> str:
 
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     if not Path(ruff).exists():
-        return text
+        raise RuntimeError("ruff is not installed: make setup installs it (the check needs it)")
     out = subprocess.run(
         [ruff, "format", "--stdin-filename", str(path), "-"],
         input=text,

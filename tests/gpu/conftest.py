@@ -1,7 +1,7 @@
 """Setup for the GPU checks: the course's ``src`` on ``sys.path`` and a recorder for measured numbers.
 
 These tests run with a bare ``python3`` (torch, numpy, pytest; no course package, no OneFlow), so
-the helpers they use (precision, benchmarking, comparison: none of them needs OneFlow) are
+the helpers they use (precision, measure.timer, comparison: none of them needs OneFlow) are
 imported from ``src``. ``GPU_CHECK_RECORD=path.json`` (set by ``tools/gpu_check.sh``) collects the
 numbers each test measured, for the summary.
 """

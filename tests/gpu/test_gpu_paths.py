@@ -4,7 +4,7 @@ Run by ``tools/gpu_check.sh`` with a bare ``python3`` (torch, numpy, pytest; tor
 onnxruntime when present). On a machine without a CUDA GPU every test skips with one line saying
 why. What is checked:
 
-- timing: ``benchmarking.benchmark`` synchronises (its median agrees with CUDA events; without
+- timing: ``timer.benchmark`` synchronises (its median agrees with CUDA events; without
   synchronisation it measures only the launch);
 - matmul ceilings per math mode (fp32, TF32, bf16, fp16), which "% of peak" must divide by;
 - the precision policy under real TF32 vs strict float32 on ResNets (torchvision), and on which
@@ -25,7 +25,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="no PyTorch: the GPU checks need torch")
 
-from helpers.core import benchmarking, comparison, precision  # noqa: E402 - after the torch check
+from helpers.core import comparison, precision  # noqa: E402 - after the torch check
+from helpers.measure import timer  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(
@@ -70,9 +71,9 @@ def test_timing_synchronises_and_agrees_with_cuda_events(record):
     with precision.strict_fp32():
         a = torch.randn(4096, 4096, device="cuda")
         step = lambda: a @ a  # noqa: E731
-        synced = benchmarking.benchmark(step, framework="torch", warmup=3, repeats=10)
+        synced = timer.benchmark(step, framework="torch", warmup=3, repeats=10)
         events = event_seconds(step)
-        unsynced = benchmarking.benchmark(step, framework="torch", warmup=3, repeats=10, sync=False)
+        unsynced = timer.benchmark(step, framework="torch", warmup=3, repeats=10, sync=False)
     torch.cuda.synchronize()
     record(synced_ms=synced.median * 1e3, events_ms=events * 1e3, unsynced_ms=unsynced.median * 1e3)
     assert 0.5 * events <= synced.median <= 2 * events + 1e-3
@@ -196,7 +197,7 @@ def test_batch_sweep_gains_throughput(record):
         for batch in (1, 4, 16, 64):
             xb = x[:batch].contiguous()
             step = lambda xb=xb: model(xb)  # noqa: E731
-            m = benchmarking.benchmark(step, framework="torch", warmup=3, repeats=10, items=batch)
+            m = timer.benchmark(step, framework="torch", warmup=3, repeats=10, items=batch)
             rates[batch] = m.throughput
     record(images_per_s=rates)
     assert rates[64] > 4 * rates[1]  # a GPU needs a batch to fill it
@@ -262,9 +263,9 @@ def test_onnxruntime_cuda_with_io_binding(tmp_path, record):
     comparison.assert_outputs_close(
         y, ref, **tol.as_kwargs(), name="ORT CUDA (I/O binding) vs PyTorch"
     )
-    with_copies = benchmarking.benchmark(
+    with_copies = timer.benchmark(
         lambda: session.run(None, feed), framework="onnxruntime", repeats=10
     )
-    on_device = benchmarking.benchmark(bound, framework="onnxruntime", repeats=10)
+    on_device = timer.benchmark(bound, framework="onnxruntime", repeats=10)
     record(numpy_feed_ms=with_copies.median * 1e3, io_binding_ms=on_device.median * 1e3)
     assert on_device.median <= with_copies.median * 1.1  # no host<->device copies per call

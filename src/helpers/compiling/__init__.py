@@ -2,5 +2,4 @@
 
 - :mod:`~helpers.compiling.graphs` -- the one OneFlow ``nn.Graph`` inference wrapper, TorchScript/torch.compile routes
 - :mod:`~helpers.compiling.graph_ops` -- op counts of compiled OneFlow graphs and torch.fx graphs
-- :mod:`~helpers.compiling.graph_switches` -- chapter 6's graph switches (saved from its page) and the MLIR ablation
 """

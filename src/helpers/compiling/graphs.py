@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.core.benchmarking import Measurement, benchmark, synchronize
 from helpers.core.environment import import_oneflow, quiet_native_stderr
+from helpers.measure.measurement import Measurement
+from helpers.measure.timer import benchmark, synchronize
 from helpers.workload.models import framework_of
 
 __all__ = [
@@ -223,7 +224,7 @@ def with_steady(measured: StaticMeasurement, steady: Measurement) -> StaticMeasu
     """``measured`` (build and first-call cost) with ``steady`` as its steady state.
 
     For a steady state timed apart from :func:`measure_static`, e.g. in interleaved rounds with
-    eager mode (:func:`helpers.core.benchmarking.benchmark_interleaved`): ``compile_s`` is then
+    eager mode (:func:`helpers.measure.timer.benchmark_interleaved`): ``compile_s`` is then
     computed against that steady state.
     """
     if not isinstance(measured, StaticMeasurement):

@@ -1,13 +1,13 @@
-"""The measurement core every chapter uses: mode and devices, timing, numerical comparison, ledger, plots.
+"""The ground floor: what every chapter and every other subpackage stands on; it imports nothing above it.
 
-- :mod:`~helpers.core.environment` -- quick/full mode, devices, seeding, environment report
+- :mod:`~helpers.core.environment` -- quick/full mode, sizes, devices, seeding, environment report
+- :mod:`~helpers.core.threads` -- the same CPU threads for every framework of a comparison
+- :mod:`~helpers.core.checks` -- argument checks with one wording
 - :mod:`~helpers.core.cuda_compat` -- which CUDA architectures a library's kernels were built for (OneFlow on Hopper)
-- :mod:`~helpers.core.benchmarking` -- honest timing (warm-up, synchronisation, percentiles), interleaved rounds
-- :mod:`~helpers.core.comparison` -- numerical comparison of outputs across frameworks
+- :mod:`~helpers.core.arrays` -- any framework's tensor as a float64 NumPy array
+- :mod:`~helpers.core.comparison` -- elementwise and task-level comparison of outputs, with controls
 - :mod:`~helpers.core.precision` -- the math mode in effect (fp32, TF32, bf16, fp16, int8) and the tolerance it implies
-- :mod:`~helpers.core.ledger` -- the results ledger (JSON records of measurements)
-- :mod:`~helpers.core.reported` -- the case studies' published figures
-- :mod:`~helpers.core.plots` -- the course's matplotlib figures
+- :mod:`~helpers.core.processes` -- child processes (servers, proxies) that are always stopped
 - :mod:`~helpers.core.scratch` -- temporary folders removed when the process that made them exits
 - :mod:`~helpers.core.subprocess_run` -- run a function in a fresh Python process with its own environment
 """

@@ -1,8 +1,13 @@
 """Numerical comparison of outputs across frameworks (PyTorch, OneFlow, NumPy, ...).
 
-``compare(a, b)`` measures how far two outputs are apart; ``assert_outputs_close``
-turns that into an ``assert`` with a stated tolerance and an error message that
-says what differed, where and by how much.
+``compare(a, b)`` measures how far two outputs are apart. Two assertions turn that into a check
+that can fail:
+
+- :func:`assert_outputs_close`: elementwise, with the bound of the precision policy (strict
+  float32 for equality claims: ``mode="fp32"``), reporting how much of the bound was used;
+- :func:`assert_task_level`: for reduced precision (TF32, bf16, fp16, int8), where an
+  elementwise bound on a whole network is as large as its outputs: each row nearest its own
+  reference, decisions the precision cannot flip kept, and two controls that must fail.
 """
 
 from __future__ import annotations
@@ -13,34 +18,22 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core import precision
+from helpers.core.arrays import to_numpy
+
 __all__ = [
     "to_numpy",
     "topk_agreement",
     "Comparison",
     "compare",
     "assert_outputs_close",
+    "REDUCED",
+    "TaskCheck",
+    "assert_task_level",
     "rowwise_cosine",
     "nearest_neighbour_agreement",
     "max_cross_cosine",
 ]
-
-
-def to_numpy(x: Any) -> np.ndarray:
-    """Convert a torch / OneFlow tensor, NumPy array, scalar or nested list to a float64 NumPy array."""
-    if isinstance(x, np.ndarray):
-        arr = x
-    elif hasattr(x, "detach") and hasattr(x, "cpu"):  # torch and OneFlow tensors
-        t = x.detach().cpu()
-        if str(getattr(t, "dtype", "")).endswith(("bfloat16", "float16")):
-            t = t.float()
-        arr = t.numpy()
-    elif isinstance(x, (list, tuple, int, float, np.generic)):
-        arr = np.asarray(x)
-    else:
-        raise TypeError(f"cannot convert {type(x).__module__}.{type(x).__name__} to a NumPy array")
-    if arr.dtype == object:
-        raise TypeError("cannot compare ragged or object arrays")
-    return arr.astype(np.float64, copy=False)
 
 
 def topk_agreement(a: Any, b: Any, k: int = 1) -> float:
@@ -69,6 +62,8 @@ class Comparison:
     worst_index: tuple[int, ...]
     worst_values: tuple[float, float]
     topk: dict[int, float] = field(default_factory=dict)
+    used: float | None = None  # the largest |error| / its bound (atol + rtol |ref|), once checked
+    tolerance: Any = None  # the precision.Tolerance checked against, when a mode gave it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,10 +76,15 @@ class Comparison:
 
     def __str__(self) -> str:
         topk = ", ".join(f"top-{k} agreement {v:.1%}" for k, v in self.topk.items())
+        checked = ""
+        if self.used is not None:
+            mode = f"{self.tolerance.mode} " if self.tolerance is not None else ""
+            checked = f"; {self.used:.2g} of its {mode}bound"
         return (
             f"shape {self.shape}: max abs err {self.max_abs:.3g}, mean abs err {self.mean_abs:.3g}, "
             f"max rel err {self.max_rel:.3g}, cosine {self.cosine:.8f}"
             + (f", {topk}" if topk else "")
+            + checked
         )
 
 
@@ -120,21 +120,53 @@ def compare(a: Any, b: Any, topk: Sequence[int] = (), rel_floor: float = 1e-6) -
     )
 
 
+REDUCED = ("tf32", "bf16", "fp16", "int8")
+
+
 def assert_outputs_close(
     actual: Any,
     expected: Any,
     *,
-    atol: float,
+    atol: float | None = None,
     rtol: float = 0.0,
+    mode: str | None = None,
+    network: str | None = None,
+    accumulation: float | str = "network",
     min_cosine: float | None = None,
     min_topk: dict[int, float] | None = None,
     name: str = "outputs",
 ) -> Comparison:
     """Assert ``|actual - expected| <= atol + rtol * |expected|`` everywhere (plus optional cosine/top-k bounds).
 
-    Returns the :class:`Comparison` so a notebook can print it.  On failure the
-    ``AssertionError`` names how many elements failed, the worst one and the bound.
+    Give the bound either as ``atol``/``rtol`` or as the math ``mode`` the results were computed
+    in: the precision policy then derives it (:func:`helpers.core.precision.tolerance` with
+    ``network``, ``accumulation`` and the scale of ``expected``). An elementwise bound on a whole
+    network's outputs is refused for a reduced mode (TF32, bf16, fp16, int8): it comes out as
+    large as the outputs themselves and passes real bugs; use :func:`assert_task_level`.
+
+    Returns the :class:`Comparison`, whose ``used`` is the largest error as a fraction of its
+    bound (printed: how close the check came to failing). On failure the ``AssertionError`` names
+    how many elements failed, the worst one and the bound.
     """
+    tol = None
+    if mode is not None:
+        if atol is not None:
+            raise ValueError("give the bound as a mode or as atol/rtol, not both")
+        if mode in REDUCED and accumulation == "network":
+            raise ValueError(
+                f"an elementwise {mode} bound on a whole network is as large as its outputs and "
+                "cannot fail on a real bug: compare at task level (assert_task_level), or compare "
+                "in strict float32"
+            )
+        tol = precision.tolerance(
+            mode,
+            accumulation=accumulation,
+            network=network,
+            scale=precision.output_scale(expected),
+        )
+        atol, rtol = tol.atol, tol.rtol
+    if atol is None:
+        raise ValueError("give the bound: atol (and rtol), or the math mode")
     for label, value in (("atol", atol), ("rtol", rtol), ("min_cosine", min_cosine)):
         if value is not None and not (isinstance(value, (int, float)) and np.isfinite(value)):
             # NaN compares False with everything, so a NaN bound would make every check pass
@@ -149,7 +181,13 @@ def assert_outputs_close(
     cmp = compare(actual, expected, topk=tuple(min_topk or ()))
     x, y = to_numpy(actual), to_numpy(expected)
     bound = atol + rtol * np.abs(y)
-    bad = np.abs(x - y) > bound
+    err = np.abs(x - y)
+    bad = err > bound
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(
+            bound > 0, err / np.where(bound > 0, bound, 1.0), np.where(err > 0, np.inf, 0.0)
+        )
+    cmp.used, cmp.tolerance = float(ratio.max()), tol
     problems = []
     if bad.any():
         i = cmp.worst_index
@@ -206,3 +244,124 @@ def max_cross_cosine(reference: Any) -> float:
     yn = y / np.linalg.norm(y, axis=1, keepdims=True)
     sim = yn @ yn.T
     return float(sim[~np.eye(len(y), dtype=bool)].max())
+
+
+@dataclass
+class TaskCheck:
+    """What :func:`assert_task_level` checked, and that its controls failed."""
+
+    name: str
+    mode: str
+    rows: int
+    nearest_own: float  # fraction of rows nearest (by cosine) their own reference row
+    min_cosine: float  # the lowest cosine of a row with its own reference row
+    decided: int | None  # logits: rows whose reference decision is wider than the mode's error
+    kept: int | None  # of those, rows whose top-1 class stayed the same
+    top1: float | None  # logits: top-1 agreement over all rows (shown, not required)
+    controls: dict[str, float]  # a control's nearest-own fraction (each must fail the check)
+
+    def __str__(self) -> str:
+        parts = [
+            f"{self.name} ({self.mode}, {self.rows} rows): each row nearest its own reference "
+            f"{self.nearest_own:.0%}, lowest cosine {self.min_cosine:.4f}"
+        ]
+        if self.decided:
+            parts.append(f"top-1 kept on {self.kept}/{self.decided} rows decided beyond the error")
+        elif self.decided == 0:
+            parts.append("no row decided beyond the error bound: top-1 not checked")
+        if self.top1 is not None:
+            parts.append(f"top-1 agreement {self.top1:.0%} overall")
+        ctl = ", ".join(f"{k} {v:.0%}" for k, v in self.controls.items())
+        return "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
+
+
+def _nearest_own(x: np.ndarray, y: np.ndarray) -> float:
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
+    return float(np.mean((xn @ yn.T).argmax(axis=1) == np.arange(len(x))))
+
+
+def assert_task_level(
+    candidate: Any,
+    reference: Any,
+    *,
+    mode: str,
+    logits: bool = False,
+    network: str | None = None,
+    min_nearest_own: float = 1.0,
+    name: str = "outputs",
+) -> TaskCheck:
+    """Assert that a reduced-precision result still does the task its float32 reference does.
+
+    Rows are samples (images); each row is flattened (logits, embeddings, saliency maps alike).
+
+    - **Each row nearest its own reference**: by cosine, every candidate row is closer to the
+      reference row of the same image than to any other image's (at least ``min_nearest_own`` of
+      the rows). Data-relative: no literal, and no bound larger than the signal.
+    - **Decisions the precision cannot flip stay** (``logits=True``): a row whose reference top-1
+      leads the runner-up by more than twice the mode's elementwise error bound
+      (:func:`helpers.core.precision.tolerance` for ``mode`` and ``network``) keeps its top-1.
+      Rows inside the bound are counted, not required: a model that learned nothing decides none.
+    - **Controls that must fail**: the same criteria on the candidate negated and on its rows
+      shifted by one (each image paired with another's reference) must fail, else the data cannot
+      tell a right answer from a wrong one and the check is refused.
+    """
+    precision.unit_roundoff(mode)  # validates the mode
+    x, y = to_numpy(candidate), to_numpy(reference)
+    if x.shape != y.shape:
+        raise ValueError(f"shape mismatch: {x.shape} vs {y.shape}")
+    if x.ndim < 2 or len(x) < 2:
+        raise ValueError(
+            f"need at least two rows (samples) to compare at task level, got {x.shape}"
+        )
+    x, y = x.reshape(len(x), -1), y.reshape(len(y), -1)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError(f"{name}: NaN or inf values")
+    if (np.linalg.norm(x, axis=1) == 0).any() or (np.linalg.norm(y, axis=1) == 0).any():
+        raise ValueError(f"{name}: a row has zero norm (cosine undefined)")
+    if not 0.0 < min_nearest_own <= 1.0:
+        raise ValueError(f"min_nearest_own must be a fraction in (0, 1], got {min_nearest_own}")
+    if _nearest_own(y, y) < min_nearest_own:
+        raise AssertionError(
+            f"{name}: the reference rows are too alike to identify themselves (duplicates, or a "
+            "model that gives every sample the same output): use distinct samples or a trained model"
+        )
+    own = _nearest_own(x, y)
+    cos = rowwise_cosine(x, y)
+    decided = kept = top1 = None
+    problems = []
+    if logits:
+        tol = precision.tolerance(mode, network=network, scale=precision.output_scale(y))
+        top2 = np.sort(y, axis=1)[:, -2:]
+        sure = (top2[:, 1] - top2[:, 0]) > 2 * tol.atol
+        same = x.argmax(axis=1) == y.argmax(axis=1)
+        decided, kept, top1 = int(sure.sum()), int((same & sure).sum()), float(same.mean())
+        if kept < decided:
+            problems.append(
+                f"top-1 changed on {decided - kept} of {decided} rows whose reference decision is "
+                f"wider than twice the {mode} bound ({tol.atol:.3g})"
+            )
+    if own < min_nearest_own:
+        problems.append(
+            f"only {own:.0%} of the rows are nearest their own reference (need {min_nearest_own:.0%})"
+        )
+    if problems:
+        raise AssertionError(f"{name} fail the task-level check: " + "; ".join(problems))
+    controls = {"negated": _nearest_own(-x, y), "shifted rows": _nearest_own(np.roll(x, 1, 0), y)}
+    passing = [k for k, v in controls.items() if v >= min_nearest_own]
+    if passing:
+        raise AssertionError(
+            f"{name}: the control(s) {passing} pass the check too: these rows are too alike to "
+            "tell a right answer from a wrong one (use more distinct samples or a trained model)"
+        )
+    return TaskCheck(
+        name=name,
+        mode=mode,
+        rows=len(x),
+        nearest_own=own,
+        min_cosine=float(cos.min()),
+        decided=decided,
+        kept=kept,
+        top1=top1,
+        controls=controls,
+    )

@@ -9,9 +9,6 @@ on other GPUs :func:`helpers.core.environment.flow_device` keeps OneFlow on the 
 
 :func:`fatbin_archs` reads the architectures straight from a shared library's embedded CUDA
 fat binaries, which is how the constants here were checked (and are re-checked by the tests).
-
-Why a module: plumbing behind helpers.core.environment's device choice (which GPUs OneFlow 0.9.0 can
-run on); no chapter imports it directly.
 """
 
 from __future__ import annotations

@@ -25,18 +25,13 @@ __all__ = [
     "SIZES",
     "get_mode",
     "sizes",
+    "sizes_on",
     "has_cuda",
     "torch_device",
     "flow_device",
     "paired_devices",
     "quiet_native_stderr",
     "import_oneflow",
-    "ONEFLOW_THREADS_ENV",
-    "available_cores",
-    "oneflow_threads",
-    "same_threads",
-    "oneflow_blas",
-    "AVX2_BLAS_CORES",
     "seed_everything",
     "skip_without_gpu",
     "LIBRARIES",
@@ -118,6 +113,27 @@ def sizes(mode: str | None = None) -> Sizes:
     if mode not in SIZES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     return SIZES[mode]
+
+
+def sizes_on(device: Any, mode: str | None = None) -> Sizes:
+    """The sizes for work that runs on ``device``: quick sizes for a CPU in full mode.
+
+    Full mode's sizes (ResNet-101, 224 px, batch 16) are for a GPU. Work the course runs on a CPU
+    even then, OneFlow's above all (chapter 0 compares the frameworks on the CPU, and OneFlow 0.9.0
+    has no kernels for Hopper GPUs), would take tens of minutes per chapter at those sizes: it runs
+    at quick sizes, and this prints one line saying so (once per process). ``device`` is a torch or
+    OneFlow device, or its type as text.
+    """
+    current = sizes(mode)
+    kind = device if isinstance(device, str) else getattr(device, "type", str(device))
+    if current.mode == "full" and kind == "cpu":
+        q = SIZES["quick"]
+        _say_once(
+            f"work on the CPU uses quick sizes ({q.arch}, {q.image_size} px, batch {q.batch_size}) "
+            "in full mode too: at full sizes it would take tens of minutes"
+        )
+        return q
+    return current
 
 
 @lru_cache(maxsize=1)
@@ -238,144 +254,6 @@ def import_oneflow() -> Any:
     with quiet_native_stderr():
         import oneflow
     return oneflow
-
-
-ONEFLOW_THREADS_ENV = "ONEFLOW_EP_CPU_NUM_PARALLELS"  # OneFlow's CPU threads, read at its start
-_flow_threads: int | None = None  # what same_threads gave OneFlow in this process
-
-
-def available_cores() -> int:
-    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` off Linux)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def oneflow_threads() -> int:
-    """OneFlow's CPU threads in this process: as :func:`same_threads` set them, else as it starts.
-
-    OneFlow 0.9.0 has no getter. Without a setting its CPU device uses the machine's hardware
-    threads minus two, at least one (``oneflow/core/ep/cpu/cpu_device_manager.cpp``), or
-    ``$ONEFLOW_EP_CPU_NUM_PARALLELS`` when set before OneFlow starts.
-    """
-    if _flow_threads is not None:
-        return _flow_threads
-    value = os.environ.get(ONEFLOW_THREADS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return max(1, (os.cpu_count() or 1) - 2)
-
-
-def same_threads(n: int | None = None) -> int:
-    """Give every framework of a comparison the same ``n`` CPU threads (default: every core); return ``n``.
-
-    Sets PyTorch (``torch.set_num_threads``) and OneFlow (``ONEFLOW_EP_CPU_NUM_PARALLELS`` for a
-    OneFlow not started yet, fresh processes included, and ``oneflow.set_num_threads`` for one
-    already imported). ONNX Runtime and OpenVINO take threads per session: pass the returned
-    number as ``intra_op_num_threads`` / ``INFERENCE_NUM_THREADS`` (``helpers.deploy.runtimes``
-    takes it as ``threads``). Setting threads is a request: each measurement records the cores the
-    framework really used (``Measurement.cores_used``).
-    """
-    global _flow_threads
-    n = available_cores() if n is None else n
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"threads must be a positive int, got {n!r}")
-    os.environ[ONEFLOW_THREADS_ENV] = str(n)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(n)
-    flow = sys.modules.get("oneflow")
-    # OneFlow prints a misleading warning when n equals the CPU count (which it then uses, as
-    # asked): only smaller counts are passed, with its output hidden
-    if flow is not None and hasattr(flow, "set_num_threads") and n < (os.cpu_count() or 1):
-        sys.stdout.flush()
-        saved = os.dup(1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        try:
-            flow.set_num_threads(n)
-        finally:
-            import ctypes
-
-            ctypes.CDLL(None).fflush(None)  # C stdio's buffer (std::cout) while still silenced
-            os.dup2(saved, 1)
-            os.close(saved)
-            os.close(devnull)
-    _flow_threads = n
-    return n
-
-
-# OpenBLAS kernel families, newest first, that OneFlow 0.9.0's bundled OpenBLAS may pick at start-up.
-_BLAS_CORES = (
-    "SKYLAKEX",
-    "COOPERLAKE",
-    "ZEN",
-    "HASWELL",
-    "EXCAVATOR",
-    "STEAMROLLER",
-    "PILEDRIVER",
-    "BULLDOZER",
-    "SANDYBRIDGE",
-    "NEHALEM",
-    "BARCELONA",
-    "PENRYN",
-    "DUNNINGTON",
-    "CORE2",
-    "OPTERON_SSE3",
-    "OPTERON",
-    "ATOM",
-    "NANO",
-    "BOBCAT",
-    "PRESCOTT",
-)
-AVX2_BLAS_CORES = frozenset({"SKYLAKEX", "COOPERLAKE", "ZEN", "HASWELL", "EXCAVATOR"})
-
-
-def oneflow_blas() -> dict[str, Any]:
-    """What computes OneFlow's CPU matrix products: the OpenBLAS inside ``liboneflow``, as loaded now.
-
-    Returns the library file, whether that OpenBLAS was built with threads (a threaded build has
-    ``exec_blas``), the threads it reports, and the kernel family it chose for this CPU at start-up
-    (OpenBLAS's ``gotoblas`` pointer; ``$OPENBLAS_CORETYPE`` overrides the choice, read when
-    OneFlow is imported). Linux wheels of OneFlow only; ``{"library": None}`` elsewhere.
-    """
-    import ctypes
-    import glob
-    from importlib.util import find_spec
-
-    spec = find_spec("oneflow")
-    if spec is None or spec.origin is None:
-        return {"library": None, "why": "OneFlow is not installed"}
-    libs = glob.glob(
-        os.path.join(os.path.dirname(spec.origin), "..", "oneflow.libs", "liboneflow*")
-    )
-    if not libs:
-        return {"library": None, "why": "no bundled liboneflow (not a Linux wheel)"}
-    import_oneflow()  # OpenBLAS chooses its kernels when the library starts
-    lib = ctypes.CDLL(libs[0])
-    if not hasattr(lib, "cblas_sgemm"):
-        return {"library": None, "why": "liboneflow exports no cblas_sgemm"}
-    get_threads = lib.openblas_get_num_threads
-    get_threads.restype = ctypes.c_int
-    chosen = ctypes.c_void_p.in_dll(lib, "gotoblas").value
-    kernels = "?"
-    for core in _BLAS_CORES:
-        try:
-            if ctypes.addressof(ctypes.c_char.in_dll(lib, f"gotoblas_{core}")) == chosen:
-                kernels = core
-                break
-        except ValueError:  # this build has no kernels for that family
-            continue
-    return {
-        "library": "OpenBLAS (bundled in liboneflow)",
-        "file": os.path.realpath(libs[0]),
-        "threaded": hasattr(lib, "exec_blas"),
-        "threads": int(get_threads()),
-        "kernels": kernels,
-        "avx2_kernels": kernels in AVX2_BLAS_CORES,
-        "coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
-    }
 
 
 def seed_everything(seed: int = 0) -> None:

@@ -26,10 +26,6 @@ takes::
 - :func:`strict_fp32` / :func:`set_tf32` -- PyTorch without TF32; :func:`oneflow_strict_fp32_env`
 - :func:`deterministic` -- deterministic algorithms for exactness proofs
 - :func:`emulate_tf32` / :func:`round_mantissa` -- TF32 on a CPU, to prove tolerances without a GPU
-
-Why a module: one policy for every chapter that compares outputs (and for ``tests/gpu``), so a
-tolerance is never a literal on a page. Heavy frameworks are imported inside the functions, so
-importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -47,6 +43,7 @@ __all__ = [
     "UNIT_ROUNDOFF",
     "MANTISSA_BITS",
     "ACCUMULATION",
+    "NETWORK_ACCUMULATION",
     "REDUCTION",
     "ONEFLOW_TF32_ENV",
     "NVIDIA_TF32_ENV",
@@ -90,19 +87,30 @@ UNIT_ROUNDOFF: dict[str, float] = {
 MANTISSA_BITS: dict[str, int] = {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10}
 
 # The accumulation factor of :func:`tolerance`: how many times the mode's rounding a compared output
-# may move, relative to the output's scale. Measured on this course's models (torchvision ResNets,
-# BatchNorm calibrated as in chapter 6, random weights, CPU, 2^-11 TF32 emulated with emulate_tf32):
-#   |error| / max|reference| in units of (u + log2(4608) u_fp32), 224 px, batch 4:
-#                 float32 reordered (channels_last)   TF32 nearest   TF32 truncated   bf16 autocast
-#   ResNet-101                 79                         161             460               52
-#   ResNet-50                  17                          36             215               41
-#   ResNet-18                   2                           4              23                4
-#   (ResNet-101 at 64 px, batch 8: 89 / 134 / 597 / 89.)
-# "network" = 512 covers them with rtol's share: atol + rtol |ref| allows up to 1024 on the largest
-# outputs. Truncated TF32 on ResNet-101 is the tight case; whether a GPU truncates or rounds is
-# what tests/gpu measures. "op" = 8 is for one convolution or matmul compared on its own
-# (measured: 0.65 rounded, 1.5 truncated, for a 3x3x512 convolution in TF32).
+# may move, relative to the output's scale. Measured on this course's models (random weights,
+# BatchNorm calibrated on the course's images, CPU; TF32 emulated with emulate_tf32, fp16 with a
+# .half() copy, bf16 with CPU autocast): max |error| / max |fp32 output| in units of
+# (u + log2(4608) u_fp32), 2026-12, torch 2.10 (tools/measure_precision.py reproduces it):
+#                      fp32 vs float64   fp32 channels_last   TF32    fp16    bf16
+#   ResNet-18, 64 px b32        3.4             4.6            7.0     8.8     9.6
+#   ResNet-18, 224 px b8        1.3             2.2            2.9     3.6     3.3
+#   ResNet-50, 112 px b8       25.9            20.3           59.2    63.9    47.0
+#   ResNet-101, 112 px b8     154.1           122.4          242.9   290.2    85.7
+#   ResNet-101, 224 px b4        -              79            161      -       52    (earlier run)
+#   embedder (MobileNetV2 0.5x), 64 px b32  15.9  7.2         77.9    98.7    80.4
+# A planted bug is far outside every row: BatchNorm eps 1e-5 -> 1e-3 moves the outputs by 24,000 to
+# 1,350,000 units, one convolution's weights x 1.01 by 15,000 to 38,000 (float32 units).
+# NETWORK_ACCUMULATION gives each network about twice its largest measured row (a power of two);
+# a network not listed gets "network" (512, the deepest one's). "op" = 8 is for one convolution or
+# matmul compared on its own (measured: 0.65 rounded, 1.5 truncated, a 3x3x512 convolution, TF32).
 ACCUMULATION: dict[str, float] = {"op": 8.0, "network": 512.0}
+NETWORK_ACCUMULATION: dict[str, float] = {
+    "resnet18": 16.0,
+    "resnet34": 64.0,
+    "resnet50": 128.0,
+    "resnet101": 512.0,
+    "mobilenet_v2": 256.0,
+}
 # The longest dot product of the course's models: 3 x 3 x 512 inputs of a ResNet convolution.
 REDUCTION = 3 * 3 * 512
 
@@ -364,6 +372,7 @@ def tolerance(
     accumulation: float | str = "network",
     scale: float = 1.0,
     reduction: int = REDUCTION,
+    network: str | None = None,
 ) -> Tolerance:
     """The tolerance a comparison of results computed in ``mode`` takes (against float32 or each other).
 
@@ -376,15 +385,26 @@ def tolerance(
       different orders (blocked / tree sums), which differ by about ``log2(K)`` roundings of
       float32; this term is what makes float32 variants, devices and frameworks disagree.
     - ``accumulation``: how much a deep network amplifies these per-layer errors, relative to its
-      output's scale: 'network' (512, for a whole model's outputs, measured on the course's
-      ResNets: see :data:`ACCUMULATION`), 'op' (8, one layer), or a number of your own.
+      output's scale: 'network' (a whole model's outputs: the factor measured for ``network``,
+      e.g. ``"resnet18"``, in :data:`NETWORK_ACCUMULATION`, else 512, the deepest one's), 'op'
+      (8, one layer), or a number of your own.
     - ``scale``: the size of the outputs compared, e.g. :func:`output_scale` of the reference.
 
     For a whole network, bf16 and int8 bounds come out at or above the output's own scale:
     elementwise agreement says nothing there; check top-k agreement or cosine (task level).
     """
     u = unit_roundoff(mode)
-    factor = ACCUMULATION.get(accumulation) if isinstance(accumulation, str) else accumulation
+    if network is not None and network not in NETWORK_ACCUMULATION:
+        raise ValueError(
+            f"no measured accumulation for network {network!r}; measured: "
+            f"{', '.join(NETWORK_ACCUMULATION)} (or pass accumulation=<number>)"
+        )
+    if accumulation == "network" and network is not None:
+        factor: Any = NETWORK_ACCUMULATION[network]
+    elif isinstance(accumulation, str):
+        factor = ACCUMULATION.get(accumulation)
+    else:
+        factor = accumulation
     if factor is None:
         raise ValueError(
             f"accumulation must be a number or one of {', '.join(ACCUMULATION)}, got {accumulation!r}"
@@ -421,7 +441,7 @@ def output_scale(reference: Any, floor: float = 1.0) -> float:
     """
     import numpy as np
 
-    from helpers.core.comparison import to_numpy
+    from helpers.core.arrays import to_numpy
 
     values = to_numpy(reference)
     if values.size == 0 or not np.isfinite(values).all():

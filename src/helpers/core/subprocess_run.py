@@ -6,7 +6,7 @@ variables before ``import oneflow``). A process that already imported the librar
 each setting runs in a new process::
 
     out = run_in_subprocess(
-        "helpers.compiling.graph_switches:oneflow_graph_ablation",
+        "helpers.chapters.ch06_switches:oneflow_graph_ablation",
         {...},
         env=PAD_CONV_FUSION_ENV,  # added to this process's environment
         unset=MLIR_VARS,  # removed from it first: only ``env`` decides
@@ -15,9 +15,6 @@ each setting runs in a new process::
 The target is ``"package.module:function"``; it is called with ``kwargs`` (JSON values) and must
 return something JSON can encode (measurements, op counts, paths of saved outputs). Failures in
 the child (an exception, a crash, a timeout) come back as clear errors with the child's output.
-
-Why a module: plumbing (start a fresh interpreter with its own environment, pass JSON in and out,
-time out, clean up) that has nothing to teach on a page.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ told otherwise). Both return a :class:`Runner`::
 
     runner = create_session("model.onnx")            # prints "ONNX Runtime: picked CPUExecutionProvider (...)"
     y = runner.run(x)                                  # NumPy in, NumPy out
-    m = runner.benchmark(x, warmup=3, repeats=10)      # a helpers.core.benchmarking.Measurement
+    m = runner.benchmark(x, warmup=3, repeats=10)      # a helpers.measure.measurement.Measurement
 
 Every runner states what a figure needs: ``device`` ('cpu' or 'cuda:0'), ``math_mode`` (the
 precision policy's mode it computes in, :func:`ort_math_mode`: ONNX Runtime's CUDA provider
@@ -43,7 +43,10 @@ from typing import Any
 import numpy as np
 
 from helpers.core import precision as _precision
-from helpers.core.benchmarking import Measurement, benchmark, compare_rows
+from helpers.core.threads import threads_spin
+from helpers.measure.measurement import Measurement
+from helpers.measure.timer import benchmark
+from helpers.show.table import compare_rows
 
 __all__ = [
     "ORT_PROVIDERS",
@@ -334,7 +337,7 @@ class BoundRun:
 class Runner:
     """A compiled model of some runtime: ``run(x) -> y`` on NumPy arrays, plus ``benchmark``.
 
-    ``framework`` is the name :func:`helpers.core.benchmarking.benchmark` knows ('onnxruntime', 'openvino');
+    ``framework`` is the name :func:`helpers.measure.timer.benchmark` knows ('onnxruntime', 'openvino');
     ``backend`` names what executes it (an ONNX Runtime provider or an OpenVINO device) and
     ``precision`` the arithmetic it really runs in, so every figure can state it.
     ``device`` is where it computes ('cpu', 'cuda:0'), ``math_mode`` the precision policy's mode
@@ -463,7 +466,7 @@ class Runner:
 def measurement_rows(
     measurements: Sequence[Measurement], baseline: Measurement | None = None
 ) -> list[dict[str, Any]]:
-    """:func:`helpers.core.benchmarking.compare_rows` with runtime, device, precision and threads.
+    """:func:`helpers.show.table.compare_rows` with runtime, device, precision and threads.
 
     Each row names what produced the figure, read from the measurement's ``meta`` (set by
     :meth:`Runner.benchmark`; for a PyTorch timing set it on the page:
@@ -513,6 +516,9 @@ def session_options(
     ``optimization`` is one of :data:`OPT_LEVELS`; ``optimized_model_path`` makes ONNX Runtime write the
     graph it will execute (after its rewrites) to that file; ``spinning=False`` stops idle worker threads
     from busy-waiting (kinder to other frameworks timed in the same process, a little slower per call).
+    ``spinning=None`` follows PyTorch's policy in this process
+    (:func:`helpers.core.threads.threads_spin`: no spinning under ``OMP_WAIT_POLICY=PASSIVE``), so
+    the two frameworks' threads wait alike.
     """
     import onnxruntime as ort
 
@@ -535,9 +541,10 @@ def session_options(
     if optimized_model_path is not None:
         Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
         opts.optimized_model_filepath = str(optimized_model_path)
-    if spinning is not None:
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    if spinning is None:
+        spinning = threads_spin()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
     opts.log_severity_level = (
         3  # errors only: the serialisation warnings are explained in the course text
     )

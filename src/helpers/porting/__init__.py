@@ -1,5 +1,4 @@
-"""Moving a model from PyTorch to OneFlow (case study 1, chapters 1-2).
+"""Moving a model from PyTorch to OneFlow (case study 1, chapters 1-3).
 
 - :mod:`~helpers.porting.migration` -- import rewriting, mock_torch imports, missing-API scan
-- :mod:`~helpers.porting.alignment` -- precision alignment reports and aligned training in two frameworks
 """

@@ -1,8 +1,10 @@
-"""A real Triton Inference Server, its model repositories, clients and load runs (chapter 9).
+"""A real Triton Inference Server, its model repositories, clients and load runs; the front before it.
 
 - :mod:`~helpers.serving.triton_server` -- start, query and always stop a ``tritonserver`` process
 - :mod:`~helpers.serving.triton_client` -- raw HTTP (like curl), KServe v2 bodies, HTTP/gRPC clients
 - :mod:`~helpers.serving.triton_repo` -- model repositories and ``config.pbtxt`` checked with Triton's schema
-- :mod:`~helpers.serving.triton_load` -- bounded loopback load sweeps and their plot
+- :mod:`~helpers.serving.triton_load` -- bounded loopback load sweeps, perf_analyzer, and their plot
+- :mod:`~helpers.serving.nginx_front` -- nginx in front of several servers: limits, retries, failover
+- :mod:`~helpers.serving.k8s_manifests` -- the same deployment as Kubernetes manifests, validated offline
 - ``triton_models/`` -- the Python-backend ``model.py`` files Triton runs
 """

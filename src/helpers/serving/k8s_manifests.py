@@ -9,8 +9,6 @@ that limits request size and rate and retries a failed request on another pod.
 :func:`manifests` builds them as plain dictionaries; :func:`write_manifests` writes one YAML file
 per object; :func:`validate_manifests` checks every object against the Kubernetes OpenAPI schemas
 bundled in ``kubernetes-validate`` (offline, strict: unknown fields are errors).
-
-Why a module: YAML plumbing for chapter 9's last section; the page shows the files it writes.
 """
 
 from __future__ import annotations

@@ -14,16 +14,12 @@ ordinary process on free loopback ports, not as the system service::
     with NginxFront([a.http_url, b.http_url], [a.grpc_url, b.grpc_url], max_body_bytes=limit) as front:
         triton_client.infer_http(front.http_url, "embedder", {"image": x}, "embedding")
 
-It is stopped like :class:`~helpers.serving.triton_server.TritonServer`: context manager, ``atexit``
+It is a :class:`~helpers.core.processes.ManagedProcess`, stopped like the Triton server: context manager, ``atexit``
 hook, finalizer, and a watchdog process that stops its process group if this Python process dies.
-
-Why a module: process lifecycle and configuration plumbing for chapter 9's front; the page shows
-the generated ``nginx.conf`` and what it answers.
 """
 
 from __future__ import annotations
 
-import atexit
 import http.client
 import math
 import os
@@ -31,19 +27,12 @@ import re
 import shutil
 import subprocess
 import time
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from helpers.core import scratch
+from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, check_loopback, http_request
-from helpers.serving.triton_server import (
-    _guard,
-    _kill_group,
-    _start_watchdog,
-    _stop_watchdog,
-    free_port,
-)
+from helpers.serving.triton_server import free_port
 
 __all__ = [
     "JSON_BYTES_PER_VALUE",
@@ -55,7 +44,6 @@ __all__ = [
     "body_limit_bytes",
     "find_nginx",
     "front_config",
-    "stop_all_fronts",
 ]
 
 # The longest float32 in KServe v2 JSON: "-1.2345678e-05, " (Python's repr of a float32 widened to a
@@ -234,23 +222,7 @@ def _nginx_test(nginx: Path, conf: Path, prefix: Path) -> str:
     return proc.stderr.strip()
 
 
-_LIVE: weakref.WeakValueDictionary[int, NginxFront] = weakref.WeakValueDictionary()
-
-
-@atexit.register
-def stop_all_fronts() -> None:
-    """Stop every front this process started and has not stopped (runs at interpreter exit)."""
-    for front in list(_LIVE.values()):
-        front.stop()
-
-
-def _cleanup(proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path) -> None:
-    _kill_group(proc, 5.0)
-    _stop_watchdog(watchdog)
-    scratch.remove_scratch(workdir)
-
-
-class NginxFront:
+class NginxFront(ManagedProcess):
     """nginx on free loopback ports in front of the given Triton servers (see :func:`front_config`)."""
 
     def __init__(
@@ -274,15 +246,11 @@ class NginxFront:
             max_fails=int(max_fails),
             fail_timeout_s=int(fail_timeout_s),
         )
+        super().__init__()
         self.startup_timeout = float(startup_timeout)
         self.http_port = self.grpc_port = 0
-        self.proc: subprocess.Popen | None = None
         self.config_text = ""
         self.test_output = ""
-        self._watchdog: subprocess.Popen | None = None
-        self._workdir: Path | None = None
-        self._finalizer: weakref.finalize | None = None
-        self._logs = {"access": "", "error": ""}
         front_config(  # refuse bad settings now, not at start()
             self.http_upstreams,
             self.grpc_upstreams,
@@ -302,24 +270,13 @@ class NginxFront:
         """``127.0.0.1:PORT`` of the gRPC front (HTTP/2, what ``tritonclient.grpc`` takes)."""
         return f"{LOOPBACK}:{self.grpc_port}"
 
-    def is_alive(self) -> bool:
-        """True while the nginx master process runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def processes(self) -> list[int]:
-        """PIDs of the nginx master and its worker (its process group)."""
-        from helpers.serving.triton_server import _group_members
-
-        return _group_members(self.proc.pid) if self.proc is not None else []
-
-    def _read(self, name: str) -> str:
-        if self._workdir is not None and (self._workdir / f"{name}.log").exists():
-            return (self._workdir / f"{name}.log").read_text(errors="replace")
-        return self._logs[name]
+    def kept_files(self) -> tuple[str, ...]:
+        """The access and error logs outlive :meth:`stop`."""
+        return ("access.log", "error.log")
 
     def access_log(self) -> list[str]:
         """One line per request: status, method, path, the upstream(s) tried and their statuses."""
-        return self._read("access").splitlines()
+        return self.kept("access.log").splitlines()
 
     def wait_for_log(self, since: int, timeout_s: float = 10.0) -> list[str]:
         """The access-log lines after the first ``since``, waiting until there is one.
@@ -334,14 +291,14 @@ class NginxFront:
 
     def error_log(self) -> str:
         """nginx's error log (refused requests, upstreams that failed)."""
-        return self._read("error")
+        return self.kept("error.log")
 
     def start(self) -> NginxFront:
         """Write the config, check it (:func:`audit_config`, ``nginx -t``), start nginx, wait for it."""
         if self.is_alive():
             raise RuntimeError(f"front already running (pid {self.proc.pid})")
         nginx = find_nginx()
-        self._workdir = scratch.scratch_dir("nginx-")
+        workdir = self.make_workdir("nginx-")
         self.http_port = free_port()
         self.grpc_port = free_port()
         while self.grpc_port == self.http_port:
@@ -351,43 +308,25 @@ class NginxFront:
             self.grpc_upstreams,
             http_port=self.http_port,
             grpc_port=self.grpc_port,
-            prefix=self._workdir,
+            prefix=workdir,
             # run as root (a container, CI): keep the workers as root so that they can write the
             # scratch folder; as anybody else nginx ignores `user` and stays that user
             user="root" if os.geteuid() == 0 else None,
             **self.settings,
         )
-        conf = self._workdir / "nginx.conf"
+        conf = workdir / "nginx.conf"
         conf.write_text(self.config_text)
         try:
             missing = audit_config(self.config_text)
             if missing:
                 raise NginxConfigError(f"the front config lacks: {'; '.join(missing)}")
-            self.test_output = _nginx_test(nginx, conf, self._workdir)
+            self.test_output = _nginx_test(nginx, conf, workdir)
         except BaseException:
-            scratch.remove_scratch(self._workdir)
-            self._workdir = None
+            self.stop()
             raise
-        self._watchdog = _start_watchdog(grace_s=5.0)
-        cmd = [str(nginx), "-p", str(self._workdir), "-c", str(conf)]
-        cmd += ["-e", str(self._workdir / "error.log"), "-g", "daemon off;"]
-        try:
-            with open(self._workdir / "stderr.log", "wb") as err:
-                self.proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    cwd=self._workdir,
-                    start_new_session=True,  # its own process group, killed as one
-                )
-        except BaseException:
-            _stop_watchdog(self._watchdog)
-            self._watchdog = None
-            raise
-        _LIVE[id(self)] = self
-        self._finalizer = weakref.finalize(self, _cleanup, self.proc, self._watchdog, self._workdir)
-        _guard(self._watchdog, self.proc.pid)
+        cmd = [str(nginx), "-p", str(workdir), "-c", str(conf)]
+        cmd += ["-e", str(workdir / "error.log"), "-g", "daemon off;"]
+        self.launch(cmd, output=workdir / "stderr.log")
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -402,28 +341,6 @@ class NginxFront:
             time.sleep(0.05)
         self.stop()
         raise TimeoutError(f"nginx did not answer within {self.startup_timeout:.0f} s")
-
-    def stop(self) -> int | None:
-        """Stop nginx (its whole process group); returns the exit code. Idempotent."""
-        code = None
-        if self.proc is not None:
-            code = _kill_group(self.proc, 5.0)
-            if self._finalizer is not None:
-                self._finalizer.detach()
-        _stop_watchdog(self._watchdog)
-        self._watchdog = None
-        _LIVE.pop(id(self), None)
-        if self._workdir is not None:
-            self._logs = {"access": self._read("access"), "error": self._read("error")}
-            scratch.remove_scratch(self._workdir)
-            self._workdir = None
-        return code
-
-    def __enter__(self) -> NginxFront:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = (

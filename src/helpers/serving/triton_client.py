@@ -8,14 +8,6 @@
 
 Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk to a
 server you started (:class:`helpers.serving.triton_server.TritonServer`), not to someone else's.
-
-Why a module although only chapter 9 uses it: this is client plumbing. Chapter 9 writes one raw
-KServe v2 request and the ``tritonclient`` calls on its page; the functions here repeat those lines
-for the many requests that follow (good and deliberately bad ones), and
-:mod:`helpers.serving.triton_load` builds its requests with :func:`request_tensors` too.
-
-Why a module: client plumbing (request bodies, binary tensors, errors) that chapter 9 uses after
-writing one raw request on its page.
 """
 
 from __future__ import annotations

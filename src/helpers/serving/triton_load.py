@@ -6,14 +6,6 @@ requests per second and the latency distribution per concurrency level, like Tri
 ``perf_analyzer`` (wrapped by :func:`perf_analyzer` where its libraries are present). Both refuse
 anything but a loopback address and bound the number of levels, clients and seconds: this is a
 measurement of your own server, not a load test of someone else's.
-
-Why a module although only chapter 9 uses it: this is measurement plumbing (threads, a barrier, a
-fixed time window, percentiles, a plot), like :mod:`helpers.core.benchmarking` is for in-process
-code. The requests it sends are built by :func:`helpers.serving.triton_client.request_tensors`, the
-same lines chapter 9 writes on its page.
-
-Why a module: bounded load-run plumbing (threads, deadlines, percentiles, perf_analyzer) behind
-chapter 9's measurements.
 """
 
 from __future__ import annotations
@@ -34,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.benchmarking import percentile
+from helpers.measure.measurement import percentile
 from helpers.serving.triton_client import check_loopback, request_tensors
 
 __all__ = [

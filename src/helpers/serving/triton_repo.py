@@ -14,15 +14,6 @@ Three layouts are written here:
   with the TensorRT execution accelerator (production, GPU);
 - :func:`oneflow_serving_model` -- the OneFlow-Serving image's ``oneflow`` backend
   (``INPUT_0``/``OUTPUT_0``, the graph saved with ``flow.save(graph, ...)`` as ``<version>/model/``).
-
-Why a module although only chapter 9 uses it: this is validation plumbing. The chapter prints the
-``config.pbtxt`` files and the ``model.py`` these functions write (the lesson is what a repository
-holds); building each message field by field and checking it against Triton's schema is the safety
-net that makes a typo fail in Python rather than in a server log, and ``tests/test_serving_repo.py``
-tests it without a server.
-
-Why a module: model-repository and config.pbtxt validation plumbing; chapter 9 shows the files it
-writes.
 """
 
 from __future__ import annotations

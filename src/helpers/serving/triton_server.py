@@ -14,49 +14,28 @@ Prometheus metrics are on by default (``--allow-metrics=true`` on a third free l
 :attr:`TritonServer.metrics_url`; read them with
 :func:`helpers.serving.triton_client.scrape_metrics`); ``metrics=False`` opens no such port.
 
-Four safety nets stop the server: the context manager (also on exceptions), an ``atexit`` hook, a
-finalizer when the object is garbage collected, and a small watchdog process that kills the server's
-process group if the Python process itself dies (e.g. a killed Jupyter kernel).
-
-The server is started without ``preexec_fn``: a Jupyter kernel running PyTorch or OneFlow always has
-threads, and Python code between ``fork`` and ``exec`` in a threaded process can deadlock (the
-``subprocess`` documentation warns against it). ``start_new_session=True`` (a ``setsid()`` done by
-``subprocess``'s C code) puts the server and its Python-backend stubs in a process group of their
-own. The watchdog replaces Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``), which needed
-that ``preexec_fn`` and fires when the *thread* that started the server exits, not the process: it
-blocks reading a pipe whose only writer is this process; when this process ends, however it ends
-(even by SIGKILL), the kernel closes the pipe, the read returns, and the watchdog stops the group.
-
-Why a module although only chapter 9 uses it: this is server lifecycle, plumbing. Finding the
-bundled binary and its libraries, free ports, readiness with a timeout, the log, and a process
-group that is always killed teach nothing about serving, and a mistake there leaves servers
-running after the notebook; the chapter shows what the server is given (the repository, the
-``config.pbtxt`` files and ``model.py``) and what it answers.
-
-Why a module: server lifecycle plumbing (free ports, start, readiness, always stop) that must never
-leave a process behind.
+It is a :class:`~helpers.core.processes.ManagedProcess`: context manager, ``atexit`` hook, finalizer
+and a watchdog process stop the server's whole process group (the server and its Python-backend
+stubs), even when the Python process itself dies (e.g. a killed Jupyter kernel).
 """
 
 from __future__ import annotations
 
-import atexit
 import http.client
 import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import sysconfig
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from helpers.core import scratch
+from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
 
 __all__ = [
@@ -64,14 +43,12 @@ __all__ = [
     "TritonInstallation",
     "TritonNotFoundError",
     "TritonServer",
-    "alive",
     "find_triton",
     "GLIBC_SERVING",
     "free_port",
     "glibc_version",
     "libpython_dir",
     "pytriton_config",
-    "stop_all_servers",
     "unavailable_reason",
 ]
 
@@ -210,155 +187,7 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
-# --------------------------------------------------------------------------------------------- lifecycle
-
-# Servers started and not yet stopped. Weak references: a server object that is garbage collected is
-# stopped by its finalizer; the ones still referenced at interpreter exit are stopped by the hook below.
-_LIVE: weakref.WeakValueDictionary[int, TritonServer] = weakref.WeakValueDictionary()
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
-    """SIGTERM the process group (server + Python-backend stubs), then SIGKILL what is left."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:  # stubs may outlive a server that exited: kill the whole group regardless
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
-
-
-# The watchdog: reads the server's process-group id (one line), then blocks until the pipe from
-# this process closes (nothing else is ever written), which happens when this process exits or is
-# killed. Then it stops the server's process group: SIGTERM, up to ``grace`` seconds, SIGKILL.
-# It runs with ``-I -S`` (no site, no environment) and ignores SIGINT, so an interrupt of the
-# kernel's process group does not stop it; stop() kills it after stopping the server. The pipe's
-# write end is not inheritable (PEP 446) and subprocesses close it anyway; only a child made by a
-# bare fork() (no exec) would hold it open, delaying the watchdog until that child ends too.
-_WATCHDOG = """
-import os, signal, sys, time
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-line = sys.stdin.buffer.readline()
-if not line.strip():
-    sys.exit(0)
-pgid, grace = int(line), float(sys.argv[1])
-while sys.stdin.buffer.read(4096):
-    pass
-
-def alive():
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-try:
-    os.killpg(pgid, signal.SIGTERM)
-except ProcessLookupError:
-    sys.exit(0)
-deadline = time.monotonic() + grace
-while alive() and time.monotonic() < deadline:
-    time.sleep(0.05)
-try:
-    os.killpg(pgid, signal.SIGKILL)
-except ProcessLookupError:
-    pass
-"""
-
-
-def _start_watchdog(grace_s: float) -> subprocess.Popen:
-    """A watchdog process waiting for the process group to guard (see :func:`_guard`)."""
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(grace_s)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-        start_new_session=True,  # not in the kernel's process group: a Ctrl-C there leaves it be
-    )
-
-
-def _guard(watchdog: subprocess.Popen, pgid: int) -> None:
-    """Tell ``watchdog`` which process group to stop when this process ends."""
-    watchdog.stdin.write(f"{pgid}\n".encode())
-    watchdog.stdin.flush()
-
-
-def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
-    """Stop a watchdog whose server is already stopped (it must not signal a reused group id)."""
-    if watchdog is None:
-        return
-    if watchdog.poll() is None:
-        watchdog.kill()
-    try:
-        watchdog.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass
-    if watchdog.stdin is not None:
-        try:
-            watchdog.stdin.close()
-        except OSError:
-            pass
-
-
-def _cleanup(
-    proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path, grace_s: float
-) -> None:
-    """What the finalizer of a forgotten server does: stop its process group and its watchdog,
-    delete its work folder."""
-    _kill_group(proc, grace_s)
-    _stop_watchdog(watchdog)
-    scratch.remove_scratch(workdir)
-
-
-@atexit.register
-def stop_all_servers() -> None:
-    """Stop every server this process started and has not stopped (runs at interpreter exit)."""
-    for server in list(_LIVE.values()):
-        server.stop()
-
-
-def _group_members(pgid: int) -> list[int]:
-    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
-    import psutil
-
-    pids = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                pids.append(proc.info["pid"])
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return pids
-
-
-def alive(pids: Sequence[int]) -> list[int]:
-    """The PIDs among ``pids`` that still run (zombies awaiting their parent's wait() count as gone)."""
-    import psutil
-
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            continue
-    return out
-
-
-class TritonServer:
+class TritonServer(ManagedProcess):
     """A ``tritonserver`` process on loopback ports, serving ``model_repository``.
 
     ``models=None`` loads every model of the repository at start-up; a list switches Triton to
@@ -394,13 +223,8 @@ class TritonServer:
         self.startup_timeout = float(startup_timeout)
         self.log_verbose = int(log_verbose)
         self.extra_args = list(extra_args)
-        self.proc: subprocess.Popen | None = None
-        self._watchdog: subprocess.Popen | None = None
+        super().__init__()
         self.startup_s: float | None = None
-        self._workdir: Path | None = None
-        self._log_path: Path | None = None
-        self._final_log = ""
-        self._finalizer: weakref.finalize | None = None
 
     # ---- addresses
     @property
@@ -420,24 +244,13 @@ class TritonServer:
             raise RuntimeError("this server was started with metrics=False")
         return f"{LOOPBACK}:{self.metrics_port}"
 
-    @property
-    def pid(self) -> int | None:
-        """Process id of the running (or last) server, None before :meth:`start`."""
-        return self.proc.pid if self.proc is not None else None
-
-    def is_alive(self) -> bool:
-        """True while the server process runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def processes(self) -> list[int]:
-        """PIDs of the server and its Python-backend stub processes (its process group)."""
-        return _group_members(self.proc.pid) if self.proc is not None else []
+    def kept_files(self) -> tuple[str, ...]:
+        """The server log outlives :meth:`stop`."""
+        return ("server.log",)
 
     def log(self) -> str:
         """Everything the server has written so far (kept after :meth:`stop`)."""
-        if self._log_path is not None and self._log_path.exists():
-            return self._log_path.read_text(encoding="utf-8", errors="replace")
-        return self._final_log
+        return self.kept("server.log")
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of :meth:`log`."""
@@ -492,9 +305,7 @@ class TritonServer:
         raise AssertionError("unreachable")
 
     def _launch(self, install: TritonInstallation) -> None:
-        # a scratch folder: removed by stop(), at exit, or (after a SIGKILL) by the next scratch_dir call
-        self._workdir = scratch.scratch_dir("triton-")
-        backend_dir = self._workdir / "backends"
+        backend_dir = self.make_workdir("triton-") / "backends"
         (backend_dir / "python").mkdir(parents=True)
         for src in (*install.backend_files, install.stub):
             shutil.copy2(src, backend_dir / "python" / src.name)
@@ -505,34 +316,15 @@ class TritonServer:
         self.metrics_port = self._fixed_ports[2] or free_port()
         while self.metrics_port in (self.http_port, self.grpc_port):
             self.metrics_port = free_port()
-        self._log_path = self._workdir / "server.log"
         self._start_time = time.perf_counter()
-        # the watchdog first, so that it guards the server from the moment the server exists
-        self._watchdog = _start_watchdog(grace_s=5.0)
         try:
-            with open(self._log_path, "wb") as log:
-                self.proc = subprocess.Popen(
-                    self._command(install, backend_dir),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=install.environment(),
-                    cwd=self._workdir,
-                    start_new_session=True,  # its own process group; no preexec_fn (see above)
-                )
-        except BaseException:
-            _stop_watchdog(self._watchdog)
-            self._watchdog = None
-            raise
-        _LIVE[id(self)] = self
-        self._finalizer = weakref.finalize(
-            self, _cleanup, self.proc, self._watchdog, self._workdir, 5.0
-        )
-        try:
-            _guard(self._watchdog, self.proc.pid)
-        except OSError as exc:  # the watchdog died at once: do not run a server nothing guards
-            self.stop(grace_s=1.0)
-            raise ServerStartError(f"the server's watchdog process is not running: {exc}") from exc
+            self.launch(
+                self._command(install, backend_dir),
+                output=self.workdir / "server.log",
+                env=install.environment(),
+            )
+        except RuntimeError as exc:  # the watchdog died at once
+            raise ServerStartError(str(exc)) from exc
 
     def error_lines(self, limit: int = 5) -> list[str]:
         """The server log's error lines (``E<date> ... "message"``), last ``limit`` of them."""
@@ -575,28 +367,7 @@ class TritonServer:
             f"timed out after {self.startup_timeout:.0f} s waiting for {waiting} to become ready"
         )
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        """Stop the server and its stubs (SIGTERM, then SIGKILL); returns the exit code. Idempotent."""
-        code = None
-        if self.proc is not None:
-            code = _kill_group(self.proc, grace_s)
-            if self._finalizer is not None:
-                self._finalizer.detach()
-        _stop_watchdog(self._watchdog)
-        self._watchdog = None
-        _LIVE.pop(id(self), None)
-        if self._workdir is not None:
-            self._final_log = self.log()
-            self._log_path = None
-            scratch.remove_scratch(self._workdir)
-            self._workdir = None
-        return code
-
-    def __enter__(self) -> TritonServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    grace_s = 10.0  # the Python-backend stubs get time to shut down
 
     # ---- model management (KServe v2 repository extension)
     def repository_index(self) -> list[dict[str, Any]]:

@@ -9,9 +9,12 @@ hundred steps to learn them.  The same seed always gives the same images.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from helpers.core.checks import check_int
 
 __all__ = [
     "CLASS_NAMES",
@@ -25,6 +28,11 @@ __all__ = [
     "decode_image",
     "resize",
     "preprocess",
+    "make_jpeg_dataset",
+    "load_batch",
+    "make_batches",
+    "check_dataset",
+    "batch_order",
 ]
 
 CLASS_NAMES = ("circle", "square", "triangle", "cross", "ring", "h-stripes", "v-stripes", "checker")
@@ -155,3 +163,49 @@ def resize(image: np.ndarray, size: int) -> np.ndarray:
 def preprocess(data: bytes, size: int) -> np.ndarray:
     """Decode, resize and normalise one encoded image into a float32 ``(3, size, size)`` network input."""
     return normalize(resize(decode_image(data), size)[None])[0]
+
+
+def make_jpeg_dataset(n: int, size: int, *, seed: int = 0, quality: int = 90) -> list[bytes]:
+    """``n`` generated images of ``size`` x ``size`` pixels, JPEG-encoded (the service's input files)."""
+    images, _ = make_images(n, size, seed=seed)
+    return encode_jpeg(images, quality=quality)
+
+
+def load_batch(jpegs: Sequence[bytes], indices: Sequence[int], image_size: int) -> np.ndarray:
+    """The CPU stage: decode, resize and normalise ``jpegs[indices]`` into a float32 NCHW batch."""
+    if len(indices) == 0:
+        raise ValueError("a batch needs at least one image index")
+    return normalize(np.stack([resize(decode_image(jpegs[i]), image_size) for i in indices]))
+
+
+def make_batches(n: int, batch_size: int) -> list[list[int]]:
+    """Index lists of consecutive batches (the last one may be smaller)."""
+    check_int("batch_size", batch_size)
+    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
+
+
+def check_dataset(jpegs: Sequence[bytes], batch_size: int, image_size: int) -> list[list[int]]:
+    """Check a pipeline's dataset and sizes; return the index lists of its batches."""
+    if jpegs is None or len(jpegs) == 0:
+        raise ValueError("the dataset is empty: the pipeline needs at least one encoded image")
+    check_int("image_size", image_size, minimum=8)
+    if not all(isinstance(b, (bytes, bytearray)) for b in jpegs):
+        raise TypeError(
+            "the dataset must be a sequence of encoded image bytes (see make_jpeg_dataset)"
+        )
+    return make_batches(len(jpegs), batch_size)
+
+
+def batch_order(n: int, steps: int, batch_size: int, seed: int = 0) -> np.ndarray:
+    """``(steps, batch_size)`` sample indices: a fresh shuffle every epoch, the same for every framework."""
+    if not (1 <= batch_size <= n) or steps < 1:
+        raise ValueError(
+            f"need 1 <= batch_size <= n samples and steps >= 1; got n={n}, batch_size={batch_size}, steps={steps}"
+        )
+    rng = np.random.default_rng(seed)
+    per_epoch = n // batch_size
+    order: list[np.ndarray] = []
+    while len(order) < steps:
+        perm = rng.permutation(n)
+        order.extend(perm[i * batch_size : (i + 1) * batch_size] for i in range(per_epoch))
+    return np.stack(order[:steps])

@@ -1,10 +1,5 @@
 """Batch-wise prediction and top-1 accuracy for every kind of model the course runs.
 
-Why a module: reused by the package. It is the course's one source for "run this model on all of
-these inputs, a batch at a time" and for accuracy: chapter 2's alignment report
-(:mod:`helpers.porting.alignment`) and the training recipe (:mod:`helpers.workload.training`)
-call it, and chapter 8 measures INT8's accuracy cost with it::
-
     logits = predict_batched(model, x, batch_size=64)   # NumPy in, NumPy out
     acc = accuracy(runner, val.x, val.y)                # top-1 on a held-out split
 

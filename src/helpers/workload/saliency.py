@@ -19,12 +19,11 @@ Chapter 4 writes the task on its page, in ``#@save`` cells that ``tools/save_cel
 end of this module: the variants (:func:`make_task`, eager PyTorch or OneFlow) and the ``nn.Graph``
 version with its input-gradient holder (:func:`make_graph_task`: OneFlow 0.9.0 cannot return an
 input's ``.grad`` from a graph, so a zero parameter added to the input and SGD with ``lr=1`` leave
-``-grad`` in the holder). Chapter 10 and :mod:`helpers.perf.ladder` reuse them. Every variant returns
+``-grad`` in the holder). Chapter 10 and :mod:`helpers.chapters.ch10_ladder` reuse them. Every variant returns
 the same ``TaskResult`` (logits of the first forward, saliency map), so a notebook can assert that
 pruning changed nothing but the time.
 
-This header holds the plumbing: argument checks with errors that explain, and
-:func:`task_peak_memory`. Importing the module imports OneFlow (the graph classes subclass
+This header holds the plumbing: argument checks with errors that explain. Importing the module imports OneFlow (the graph classes subclass
 ``flow.nn.Graph``).
 """
 
@@ -53,7 +52,6 @@ __all__ = [
     "make_graph_task",
     "check_task_args",
     "check_input",
-    "task_peak_memory",
 ]
 
 flow = import_oneflow()  # the notebook's setup cell does the same before the page's classes
@@ -99,25 +97,6 @@ def check_input(x: Any, fw: str, shape: tuple[int, ...] | None = None) -> None:
             f"this graph was built for input shape {tuple(shape)}, got {tuple(x.shape)}; "
             "an nn.Graph has static shapes: build one graph task per shape"
         )
-
-
-def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
-    """Peak extra tensor memory of one call of a PyTorch ``make_task`` task (see ``profiling.torch_peak_memory``).
-
-    Gradients left by earlier calls are dropped first, so each variant is measured from the same
-    clean state and ``retained`` shows the weight gradients a variant leaves behind.
-    """
-    from helpers.perf.profiling import torch_peak_memory
-
-    module = getattr(task, "module", None)
-    if module is None or framework_of(module) != "torch":
-        raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
-
-    def drop_grads() -> None:
-        for param in module.parameters():
-            param.grad = None
-
-    return torch_peak_memory(lambda: task(x), device=device, setup=drop_grads)
 
 
 # ---- saved from notebooks/04_pruning.ipynb by tools/save_cells.py: edit it there ----
@@ -184,7 +163,10 @@ def make_task(model, variant):
     net = copy.deepcopy(model)  # each variant sets its own requires_grad flags
     for param in net.parameters():
         param.requires_grad_(variant == "original")  # step 1 freezes every weight
-    if variant in ("original", "frozen_params"):  # same code; frozen_params has frozen weights
+    if variant in (
+        "original",
+        "frozen_params",
+    ):  # same code; frozen_params has frozen weights
         framework = models.nn_namespace(fw)[0]
         optimizer = framework.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
         run = partial(original_task, net, optimizer)
@@ -239,7 +221,10 @@ def make_graph_task(model, variant, input_shape):
         param.requires_grad_(variant == "original")
     module = WithGradHolder(net, input_shape)
     groups = []
-    if variant in ("original", "frozen_params"):  # the leftover update of every weight (lr 0)
+    if variant in (
+        "original",
+        "frozen_params",
+    ):  # the leftover update of every weight (lr 0)
         groups.append({"params": list(net.parameters()), "lr": 0.0, "momentum": 0.9})
     # SGD with lr=1 on the zero holder: after one step it holds 0 - 1 * grad = -grad, exactly
     groups.append({"params": [module.holder], "lr": 1.0, "momentum": 0.0})

@@ -1,18 +1,10 @@
 """Train a PyTorch classifier on the generated dataset quickly, so accuracy means something.
 
-Why a module: plumbing. Chapter 8, its only user, measures what INT8 quantization does to
-*accuracy*, which needs a model that has learned the task (random weights have nothing to lose).
-Training is not that chapter's lesson, so the recipe lives here rather than on its page. It is a
-short, robust one: AdamW with a one-cycle learning-rate schedule (warm up, then anneal), light
-augmentation (horizontal flips and a small random translation), and an epoch-wise shuffled
-batch order (:func:`helpers.porting.alignment.batch_order`, the same one the precision-alignment
-chapter uses). Held-out accuracy comes from :func:`helpers.workload.predict.accuracy`::
-
     result = train_classifier(model, train_split, steps=300, batch_size=64, val=val_split)
     print(result)                  # steps, seconds, device and math mode, final loss, accuracy
     plots.plot_loss_curves({"train": result.losses})
 
-For training two frameworks *identically* (chapter 2), see :mod:`helpers.porting.alignment`.
+For training two frameworks *identically* (chapter 2), see :mod:`helpers.chapters.ch02_alignment`.
 """
 
 from __future__ import annotations
@@ -99,7 +91,7 @@ def train_classifier(
     import torch
 
     from helpers.core.precision import torch_math_mode
-    from helpers.porting.alignment import batch_order
+    from helpers.workload.data import batch_order
     from helpers.workload.predict import accuracy
 
     if not isinstance(model, torch.nn.Module):

@@ -15,20 +15,17 @@ this module:
 - :func:`run_dataloader` -- the standard tool: ``torch.utils.data.DataLoader`` workers load and
   prefetch batches (pinned memory on a GPU) while this process runs the model.
 
-Why a module for one chapter's code: the two-process runner starts its workers with ``spawn``,
+The pipeline cells live in a module because the two-process runner starts its workers with ``spawn``,
 and a spawned process imports its target function: it cannot run a function defined in a
 notebook, so the page's worker must live in an importable module. Chapter 5 uses it; the capstone
 is to reuse the runners later.
 
 This header holds the plumbing: the timeline and result types (:class:`StageEvent`,
-:class:`PipelineRun`, for :func:`helpers.core.plots.plot_timeline`), the generated dataset and the
+:class:`PipelineRun`, for :func:`helpers.show.plots.plot_timeline`), the generated dataset and the
 load stage, argument checks, :func:`torch_threads`, :class:`WorkerPool` (spawned processes with
 timeouts: a stuck or crashed worker raises ``TimeoutError`` / ``RuntimeError`` instead of hanging)
 and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock for all processes of the
 machine).
-
-Why a module: chapter 5's spawned worker processes can only run code they import, so the page's
-pipeline cells are saved here; the rest is process plumbing (start, time out, clean up).
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ import queue as queue_mod
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,18 +44,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from helpers.core import scratch
-from helpers.workload.data import decode_image, encode_jpeg, make_images, normalize, resize
+from helpers.core.threads import torch_threads
+from helpers.workload.data import check_dataset, load_batch
 
 __all__ = [
     "StageEvent",
     "PipelineRun",
-    "make_jpeg_dataset",
-    "load_batch",
-    "make_batches",
-    "check_dataset",
     "check_workers",
     "check_task_module",
-    "torch_threads",
     "WorkerPool",
     "speedup_table",
     "infer",
@@ -165,39 +157,6 @@ class PipelineRun:
         )
 
 
-def make_jpeg_dataset(n: int, size: int, *, seed: int = 0, quality: int = 90) -> list[bytes]:
-    """``n`` generated images of ``size`` x ``size`` pixels, JPEG-encoded (the service's input files)."""
-    images, _ = make_images(n, size, seed=seed)
-    return encode_jpeg(images, quality=quality)
-
-
-def load_batch(jpegs: Sequence[bytes], indices: Sequence[int], image_size: int) -> np.ndarray:
-    """The CPU stage: decode, resize and normalise ``jpegs[indices]`` into a float32 NCHW batch."""
-    if len(indices) == 0:
-        raise ValueError("a batch needs at least one image index")
-    return normalize(np.stack([resize(decode_image(jpegs[i]), image_size) for i in indices]))
-
-
-def make_batches(n: int, batch_size: int) -> list[list[int]]:
-    """Index lists of consecutive batches (the last one may be smaller)."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
-
-
-def check_dataset(jpegs: Sequence[bytes], batch_size: int, image_size: int) -> list[list[int]]:
-    """Check a pipeline's dataset and sizes; return the index lists of its batches."""
-    if jpegs is None or len(jpegs) == 0:
-        raise ValueError("the dataset is empty: the pipeline needs at least one encoded image")
-    if not isinstance(image_size, int) or image_size < 8:
-        raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
-    if not all(isinstance(b, (bytes, bytearray)) for b in jpegs):
-        raise TypeError(
-            "the dataset must be a sequence of encoded image bytes (see make_jpeg_dataset)"
-        )
-    return make_batches(len(jpegs), batch_size)
-
-
 def check_workers(workers: Any, what: str) -> None:
     """Check that a process or thread count ``what`` is a positive int."""
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -229,20 +188,6 @@ def check_task_module(model: Any) -> None:
             "freezes them; pass helpers.workload.saliency.make_task(model, "
             "'single_forward').module"
         )
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with PyTorch's intra-op thread count set to ``n`` (None: unchanged), then restore it."""
-    if n is not None:
-        check_workers(n, "threads")
-    saved = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 class WorkerPool:
@@ -399,7 +344,10 @@ def run_serial(model, jpegs, *, batch_size, image_size, device="cpu", threads=No
             m = time.time()
             outputs[b] = infer(model, x, device)  # ...and the loader waits while it runs
             e = time.time()
-            events += [StageEvent("main", "load", b, s, m), StageEvent("main", "infer", b, m, e)]
+            events += [
+                StageEvent("main", "load", b, s, m),
+                StageEvent("main", "infer", b, m, e),
+            ]
         wall = time.time() - t0
         meta = {"threads": torch.get_num_threads(), "startup_s": 0.0}
     return PipelineRun("serial", events, outputs, wall, len(jpegs), meta)
@@ -414,12 +362,14 @@ def case_study_worker(
         with open(payload, "rb") as fh:  # this process's own copy of the model and the images
             model, jpegs = pickle.load(fh)
         model = model.eval().to(device)
-        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
+        # warm-up, untimed
+        infer(model, load_batch(jpegs, batches[0], image_size), device)
         out_q.put(("ready", wid, None))
         go.wait()  # every process starts at the same moment
         lane = f"process {wid}"
         while True:
-            with lock:  # only one process loads at a time; the others run their model meanwhile
+            # only one process loads at a time; the others run their model meanwhile
+            with lock:
                 b = next_batch.value
                 if b >= len(batches):
                     break
@@ -429,7 +379,10 @@ def case_study_worker(
                 m = time.time()
             y = infer(model, x, device)
             e = time.time()
-            events = [StageEvent(lane, "load", b, s, m), StageEvent(lane, "infer", b, m, e)]
+            events = [
+                StageEvent(lane, "load", b, s, m),
+                StageEvent(lane, "infer", b, m, e),
+            ]
             out_q.put(("result", wid, (b, y, events)))
         out_q.put(("done", wid, None))
     except BaseException:  # every failure must reach the parent, never leave it waiting

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.benchmarking import Measurement
+from helpers.measure.measurement import Measurement
 
 __all__ = ["sweep_rows", "GpuUtilisation", "fastest_thread_count"]
 
@@ -125,7 +125,7 @@ def fastest_thread_count(
 
     import torch
 
-    from helpers.core.benchmarking import benchmark_interleaved
+    from helpers.measure.timer import benchmark_interleaved
 
     if candidates is None:
         candidates = sorted({1, torch.get_num_threads(), os.cpu_count() or 1})

@@ -18,10 +18,6 @@ Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScrip
 modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
 Inputs are float batches (first axis = samples); they are fed to every model as float32, or as
 float64 to a float64 model (a float64 copy makes a good "exact" reference).
-
-Why a module: report and training-run plumbing (tables, plots, loss curves in two frameworks) for
-chapter 2, whose page shows the comparisons it makes; chapter 8's training recipe reuses its batch
-order.
 """
 
 from __future__ import annotations
@@ -35,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.benchmarking import format_table, synchronize
 from helpers.core.comparison import Comparison, compare, to_numpy
+from helpers.measure.timer import synchronize
+from helpers.show.table import format_table
+from helpers.workload.data import batch_order
 from helpers.workload.models import (
     framework_of,
     load_numpy_state,
@@ -54,7 +52,6 @@ __all__ = [
     "make_train_step",
     "TrainingCurve",
     "TrainingAlignment",
-    "batch_order",
     "perturb_weights",
     "train_run",
     "train_aligned",
@@ -506,21 +503,6 @@ class TrainingAlignment:
                 f"training runs {self.reference.name!r} and {self.candidate.name!r} are not aligned: "
                 + "; ".join(problems)
             )
-
-
-def batch_order(n: int, steps: int, batch_size: int, seed: int = 0) -> np.ndarray:
-    """``(steps, batch_size)`` sample indices: a fresh shuffle every epoch, the same for every framework."""
-    if not (1 <= batch_size <= n) or steps < 1:
-        raise ValueError(
-            f"need 1 <= batch_size <= n samples and steps >= 1; got n={n}, batch_size={batch_size}, steps={steps}"
-        )
-    rng = np.random.default_rng(seed)
-    per_epoch = n // batch_size
-    order: list[np.ndarray] = []
-    while len(order) < steps:
-        perm = rng.permutation(n)
-        order.extend(perm[i * batch_size : (i + 1) * batch_size] for i in range(per_epoch))
-    return np.stack(order[:steps])
 
 
 def _weights(model: Any) -> dict[str, np.ndarray]:

@@ -1,11 +1,5 @@
 """How close to the limit: this machine's matmul ceilings and a model's FLOPs (a roofline's two axes).
 
-Why a module: measurement plumbing, like :mod:`helpers.core.benchmarking`, used by chapter 0 and
-by chapter 8's CPU deployment target (and ``tools/bench_cpu_deploy.py``). It holds instruments, not
-the lesson: timed matrix products and convolutions (timed by chapter 0's own
-:func:`~helpers.core.benchmarking.time_loop`) and PyTorch's FLOP counter. The pages compare the
-two (the percent of peak).
-
 The ceiling depends on the math mode (:mod:`helpers.core.precision`): a float32 model on an
 Ampere-or-newer GPU runs its convolutions in TF32 by default, on tensor cores, several times
 above the IEEE float32 peak. :func:`ceilings` measures one peak per mode this device offers
@@ -24,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from helpers.core import precision
-from helpers.core.benchmarking import time_loop
+from helpers.measure.timer import time_loop
 
 __all__ = [
     "DTYPES",

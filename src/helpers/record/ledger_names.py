@@ -11,9 +11,6 @@ a variant's key): ``fps_{runtime}_batch{b}`` matches ``fps_ort_int8_batch8``; ``
 stand for a whole number only. Names of chapters
 that are not course chapters (not ``NN_...``, e.g. a reader's own experiments or the unit tests'
 scratch ledgers) are not checked.
-
-Why a module: one table shared by eleven chapters, the ladder and the tests; keeping it out of
-``ledger`` keeps the file-writing plumbing apart from the course's vocabulary.
 """
 
 from __future__ import annotations
@@ -217,12 +214,12 @@ def check(chapter: str, name: str, table: Mapping[str, Iterable[Name]] | None = 
         return
     if chapter not in table:
         raise ValueError(
-            f"{chapter!r} looks like a course chapter but has no entry in helpers.core.ledger_names.NAMES"
+            f"{chapter!r} looks like a course chapter but has no entry in helpers.record.ledger_names.NAMES"
         )
     if find(chapter, name, table) is None:
         known = ", ".join(e.pattern for e in table[chapter])
         raise ValueError(
-            f"record {name!r} of {chapter!r} is not in helpers.core.ledger_names.NAMES; "
+            f"record {name!r} of {chapter!r} is not in helpers.record.ledger_names.NAMES; "
             f"the capstone reads the same table: rename it there too (known: {known})"
         )
 
@@ -245,7 +242,9 @@ def missing_records(
     out: dict[str, list[str]] = {}
     for chapter in wanted:
         if chapter not in table:
-            raise ValueError(f"unknown chapter {chapter!r}: not in helpers.core.ledger_names.NAMES")
+            raise ValueError(
+                f"unknown chapter {chapter!r}: not in helpers.record.ledger_names.NAMES"
+            )
         written = by_chapter.get(chapter, [])
         if not written:
             continue

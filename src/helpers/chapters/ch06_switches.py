@@ -20,10 +20,6 @@ from the precision policy, :func:`helpers.core.precision.tolerance` of the varia
 
 Importing this module imports OneFlow (:class:`SwitchedGraph` subclasses a ``flow.nn.Graph``): a process
 sets the MLIR variables (and, for IEEE float32 on a GPU, the TF32 ones) before it imports this module.
-
-Why a module: chapter 6's ablation runs each variant in a fresh Python process (the MLIR switches
-are read when OneFlow is imported), and a fresh process can only run code it imports; the page's
-cells are saved here.
 """
 
 from __future__ import annotations
@@ -112,8 +108,8 @@ def oneflow_graph_ablation(
     """
     from helpers.compiling.graph_ops import oneflow_op_counts
     from helpers.core import precision
-    from helpers.core.benchmarking import benchmark_interleaved
     from helpers.core.environment import flow_device, import_oneflow, quiet_native_stderr
+    from helpers.measure.timer import benchmark_interleaved
 
     switches = {
         v["name"] if isinstance(v, dict) else str(v): _variant_switches(v) for v in variants
@@ -181,7 +177,12 @@ class SwitchedGraph(graphs.InferenceGraph):
     """Chapter 3's inference nn.Graph with case study 1's graph.config switches."""
 
     def __init__(
-        self, model: Any, *, amp: bool = False, conv_search: bool = False, add_fusion: bool = False
+        self,
+        model: Any,
+        *,
+        amp: bool = False,
+        conv_search: bool = False,
+        add_fusion: bool = False,
     ) -> None:
         super().__init__(model)
         if amp:  # mixed precision: float16 kernels where the device has them, casts around them
@@ -221,7 +222,10 @@ def explicit_padding(model: Any) -> Any:
 
 
 MLIR_ROUND_TRIP: dict[str, str] = {"ONEFLOW_MLIR_ENABLE_ROUND_TRIP": "1"}  # needed by both passes
-PAD_CONV_FUSION_ENV: dict[str, str] = {**MLIR_ROUND_TRIP, "ONEFLOW_MLIR_FUSE_FORWARD_OPS": "1"}
+PAD_CONV_FUSION_ENV: dict[str, str] = {
+    **MLIR_ROUND_TRIP,
+    "ONEFLOW_MLIR_FUSE_FORWARD_OPS": "1",
+}
 BN_FOLDING_ENV: dict[str, str] = {
     **MLIR_ROUND_TRIP,
     "ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION": "1",

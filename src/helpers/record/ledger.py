@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from helpers.measure.machine import measured_loads
+
 __all__ = [
     "RESULTS_ENV",
     "repo_root",
@@ -97,7 +99,7 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
 
     _check_name("chapter", chapter)
     _check_name("name", name)
-    from helpers.core.ledger_names import check as check_listed
+    from helpers.record.ledger_names import check as check_listed
 
     check_listed(chapter, name)  # a course chapter's record names come from one table
     # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
@@ -140,7 +142,7 @@ def _verdict(flags: list[bool | None]) -> bool | None:
 def on_machine(*measurements: Any) -> dict[str, Any]:
     """Record fields for the measurements behind one figure: threads, cores used, load, contended.
 
-    Takes :class:`helpers.core.benchmarking.Measurement` objects or their ``as_dict()`` (what a
+    Takes :class:`helpers.measure.measurement.Measurement` objects or their ``as_dict()`` (what a
     subprocess sends back). ``contended`` is True when any of them was. Use it as
     ``ledger.record(chapter, name, value, unit, **ledger.on_machine(m1, m2), ...)``.
     """
@@ -176,8 +178,7 @@ def on_machine(*measurements: Any) -> dict[str, Any]:
 
 def _process_load() -> dict[str, Any]:
     """The default stamp: every measurement this process took so far, contended if any was."""
-    bench = sys.modules.get("helpers.core.benchmarking")
-    log = list(bench.LOAD_LOG) if bench is not None else []
+    log = measured_loads()
     try:
         now = os.getloadavg()[0]
     except OSError:
@@ -248,7 +249,7 @@ def lookup(chapter: str, name: str, folder: Path | str | None = None) -> dict[st
 
 if (
     __name__ == "__main__"
-):  # `python -m helpers.core.ledger slug` prints the machine slug (used by `make bench`)
+):  # `python -m helpers.record.ledger slug` prints the machine slug (used by `make bench`)
     import sys
 
     if sys.argv[1:] == ["slug"]:
@@ -262,4 +263,4 @@ if (
             raise SystemExit(1)
         print(f"check-quiet: no contended record in {sys.argv[2]}")
     else:
-        raise SystemExit("usage: python -m helpers.core.ledger slug | check-quiet DIR")
+        raise SystemExit("usage: python -m helpers.record.ledger slug | check-quiet DIR")

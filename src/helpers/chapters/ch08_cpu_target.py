@@ -1,9 +1,5 @@
 """The CPU deployment target: one model, every CPU runtime and precision, timed like with like.
 
-Why a module: chapter 8 and ``tools/bench_cpu_deploy.py`` measure the same target (ResNet-101,
-224x224, batch 16 on the CPU) with the same variants, and chapter 8 measures the trained model's
-accuracy with the very same recipes, so the variants are built in one place::
-
     variants = build_variants(model, "model.onnx", calibration, threads=2, work_dir="art")
     table = measure_variants(variants, x16, ceilings=roofline.ceilings("cpu"), flops=f)
 
@@ -16,8 +12,6 @@ streams of one thread each) is chapter 8's lever, written on its page and saved 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,7 +21,8 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from helpers.core.benchmarking import Measurement, benchmark_interleaved
+from helpers.measure.measurement import Measurement
+from helpers.measure.timer import benchmark_interleaved
 
 __all__ = [
     "VARIANTS",
@@ -40,7 +35,6 @@ __all__ = [
     "measure_variants",
     "format_rows",
     "best_ceilings",
-    "machine_load",
     "openvino_streams",
 ]
 
@@ -66,7 +60,7 @@ class Variant:
     threads: int
     call: Callable[[np.ndarray], np.ndarray] = field(repr=False)
     device: str = "cpu"
-    framework: str = "onnxruntime"  # the name helpers.core.benchmarking knows
+    framework: str = "onnxruntime"  # the name helpers.measure.timer knows
     settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -281,29 +275,6 @@ def build_variants(
     return {k: out[k] for k in wanted if k in out}
 
 
-def machine_load(seconds: float = 0.5) -> dict[str, float]:
-    """The load around a measurement: 1-minute load average and the CPU share others took.
-
-    ``busy_share`` is the share of all cores' time spent busy (not idle, not iowait) over
-    ``seconds`` while this process sleeps: 0 on a quiet machine, 1 when others fill every core.
-    """
-
-    def ticks() -> tuple[int, int]:
-        with open("/proc/stat", encoding="ascii") as f:
-            v = [int(t) for t in f.readline().split()[1:]]
-        idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return sum(v[:8]), idle
-
-    try:
-        t0, i0 = ticks()
-        time.sleep(seconds)
-        t1, i1 = ticks()
-        busy = 1.0 - (i1 - i0) / max(t1 - t0, 1)
-    except OSError:
-        busy = float("nan")
-    return {"loadavg_1min": os.getloadavg()[0], "busy_share": busy}
-
-
 def measure_variants(
     variants: Mapping[str, Variant],
     x: np.ndarray,
@@ -319,7 +290,7 @@ def measure_variants(
 
     Each row: runtime, device, precision, threads, median seconds and its interquartile range,
     speedup over ``baseline`` (ratio of medians), and with ``flops`` (one call's operations)
-    and ``ceilings`` (:func:`helpers.perf.roofline.ceilings`) the share of the ceiling *of the
+    and ``ceilings`` (:func:`helpers.measure.roofline.ceilings`) the share of the ceiling *of the
     variant's own precision* it reaches.
     """
     if baseline not in variants:

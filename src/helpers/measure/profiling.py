@@ -11,7 +11,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from helpers.core.benchmarking import Measurement, benchmark
+from helpers.measure.measurement import Measurement
+from helpers.measure.timer import benchmark
 
 __all__ = [
     "DEVICE_SORT_KEYS",
@@ -19,6 +20,7 @@ __all__ = [
     "time_stages",
     "torch_profile",
     "torch_peak_memory",
+    "task_peak_memory",
 ]
 
 
@@ -182,3 +184,22 @@ def torch_peak_memory(
         "retained": int(current),
         "method": "torch.profiler allocation events",
     }
+
+
+def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
+    """Peak extra tensor memory of one call of a PyTorch ``make_task`` task (see :func:`torch_peak_memory`).
+
+    Gradients left by earlier calls are dropped first, so each variant is measured from the same
+    clean state and ``retained`` shows the weight gradients a variant leaves behind.
+    """
+    import torch
+
+    module = getattr(task, "module", None)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
+
+    def drop_grads() -> None:
+        for param in module.parameters():
+            param.grad = None
+
+    return torch_peak_memory(lambda: task(x), device=device, setup=drop_grads)

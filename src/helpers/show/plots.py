@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.benchmarking import Measurement
+from helpers.measure.measurement import Measurement
 
 __all__ = [
     "plot_latency_distribution",
@@ -166,7 +166,7 @@ def plot_timeline(
     """Gantt chart of pipeline stages: one row per lane (process), one colour per stage.
 
     ``events`` are objects or dicts with ``lane``, ``stage``, ``start`` and ``end`` (seconds),
-    e.g. :class:`helpers.perf.pipeline.StageEvent`. Time is shown from ``t0`` (default: the first start).
+    e.g. :class:`helpers.chapters.ch05_pipeline.StageEvent`. Time is shown from ``t0`` (default: the first start).
     """
     rows = [
         e if isinstance(e, dict) else {k: getattr(e, k) for k in ("lane", "stage", "start", "end")}

@@ -1,0 +1,177 @@
+"""Chapter 0's companion: why OneFlow 0.9.0 is slow on a CPU (its appendix's measurements).
+
+A matrix product in both frameworks, interleaved (:func:`matmul_pair`), the CPU time each thread
+spent (:func:`thread_cpu_seconds`) and the OpenBLAS that OneFlow's wheel bundles, asked through
+``ctypes`` (:func:`oneflow_blas`). Only chapter 0 uses this module.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from helpers.core.environment import import_oneflow
+from helpers.core.threads import same_threads
+from helpers.measure.timer import benchmark_interleaved, synchronize
+
+__all__ = ["AVX2_BLAS_CORES", "oneflow_blas", "thread_cpu_seconds", "matmul_pair"]
+
+# OpenBLAS kernel families, newest first, that OneFlow 0.9.0's bundled OpenBLAS may pick at start-up.
+_BLAS_CORES = (
+    "SKYLAKEX",
+    "COOPERLAKE",
+    "ZEN",
+    "HASWELL",
+    "EXCAVATOR",
+    "STEAMROLLER",
+    "PILEDRIVER",
+    "BULLDOZER",
+    "SANDYBRIDGE",
+    "NEHALEM",
+    "BARCELONA",
+    "PENRYN",
+    "DUNNINGTON",
+    "CORE2",
+    "OPTERON_SSE3",
+    "OPTERON",
+    "ATOM",
+    "NANO",
+    "BOBCAT",
+    "PRESCOTT",
+)
+AVX2_BLAS_CORES = frozenset({"SKYLAKEX", "COOPERLAKE", "ZEN", "HASWELL", "EXCAVATOR"})
+
+
+def oneflow_blas() -> dict[str, Any]:
+    """What computes OneFlow's CPU matrix products: the OpenBLAS inside ``liboneflow``, as loaded now.
+
+    Returns the library file, whether that OpenBLAS was built with threads (a threaded build has
+    ``exec_blas``), the threads it reports, and the kernel family it chose for this CPU at start-up
+    (OpenBLAS's ``gotoblas`` pointer; ``$OPENBLAS_CORETYPE`` overrides the choice, read when
+    OneFlow is imported). Linux wheels of OneFlow only; ``{"library": None}`` elsewhere.
+    """
+    import ctypes
+    import glob
+    from importlib.util import find_spec
+
+    spec = find_spec("oneflow")
+    if spec is None or spec.origin is None:
+        return {"library": None, "why": "OneFlow is not installed"}
+    libs = glob.glob(
+        os.path.join(os.path.dirname(spec.origin), "..", "oneflow.libs", "liboneflow*")
+    )
+    if not libs:
+        return {"library": None, "why": "no bundled liboneflow (not a Linux wheel)"}
+    import_oneflow()  # OpenBLAS chooses its kernels when the library starts
+    lib = ctypes.CDLL(libs[0])
+    if not hasattr(lib, "cblas_sgemm"):
+        return {"library": None, "why": "liboneflow exports no cblas_sgemm"}
+    get_threads = lib.openblas_get_num_threads
+    get_threads.restype = ctypes.c_int
+    chosen = ctypes.c_void_p.in_dll(lib, "gotoblas").value
+    kernels = "?"
+    for core in _BLAS_CORES:
+        try:
+            if ctypes.addressof(ctypes.c_char.in_dll(lib, f"gotoblas_{core}")) == chosen:
+                kernels = core
+                break
+        except ValueError:  # this build has no kernels for that family
+            continue
+    return {
+        "library": "OpenBLAS (bundled in liboneflow)",
+        "file": os.path.realpath(libs[0]),
+        "threaded": hasattr(lib, "exec_blas"),
+        "threads": int(get_threads()),
+        "kernels": kernels,
+        "avx2_kernels": kernels in AVX2_BLAS_CORES,
+        "coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
+    }
+
+
+def thread_cpu_seconds(
+    fn: Callable[[], Any], *, repeats: int, sync: Callable[[], Any] | None = None
+) -> dict[str, Any]:
+    """CPU seconds each thread of this process spent while ``fn()`` ran ``repeats`` times.
+
+    Returns the wall seconds and the per-thread CPU seconds, largest first (threads under 1 ms
+    left out), read with ``psutil`` before and after: it tells the threads that computed from the
+    ones that only waited. A thread near the wall time was busy all along, *working or spinning*
+    (a scheduler that polls with ``sched_yield`` counts as busy); ``busy_threads`` counts those
+    above half the wall time. Threads that end before the second reading are not counted.
+    """
+    import psutil
+
+    proc = psutil.Process()
+
+    def snapshot() -> dict[int, float]:
+        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+
+    if sync is not None:
+        sync()
+    before, t0 = snapshot(), time.perf_counter()
+    for _ in range(repeats):
+        fn()
+        if sync is not None:
+            sync()
+    wall, after = time.perf_counter() - t0, snapshot()
+    used = sorted(
+        (after[tid] - before.get(tid, 0.0) for tid in after if tid in before or after[tid] > 0),
+        reverse=True,
+    )
+    used = [u for u in used if u >= 1e-3]
+    return {
+        "wall_s": wall,
+        "thread_cpu_s": used,
+        "busy_threads": sum(u > 0.5 * wall for u in used),
+        "cores_used": sum(used) / wall if wall > 0 else None,
+    }
+
+
+def matmul_pair(
+    *, n: int = 2048, warmup: int = 3, repeats: int = 10, threads: int | None = None
+) -> dict[str, Any]:
+    """An ``n`` x ``n`` float32 matrix product in PyTorch and in OneFlow on the CPU, timed interleaved.
+
+    Both frameworks get the same threads (:func:`helpers.core.threads.same_threads`, default
+    every core) and warm-up. Returns JSON-ready results, so a fresh process can run it
+    (``run_in_subprocess("helpers.chapters.ch00_measuring:matmul_pair", ..., env=...)``): per framework
+    the Measurement's ``as_dict()`` with its ``times_s`` and GFLOP/s at the median, plus
+    ``oneflow_blas`` (:func:`helpers.chapters.ch00_measuring.oneflow_blas`: the library OneFlow computes
+    with, its threads and kernels).
+    """
+    import torch
+
+    given = same_threads(threads)  # before OneFlow starts: it reads its thread setting then
+    flow = import_oneflow()
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    fa, fb = flow.tensor(a.numpy()), flow.tensor(b.numpy())
+    with torch.inference_mode():
+        res = benchmark_interleaved(
+            {"PyTorch": lambda: a @ b, "OneFlow": lambda: flow.matmul(fa, fb)},
+            framework={"PyTorch": "torch", "OneFlow": "oneflow"},
+            warmup=warmup,
+            repeats=repeats,
+            threads=given,
+            device="cpu",
+        )
+    flops = 2.0 * n**3
+    per_thread = {
+        label: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=sync)
+        for label, fn, sync in (
+            ("PyTorch", lambda: a @ b, lambda: None),
+            ("OneFlow", lambda: flow.matmul(fa, fb), lambda: synchronize("oneflow")),
+        )
+    }
+    return {
+        "n": n,
+        "threads": given,
+        "per_thread": per_thread,
+        "oneflow_blas": oneflow_blas(),
+        **{
+            label: {**m.as_dict(), "times_s": m.times_s, "gflops": flops / m.median / 1e9}
+            for label, m in res.items()
+        },
+    }

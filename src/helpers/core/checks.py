@@ -1,0 +1,79 @@
+"""Argument checks with one wording: ``check_int("repeats", repeats)`` instead of the same test everywhere.
+
+A bool is an ``int`` in Python (``True == 1``), so every check refuses bools explicitly: ``repeats=True``
+is a mistake, not one repeat. Each check returns the value, so it reads as an assignment::
+
+    repeats = check_int("repeats", repeats, why="at least one timed call is needed")
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+__all__ = ["check_int", "check_number"]
+
+
+def _kind(minimum: int | None, maximum: int | None) -> str:
+    if maximum is not None:
+        return (
+            f"an int in [{minimum}, {maximum}]" if minimum is not None else f"an int <= {maximum}"
+        )
+    if minimum == 1:
+        return "a positive int"
+    if minimum == 0:
+        return "a non-negative int"
+    return f"an int >= {minimum}" if minimum is not None else "an int"
+
+
+def check_int(
+    name: str,
+    value: Any,
+    *,
+    minimum: int | None = 1,
+    maximum: int | None = None,
+    why: str = "",
+) -> int:
+    """``value`` if it is an integer (NumPy's too, not a bool) within the bounds, else ValueError."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, numbers.Integral)
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+    if not ok:
+        reason = f": {why}" if why else ""
+        raise ValueError(f"{name} must be {_kind(minimum, maximum)}, got {value!r}{reason}")
+    return int(value)
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    why: str = "",
+) -> float:
+    """``value`` as a float if it is a finite real number (not a bool) within the bounds, else ValueError."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, numbers.Real)
+        and math.isfinite(value)
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+    if not ok:
+        bounds = " ".join(
+            part
+            for part in (
+                f">= {minimum}" if minimum is not None else "",
+                f"<= {maximum}" if maximum is not None else "",
+            )
+            if part
+        )
+        kind = f"a finite number{' ' + bounds if bounds else ''}"
+        reason = f": {why}" if why else ""
+        raise ValueError(f"{name} must be {kind}, got {value!r}{reason}")
+    return float(value)

@@ -1,0 +1,249 @@
+"""Child processes that are always stopped: a server or a proxy that a notebook starts and must not leak.
+
+:class:`ManagedProcess` starts a command in a process group of its own (``start_new_session``: a
+``setsid()`` done by ``subprocess``'s C code, no ``preexec_fn``, which can deadlock in a threaded
+process such as a Jupyter kernel running PyTorch), with its output in a log file in a scratch
+folder. Four safety nets stop the whole group: the context manager (also on exceptions), an
+``atexit`` hook, a finalizer when the object is garbage collected, and a watchdog process
+(:mod:`helpers.core.process_watchdog`) that stops the group when this Python process dies, even
+by SIGKILL. The Triton server and the nginx front are both built on it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from helpers.core import scratch
+
+__all__ = [
+    "GRACE_S",
+    "ManagedProcess",
+    "alive",
+    "group_members",
+    "kill_group",
+    "stop_all",
+]
+
+# Seconds a stopped group gets between SIGTERM and SIGKILL, unless its stop() says otherwise.
+GRACE_S = 5.0
+_WATCHDOG = Path(__file__).with_name("process_watchdog.py")
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:
+    """SIGTERM the process group of ``proc``, wait up to ``grace_s``, SIGKILL what is left; its exit code."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # children may outlive a leader that exited: kill the whole group regardless
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                pids.append(proc.info["pid"])
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return pids
+
+
+def alive(pids: Sequence[int]) -> list[int]:
+    """The PIDs among ``pids`` that still run (zombies awaiting their parent's wait() count as gone)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _start_watchdog(grace_s: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(_WATCHDOG), str(grace_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        start_new_session=True,  # not in the kernel's process group: a Ctrl-C there leaves it be
+    )
+
+
+def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """Stop a watchdog whose group is already stopped (it must not signal a reused group id)."""
+    if watchdog is None:
+        return
+    if watchdog.poll() is None:
+        watchdog.kill()
+    try:
+        watchdog.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        pass
+    if watchdog.stdin is not None:
+        try:
+            watchdog.stdin.close()
+        except OSError:
+            pass
+
+
+def _cleanup(
+    proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path | None, grace_s: float
+) -> None:
+    """What the finalizer of a forgotten process does: stop its group and its watchdog, delete its folder."""
+    kill_group(proc, grace_s)
+    _stop_watchdog(watchdog)
+    if workdir is not None:
+        scratch.remove_scratch(workdir)
+
+
+# Processes started and not yet stopped. Weak references: an object that is garbage collected is
+# stopped by its finalizer; the ones still referenced at interpreter exit are stopped by stop_all.
+_LIVE: weakref.WeakValueDictionary[int, ManagedProcess] = weakref.WeakValueDictionary()
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every managed process this Python process started and has not stopped (runs at exit)."""
+    for managed in list(_LIVE.values()):
+        managed.stop()
+
+
+class ManagedProcess:
+    """One command in its own process group, with a scratch folder, a log, and four ways to be stopped.
+
+    Subclasses write ``start()``: prepare :attr:`workdir` (:meth:`make_workdir`), call
+    :meth:`launch` with the command, then wait until the process is ready. :meth:`stop` stops the
+    group (SIGTERM, ``grace_s``, SIGKILL), the watchdog, and deletes the folder after keeping the
+    files named by :meth:`kept_files` (read them with :meth:`kept`).
+    """
+
+    grace_s: float = GRACE_S
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.workdir: Path | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._kept: dict[str, str] = {}
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running (or last) process, None before it started."""
+        return self.proc.pid if self.proc is not None else None
+
+    def is_alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def processes(self) -> list[int]:
+        """PIDs of the process and its children (its process group)."""
+        return group_members(self.proc.pid) if self.proc is not None else []
+
+    def make_workdir(self, prefix: str) -> Path:
+        """A fresh scratch folder for this run (removed by :meth:`stop`, at exit, or by the next run)."""
+        self.workdir = scratch.scratch_dir(prefix)
+        return self.workdir
+
+    def kept_files(self) -> Sequence[str]:
+        """Names of files in the folder whose text :meth:`stop` keeps (logs)."""
+        return ()
+
+    def kept(self, name: str) -> str:
+        """The text of ``workdir/name``: read live while running, kept after :meth:`stop`."""
+        if self.workdir is not None and (self.workdir / name).exists():
+            return (self.workdir / name).read_text(encoding="utf-8", errors="replace")
+        return self._kept.get(name, "")
+
+    def launch(
+        self,
+        cmd: Sequence[str],
+        *,
+        output: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen:
+        """Start ``cmd`` in its own process group in :attr:`workdir`, guarded from the first moment."""
+        if self.workdir is None:
+            raise RuntimeError("make_workdir() first: the process runs in its own scratch folder")
+        self._watchdog = _start_watchdog(self.grace_s)  # first, so it guards from the start
+        try:
+            with open(output or os.devnull, "wb") as out:
+                self.proc = subprocess.Popen(
+                    list(cmd),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=dict(env) if env is not None else None,
+                    cwd=self.workdir,
+                    start_new_session=True,  # its own process group; no preexec_fn (see above)
+                )
+        except BaseException:
+            _stop_watchdog(self._watchdog)
+            self._watchdog = None
+            raise
+        _LIVE[id(self)] = self
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self.proc, self._watchdog, self.workdir, self.grace_s
+        )
+        try:
+            self._watchdog.stdin.write(f"{self.proc.pid}\n".encode())
+            self._watchdog.stdin.flush()
+        except OSError as exc:  # the watchdog died at once: do not run what nothing guards
+            self.stop(grace_s=1.0)
+            raise RuntimeError(f"the watchdog process is not running: {exc}") from exc
+        return self.proc
+
+    def stop(self, grace_s: float | None = None) -> int | None:
+        """Stop the process group and the watchdog, keep the logs, delete the folder; the exit code.
+
+        Idempotent.
+        """
+        code = None
+        if self.proc is not None:
+            code = kill_group(self.proc, self.grace_s if grace_s is None else grace_s)
+            if self._finalizer is not None:
+                self._finalizer.detach()
+        _stop_watchdog(self._watchdog)
+        self._watchdog = None
+        _LIVE.pop(id(self), None)
+        if self.workdir is not None:
+            self._kept = {name: self.kept(name) for name in self.kept_files()}
+            scratch.remove_scratch(self.workdir)
+            self.workdir = None
+        return code
+
+    def start(self) -> ManagedProcess:
+        """Start the process and wait until it is ready (subclasses)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> ManagedProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,140 @@
+"""How many CPU threads each framework computes with, set alike for a fair comparison.
+
+PyTorch, OneFlow, ONNX Runtime and OpenVINO each pick their own thread count by default, and a
+comparison in which one framework has twice the cores of the other measures the cores, not the
+framework. :func:`same_threads` gives PyTorch and OneFlow the same count (ONNX Runtime and OpenVINO
+take it per session); :func:`framework_threads` reads back what a framework was given, and
+:func:`torch_threads` changes PyTorch's count for one block.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from helpers.core.checks import check_int
+
+__all__ = [
+    "ONEFLOW_THREADS_ENV",
+    "available_cores",
+    "oneflow_threads",
+    "same_threads",
+    "framework_threads",
+    "torch_threads",
+    "WAIT_POLICY_ENV",
+    "threads_spin",
+]
+
+# How idle worker threads wait. GNU OpenMP (PyTorch's CPU threads) reads it once, when it starts:
+# ACTIVE or unset, a thread that finished its share spins for a while before it sleeps, which helps
+# back-to-back calls of one framework and steals the cores from anything else that runs then (an
+# ONNX Runtime session timed in the next round, a Triton server, a second pipeline process).
+# `make` and the course's kernel set PASSIVE; the ONNX Runtime sessions the course opens follow
+# the same policy (threads_spin()), so no framework is timed against another's spinning threads.
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
+
+ONEFLOW_THREADS_ENV = "ONEFLOW_EP_CPU_NUM_PARALLELS"  # OneFlow's CPU threads, read at its start
+_flow_threads: int | None = None  # what same_threads gave OneFlow in this process
+
+
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` off Linux)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def oneflow_threads() -> int:
+    """OneFlow's CPU threads in this process: as :func:`same_threads` set them, else as it starts.
+
+    OneFlow 0.9.0 has no getter. Without a setting its CPU device uses the machine's hardware
+    threads minus two, at least one (``oneflow/core/ep/cpu/cpu_device_manager.cpp``), or
+    ``$ONEFLOW_EP_CPU_NUM_PARALLELS`` when set before OneFlow starts.
+    """
+    if _flow_threads is not None:
+        return _flow_threads
+    value = os.environ.get(ONEFLOW_THREADS_ENV, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return max(1, (os.cpu_count() or 1) - 2)
+
+
+def same_threads(n: int | None = None) -> int:
+    """Give every framework of a comparison the same ``n`` CPU threads (default: every core); return ``n``.
+
+    Sets PyTorch (``torch.set_num_threads``) and OneFlow (``ONEFLOW_EP_CPU_NUM_PARALLELS`` for a
+    OneFlow not started yet, fresh processes included, and ``oneflow.set_num_threads`` for one
+    already imported). ONNX Runtime and OpenVINO take threads per session: pass the returned
+    number as ``intra_op_num_threads`` / ``INFERENCE_NUM_THREADS`` (``helpers.deploy.runtimes``
+    takes it as ``threads``). Setting threads is a request: each measurement records the cores the
+    framework really used (``Measurement.cores_used``).
+    """
+    global _flow_threads
+    n = check_int("threads", available_cores() if n is None else n)
+    os.environ[ONEFLOW_THREADS_ENV] = str(n)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+    flow = sys.modules.get("oneflow")
+    # OneFlow prints a misleading warning when n equals the CPU count (which it then uses, as
+    # asked): only smaller counts are passed, with its output hidden
+    if flow is not None and hasattr(flow, "set_num_threads") and n < (os.cpu_count() or 1):
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        try:
+            flow.set_num_threads(n)
+        finally:
+            import ctypes
+
+            ctypes.CDLL(None).fflush(None)  # C stdio's buffer (std::cout) while still silenced
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+    _flow_threads = n
+    return n
+
+
+def framework_threads(framework: str) -> int | None:
+    """Threads ``framework`` computes with on a CPU, as set (None when this module cannot tell).
+
+    PyTorch: ``torch.get_num_threads()``. OneFlow has no getter: the number :func:`same_threads`
+    gave it, else ``ONEFLOW_EP_CPU_NUM_PARALLELS``, else its default (the CPUs minus two, at least
+    one). ONNX Runtime and OpenVINO take theirs per session: the caller passes ``threads=``.
+    """
+    if framework == "torch":
+        torch = sys.modules.get("torch")
+        return torch.get_num_threads() if torch is not None else None
+    if framework == "oneflow":
+        return oneflow_threads()
+    return None
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with PyTorch's intra-op thread count set to ``n`` (None: unchanged), then restore it."""
+    import torch
+
+    if n is not None:
+        check_int("threads", n)
+    saved = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def threads_spin() -> bool:
+    """Whether idle worker threads should spin in this process: False when ``OMP_WAIT_POLICY=PASSIVE``.
+
+    PyTorch's OpenMP threads follow the variable itself; the course's ONNX Runtime sessions
+    (:func:`helpers.deploy.runtimes.create_session`) follow this answer, so every framework in a
+    comparison waits the same way.
+    """
+    return os.environ.get(WAIT_POLICY_ENV, "").strip().upper() != "PASSIVE"

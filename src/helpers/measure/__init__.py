@@ -1,0 +1,21 @@
+"""The instrument kit every chapter measures with, one idea per module (like ``torch.utils.benchmark``).
+
+- :mod:`~helpers.measure.timer` -- the timing loop (written on chapter 0's page), benchmark, interleaved rounds
+- :mod:`~helpers.measure.measurement` -- a Measurement (median first, spread, where it ran), paired ratios
+- :mod:`~helpers.measure.machine` -- the machine's load while timing, and the one "contended" rule
+- :mod:`~helpers.measure.profiling` -- per-stage timing, PyTorch profiler tables, peak tensor memory
+- :mod:`~helpers.measure.roofline` -- this machine's compute ceilings and a model's FLOPs
+- :mod:`~helpers.measure.batch_sweep` -- batch-size sweeps, thread counts, GPU utilisation
+
+``from helpers import measure`` gives the names of the first three (``measure.benchmark``,
+``measure.Measurement``, ``measure.paired_ratio``, ...); import the others as modules.
+"""
+
+from helpers.measure.machine import *  # noqa: F403
+from helpers.measure.machine import __all__ as _machine
+from helpers.measure.measurement import *  # noqa: F403
+from helpers.measure.measurement import __all__ as _measurement
+from helpers.measure.timer import *  # noqa: F403
+from helpers.measure.timer import __all__ as _timer
+
+__all__ = [*_timer, *_measurement, *_machine]

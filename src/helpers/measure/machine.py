@@ -1,0 +1,235 @@
+"""The machine's load while something was timed, and the one rule that calls a measurement contended.
+
+A timing taken while other processes used the CPU measures them too. :class:`LoadProbe` reads the
+machine before and after a timed region: the load average, and from ``/proc/stat`` the CPU time
+*other* processes took meanwhile (all CPUs' busy time minus this process's and its children's, plus
+steal time on a VM). :class:`MachineLoad` holds the result and applies the course's one rule,
+:data:`CONTENDED_SHARE`: others took more than 10% of one core over the region. Every
+:class:`~helpers.measure.measurement.Measurement` carries its load, and :func:`measured_loads`
+lists every load this process measured (the ledger stamps records with them).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CONTENDED_SHARE",
+    "MachineLoad",
+    "LoadProbe",
+    "read_proc_stat",
+    "measured_loads",
+]
+
+# A measurement is *contended* when other processes (or, on a VM, the hypervisor's other guests:
+# steal time) took more CPU time during it than this share of one core over its wall time, beyond
+# what /proc/stat's tick resolution can tell apart. The same 10% as SPREAD_WARNING, for the same
+# reason: a program that loses 10% of one core's time to others can be slowed by up to about 10%,
+# which is already a difference this module calls noise; below it, the others' work cannot make a
+# difference we would report. Interleaving does not protect a ratio from it: runtimes that use
+# more cores, or more memory bandwidth, suffer unequally from the same neighbour.
+CONTENDED_SHARE = 0.10
+
+
+def read_proc_stat(text: str | None = None) -> tuple[int, int] | None:
+    """(busy ticks, steal ticks) summed over all CPUs from ``/proc/stat``'s ``cpu`` line.
+
+    Busy is user + nice + system + irq + softirq (guest time is already inside user); idle and
+    iowait are not busy; steal is time the hypervisor ran other guests on our virtual CPUs. Ticks
+    are ``os.sysconf("SC_CLK_TCK")`` per second. ``text`` replaces the file (for tests); None when
+    the file is missing (not Linux) or unreadable.
+    """
+    if text is None:
+        try:
+            with open("/proc/stat") as f:
+                text = f.read()
+        except OSError:
+            return None
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            v = [int(x) for x in fields[1:]] + [0] * 10
+            user, nice, system, _idle, _iowait, irq, softirq, steal = v[:8]
+            return user + nice + system + irq + softirq, steal
+    raise ValueError("/proc/stat has no aggregate 'cpu' line")
+
+
+def _family_cpu_s() -> float:
+    """CPU seconds of this process and its children (live ones through psutil, waited ones too)."""
+    own = time.process_time()
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own + waited.ru_utime + waited.ru_stime
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            try:
+                t = child.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:  # it ended between the listing and the read
+                pass
+    except ImportError:
+        pass
+    return total
+
+
+def _loadavg() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+@dataclass
+class _Readers:
+    """Where :class:`LoadProbe` reads the machine (tests replace these with fakes)."""
+
+    proc_stat: Callable[[], tuple[int, int] | None] = read_proc_stat
+    family_cpu_s: Callable[[], float] = _family_cpu_s
+    process_cpu_s: Callable[[], float] = time.process_time
+    wall_s: Callable[[], float] = time.perf_counter
+    loadavg: Callable[[], float | None] = _loadavg
+    clock_ticks: int = field(default_factory=lambda: os.sysconf("SC_CLK_TCK"))
+    cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+READERS = _Readers()
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """The machine's load over one timed region, and whether it was contended.
+
+    ``others_cpu_s`` is the CPU time every other process on the machine took meanwhile: the busy
+    time of all CPUs (``/proc/stat``) minus this process's and its children's, plus steal time.
+    ``contended`` applies :data:`CONTENDED_SHARE`: others took more than that share of one core
+    over ``wall_s``, beyond ``resolution_s`` (``/proc/stat`` counts whole ticks, about two per CPU
+    per interval). None where ``/proc/stat`` cannot be read: unknown, not quiet.
+    """
+
+    wall_s: float
+    others_cpu_s: float | None
+    steal_s: float | None
+    loadavg_before: float | None
+    loadavg_after: float | None
+    resolution_s: float
+    share: float = CONTENDED_SHARE
+
+    @property
+    def others_cores(self) -> float | None:
+        """Cores other processes kept busy on average (others' CPU seconds / wall seconds)."""
+        if self.others_cpu_s is None or self.wall_s <= 0:
+            return None
+        return self.others_cpu_s / self.wall_s
+
+    @property
+    def contended(self) -> bool | None:
+        """The rule: others' CPU time > share x wall time (one core) + the counter's resolution."""
+        if self.others_cpu_s is None:
+            return None
+        return self.others_cpu_s > self.share * self.wall_s + self.resolution_s
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers for tables and the ledger."""
+        return {
+            "wall_s": self.wall_s,
+            "others_cpu_s": self.others_cpu_s,
+            "others_cores": self.others_cores,
+            "steal_s": self.steal_s,
+            "loadavg_before": self.loadavg_before,
+            "loadavg_after": self.loadavg_after,
+            "resolution_s": self.resolution_s,
+            "contended": self.contended,
+            "rule": f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s",
+        }
+
+    def describe(self) -> str:
+        """A short sentence: others' cores, load average, and the verdict."""
+        cores = self.others_cores
+        la = (
+            f"load avg {self.loadavg_before:.2f}->{self.loadavg_after:.2f}"
+            if self.loadavg_before is not None and self.loadavg_after is not None
+            else "load avg unknown"
+        )
+        other = f"other processes {cores:.2f} cores" if cores is not None else "others unknown"
+        verdict = {True: "CONTENDED", False: "quiet", None: "load unknown"}[self.contended]
+        return f"{other}, {la}: {verdict}"
+
+    @staticmethod
+    def merge(loads: Sequence[MachineLoad | None]) -> MachineLoad | None:
+        """One load for several regions (their sums; contended when the total is)."""
+        known = [x for x in loads if x is not None]
+        if not known:
+            return None
+        others = [x.others_cpu_s for x in known]
+        steal = [x.steal_s for x in known]
+        before = [x.loadavg_before for x in known if x.loadavg_before is not None]
+        after = [x.loadavg_after for x in known if x.loadavg_after is not None]
+        return MachineLoad(
+            wall_s=sum(x.wall_s for x in known),
+            others_cpu_s=None if None in others else sum(others),  # type: ignore[arg-type]
+            steal_s=None if None in steal else sum(steal),  # type: ignore[arg-type]
+            loadavg_before=max(before) if before else None,
+            loadavg_after=max(after) if after else None,
+            resolution_s=sum(x.resolution_s for x in known),
+            share=known[0].share,
+        )
+
+
+# Every MachineLoad this process measured, in order (read it with measured_loads()).
+_LOADS: list[MachineLoad] = []
+
+
+def measured_loads() -> list[MachineLoad]:
+    """Every :class:`MachineLoad` this process measured so far, in order (a copy)."""
+    return list(_LOADS)
+
+
+class LoadProbe:
+    """Reads the machine before and after a timed region; :meth:`stop` returns its :class:`MachineLoad`.
+
+    ``with LoadProbe() as probe: ...`` then ``probe.load``. Readers come from :data:`READERS`.
+    """
+
+    def __init__(self, readers: _Readers | None = None) -> None:
+        self.r = readers or READERS
+        self.load: MachineLoad | None = None
+
+    def start(self) -> LoadProbe:
+        self._la0 = self.r.loadavg()
+        self._stat0 = self.r.proc_stat()
+        self._fam0 = self.r.family_cpu_s()
+        self._t0 = self.r.wall_s()
+        return self
+
+    def stop(self) -> MachineLoad:
+        wall = self.r.wall_s() - self._t0
+        fam = self.r.family_cpu_s() - self._fam0
+        stat1 = self.r.proc_stat()
+        tick = 1.0 / self.r.clock_ticks
+        others = steal = None
+        if self._stat0 is not None and stat1 is not None:
+            busy = (stat1[0] - self._stat0[0]) * tick
+            steal = (stat1[1] - self._stat0[1]) * tick
+            others = max(0.0, busy - fam) + steal
+        self.load = MachineLoad(
+            wall_s=wall,
+            others_cpu_s=others,
+            steal_s=steal,
+            loadavg_before=self._la0,
+            loadavg_after=self.r.loadavg(),
+            resolution_s=2 * self.r.cpus * tick,
+        )
+        _LOADS.append(self.load)
+        return self.load
+
+    def __enter__(self) -> LoadProbe:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

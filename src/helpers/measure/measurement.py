@@ -1,0 +1,340 @@
+"""What a timing means: :class:`Measurement` (median first, spread, where it ran) and paired ratios.
+
+Shaped like ``torch.utils.benchmark``'s ``Measurement``: it leads with the median and p99, warns
+when the spread is large (:data:`SPREAD_WARNING`, the same 10% as torch), and knows where it ran
+(device, threads given, cores really used, the machine's load). :func:`paired_ratio` turns two
+measurements of one interleaved run into a speedup with the spread of its per-round ratios.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from helpers.measure.machine import MachineLoad
+
+__all__ = [
+    "SPREAD_WARNING",
+    "percentile",
+    "Measurement",
+    "RatioSummary",
+    "paired_ratio",
+    "speedup",
+    "measurement_from_dict",
+]
+
+# Spread above which a Measurement prints a warning: an interquartile range over 10% of the median.
+# The same threshold as torch.utils.benchmark. Repeated calls of one fixed computation on a quiet
+# machine vary by a few percent; a wider middle half means something else was moving the times
+# (other processes, frequency scaling, too few runs), and a difference between two variants that
+# is smaller than the spread is not a result.
+SPREAD_WARNING = 0.10
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of already-sorted values (NumPy's default)."""
+    if not sorted_values:
+        raise ValueError("no values")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class Measurement:
+    """Timings of one callable: per-call seconds plus what they mean.
+
+    Printed as chapter 0 teaches: the median (typical) and p99 (worst case a user sees) first,
+    with the number of runs, then the spread (interquartile range and p99/p50), and a warning
+    when the IQR exceeds :data:`SPREAD_WARNING` of the median. ``throughput`` is taken at the
+    median too, so one slow outlier does not move it.
+    """
+
+    label: str
+    times_s: list[float]
+    items: int = 1  # items (images, requests) processed by one call
+    framework: str = "none"
+    warmup: int = 0
+    peak_memory_bytes: int | None = None
+    memory_kind: str | None = None  # "cuda allocated" or "cpu rss increase"
+    meta: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None  # threads the framework was given (None: not known)
+    device: str | None = None  # where the work ran ("cpu", "cuda:0"), as the caller says
+    cpu_s: float | None = None  # this process's CPU seconds (all its threads) over the timed calls
+    wall_s: float | None = None  # wall seconds of the same timed calls
+    load: MachineLoad | None = None  # the machine's load while the timed calls ran
+
+    @property
+    def cores_used(self) -> float | None:
+        """Cores this process really kept busy while timed: CPU seconds / wall seconds (None: unknown).
+
+        On a CPU this is the parallelism the framework achieved, whatever it was asked for: 2.0 for
+        two threads that both computed all the time, 1.0 for one. (On a GPU it is the host side only.)
+        """
+        if self.cpu_s is None or not self.wall_s:
+            return None
+        return self.cpu_s / self.wall_s
+
+    @property
+    def contended(self) -> bool | None:
+        """True when other processes took a share of the CPU while this ran (:data:`CONTENDED_SHARE`)."""
+        return None if self.load is None else self.load.contended
+
+    def __post_init__(self) -> None:
+        if not self.times_s:
+            raise ValueError(f"measurement {self.label!r} has no timings")
+        for t in self.times_s:
+            if not (isinstance(t, (int, float)) or hasattr(t, "__float__")) or not (
+                math.isfinite(float(t)) and float(t) >= 0
+            ):
+                raise ValueError(
+                    f"measurement {self.label!r}: times must be finite seconds >= 0, got {t!r}"
+                )
+        if self.items < 1:
+            raise ValueError(f"items must be >= 1, got {self.items}")
+
+    def _q(self, q: float) -> float:
+        return percentile(sorted(self.times_s), q)
+
+    @property
+    def runs(self) -> int:
+        """Number of timed calls."""
+        return len(self.times_s)
+
+    @property
+    def mean(self) -> float:
+        """Mean seconds per call (pulled up by slow outliers: prefer :attr:`median`)."""
+        return statistics.fmean(self.times_s)
+
+    @property
+    def std(self) -> float:
+        """Sample standard deviation of the per-call seconds."""
+        return statistics.stdev(self.times_s) if len(self.times_s) > 1 else 0.0
+
+    @property
+    def median(self) -> float:
+        """p50: the typical call, in seconds."""
+        return statistics.median(self.times_s)
+
+    @property
+    def p25(self) -> float:
+        """First quartile, in seconds."""
+        return self._q(25)
+
+    @property
+    def p75(self) -> float:
+        """Third quartile, in seconds."""
+        return self._q(75)
+
+    @property
+    def p90(self) -> float:
+        """90th percentile, in seconds."""
+        return self._q(90)
+
+    @property
+    def p99(self) -> float:
+        """99th percentile, in seconds (with fewer than ~100 runs, about the slowest run)."""
+        return self._q(99)
+
+    @property
+    def min(self) -> float:
+        """Fastest call, in seconds."""
+        return min(self.times_s)
+
+    @property
+    def max(self) -> float:
+        """Slowest call, in seconds."""
+        return max(self.times_s)
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range (p75 - p25) in seconds: the width of the middle half of the calls."""
+        return self.p75 - self.p25
+
+    @property
+    def relative_iqr(self) -> float:
+        """IQR as a fraction of the median (0 when the median is 0)."""
+        return self.iqr / self.median if self.median > 0 else 0.0
+
+    @property
+    def tail_ratio(self) -> float:
+        """p99 / p50: how much slower the worst calls are than the typical one (1 when median is 0)."""
+        return self.p99 / self.median if self.median > 0 else 1.0
+
+    @property
+    def noisy(self) -> bool:
+        """True when the IQR exceeds :data:`SPREAD_WARNING` of the median (needs 4 runs or more)."""
+        return len(self.times_s) >= 4 and self.relative_iqr > SPREAD_WARNING
+
+    @property
+    def throughput(self) -> float:
+        """Items per second at the median call time (infinite for a zero median)."""
+        return self.items / self.median if self.median > 0 else math.inf
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers (seconds, items/s, bytes) for tables and the ledger."""
+        return {
+            "label": self.label,
+            "framework": self.framework,
+            "items": self.items,
+            "repeats": len(self.times_s),
+            "warmup": self.warmup,
+            "median_s": self.median,
+            "p99_s": self.p99,
+            "iqr_s": self.iqr,
+            "p90_s": self.p90,
+            "mean_s": self.mean,
+            "std_s": self.std,
+            "min_s": self.min,
+            "throughput": self.throughput,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "threads": self.threads,
+            "device": self.device,
+            "cpu_s": self.cpu_s,
+            "cores_used": self.cores_used,
+            "contended": self.contended,
+            "load": self.load.as_dict() if self.load is not None else None,
+            **self.meta,
+        }
+
+    def warnings(self) -> list[str]:
+        """The warning lines of :meth:`__str__` (empty for a steady measurement on a quiet machine)."""
+        out = []
+        if self.noisy:
+            out.append(
+                f"WARNING: the IQR is {self.relative_iqr:.0%} of the median "
+                f"(over {SPREAD_WARNING:.0%}): the calls did not take a steady time (a busy machine, "
+                "frequency scaling, too few runs); differences smaller than this spread are noise."
+            )
+        if self.contended:
+            out.append(f"WARNING: CONTENDED: {self.load.describe()}")  # type: ignore[union-attr]
+        return out
+
+    def where(self) -> str:
+        """One line: device, threads given, cores really used, and the machine's load."""
+        cores = self.cores_used
+        parts = [
+            f"device {self.device or '?'}",
+            f"{self.threads if self.threads is not None else '?'} thread(s) given",
+            f"{cores:.2f} cores used" if cores is not None else "cores used unknown",
+        ]
+        if self.load is not None:
+            parts.append(self.load.describe())
+        return "; ".join(parts)
+
+    def __str__(self) -> str:
+        ms = 1e3
+        mem = (
+            f"; peak mem {self.peak_memory_bytes / 2**20:.1f} MiB ({self.memory_kind})"
+            if self.peak_memory_bytes
+            else ""
+        )
+        lines = [
+            f"{self.label}: median {self.median * ms:.2f} ms, p99 {self.p99 * ms:.2f} ms per call "
+            f"({self.runs} run{'s' if self.runs != 1 else ''} after {self.warmup} warm-up)",
+            f"  spread: IQR {self.iqr * ms:.2f} ms ({self.relative_iqr:.0%} of the median), "
+            f"p99/p50 {self.tail_ratio:.2f}; mean {self.mean * ms:.2f} +- {self.std * ms:.2f} ms; "
+            f"{self.throughput:.1f} items/s at the median{mem}",
+        ]
+        known = (self.device, self.threads, self.cpu_s, self.load)
+        if any(v is not None for v in known):
+            lines.append(f"  ran on: {self.where()}")
+        return "\n".join(lines + ["  " + w for w in self.warnings()])
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """A speedup from interleaved rounds: the median of the per-round ratios and their spread."""
+
+    median: float
+    p25: float
+    p75: float
+    rounds: int
+    ratios: tuple[float, ...]
+
+    @property
+    def iqr(self) -> float:
+        """p75 - p25 of the per-round ratios."""
+        return self.p75 - self.p25
+
+    @property
+    def conclusive(self) -> bool:
+        """True when the per-round interval (p25-p75) lies wholly above or below 1."""
+        return self.p25 > 1.0 or self.p75 < 1.0
+
+    def verdict(self, faster: str = "faster", slower: str = "slower") -> str:
+        """``'1.84x faster'``, ``'0.91x (slower)'``, or ``'inconclusive'`` when the interval holds 1."""
+        if not self.conclusive:
+            return f"inconclusive ({self.median:.2f}x, per-round IQR {self.p25:.2f}-{self.p75:.2f})"
+        word = faster if self.p25 > 1.0 else slower
+        return f"{self.median:.2f}x {word}"
+
+    def __str__(self) -> str:
+        return (
+            f"{self.median:.2f}x (per-round IQR {self.p25:.2f}-{self.p75:.2f}, "
+            f"{self.rounds} rounds)"
+        )
+
+
+def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
+    """How many times faster ``other`` ran than ``baseline``, round by round.
+
+    For two measurements of one :func:`benchmark_interleaved` run: round *i*'s ratio is
+    baseline time *i* / other time *i* (the two calls ran side by side, under the same load), so
+    the spread of these ratios is the spread of the *speedup* itself, which the two measurements'
+    own spreads overstate. Per item, so different batch sizes compare fairly.
+    """
+    if len(baseline.times_s) != len(other.times_s):
+        raise ValueError(
+            f"{baseline.label!r} has {len(baseline.times_s)} rounds, {other.label!r} "
+            f"{len(other.times_s)}: paired ratios need one interleaved run"
+        )
+    ratios = sorted(
+        (b / baseline.items) / (o / other.items)
+        for b, o in zip(baseline.times_s, other.times_s)
+        if o > 0
+    )
+    if not ratios:
+        raise ValueError("no round with a positive time")
+    return RatioSummary(
+        median=statistics.median(ratios),
+        p25=percentile(ratios, 25),
+        p75=percentile(ratios, 75),
+        rounds=len(ratios),
+        ratios=tuple(ratios),
+    )
+
+
+def speedup(baseline: Measurement, other: Measurement) -> float:
+    """How many times faster ``other`` processes items than ``baseline`` (ratio of median throughputs)."""
+    return other.throughput / baseline.throughput
+
+
+def measurement_from_dict(d: dict[str, Any]) -> Measurement:
+    """A :class:`Measurement` back from ``as_dict()`` plus ``times_s`` (what a subprocess returns)."""
+    load = d.get("load")
+    return Measurement(
+        label=d["label"],
+        times_s=list(d["times_s"]),
+        items=d.get("items", 1),
+        framework=d.get("framework", "none"),
+        warmup=d.get("warmup", 0),
+        threads=d.get("threads"),
+        device=d.get("device"),
+        cpu_s=d.get("cpu_s"),
+        wall_s=(d["cpu_s"] / d["cores_used"]) if d.get("cores_used") else None,
+        load=None
+        if load is None
+        else MachineLoad(
+            wall_s=load["wall_s"],
+            others_cpu_s=load["others_cpu_s"],
+            steal_s=load["steal_s"],
+            loadavg_before=load["loadavg_before"],
+            loadavg_after=load["loadavg_after"],
+            resolution_s=load.get("resolution_s", 0.0),
+        ),
+    )

@@ -1,0 +1,12 @@
+"""Results shown: tables that render as HTML in the book and as text in a terminal, and plots.
+
+- :mod:`~helpers.show.table` -- :class:`~helpers.show.table.Table`, and tables of measurements
+- :mod:`~helpers.show.plots` -- the course's matplotlib figures
+
+``from helpers.show import Table, compare_table`` for tables; ``from helpers.show import plots``.
+"""
+
+from helpers.show.table import *  # noqa: F403
+from helpers.show.table import __all__ as _table
+
+__all__ = [*_table]

@@ -1,0 +1,186 @@
+"""Results as tables: one :class:`Table` that renders as HTML in the book and as text in a terminal.
+
+A notebook cell that ends with a ``Table`` shows an HTML table (Jupyter calls ``_repr_html_``);
+``print(table)`` writes aligned text. :func:`compare_table` builds one from measurements, with
+speedups against a baseline and where each ran.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+from helpers.measure.measurement import Measurement, speedup
+
+__all__ = ["Table", "compare_rows", "compare_table", "format_table"]
+
+# Below this many columns of text a table fits the book's code column (about 88 characters); the
+# HTML form wraps its headers and cells instead of scrolling sideways.
+_CSS = "border-collapse:collapse;font-size:0.85em;max-width:100%;font-variant-numeric:tabular-nums"
+
+
+class Table:
+    """Rows of results shown as a table: HTML in the book and in JupyterLab, aligned text in a terminal.
+
+    ``rows`` are dicts; the columns are the keys of the first row unless ``columns`` names them
+    (a row that lacks one is refused). Floats are written with ``floatfmt``, or per column with
+    ``formats`` (``{"speedup": ".2f", "p50_ms": ".1f"}``); None shows as ``-``. ``title`` goes
+    above the table, ``notes`` (lines) below it. End a notebook cell with the table to render it,
+    or ``print(table)`` for text.
+    """
+
+    def __init__(
+        self,
+        rows: Sequence[dict[str, Any]],
+        *,
+        columns: Sequence[str] | None = None,
+        title: str | None = None,
+        floatfmt: str = ".2f",
+        formats: dict[str, str] | None = None,
+        notes: Sequence[str] = (),
+    ) -> None:
+        rows = [dict(r) for r in rows]
+        if not rows:
+            raise ValueError("no rows to show")
+        self.columns = list(columns) if columns is not None else list(rows[0])
+        for i, r in enumerate(rows):
+            missing = [k for k in self.columns if k not in r]
+            if missing:
+                raise ValueError(
+                    f"row {i} lacks {missing}: every row needs the keys of the first row"
+                )
+        self.rows = rows
+        self.title = title
+        self.floatfmt = floatfmt
+        self.formats = dict(formats or {})
+        unknown = [k for k in self.formats if k not in self.columns]
+        if unknown:
+            raise ValueError(f"formats for unknown columns {unknown}; columns: {self.columns}")
+        self.notes = [str(n) for n in notes]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def column(self, name: str) -> list[Any]:
+        """The values of one column, in row order."""
+        if name not in self.columns:
+            raise KeyError(f"no column {name!r}; columns: {self.columns}")
+        return [r[name] for r in self.rows]
+
+    def _cell(self, key: str, value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return format(value, self.formats.get(key, self.floatfmt))
+        if key in self.formats and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return format(value, self.formats[key])
+        return str(value)
+
+    def cells(self) -> list[list[str]]:
+        """The header row, then every row, as the strings both renderings show."""
+        return [list(self.columns)] + [
+            [self._cell(k, r[k]) for k in self.columns] for r in self.rows
+        ]
+
+    def __str__(self) -> str:
+        cells = self.cells()
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
+        lines = [
+            "  ".join(
+                c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(row, widths))
+            ).rstrip()
+            for row in cells
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(([self.title] if self.title else []) + lines + self.notes)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        head, *body = self.cells()
+
+        def numeric(col: int) -> bool:
+            return all(
+                isinstance(r[self.columns[col]], (int, float)) or r[self.columns[col]] is None
+                for r in self.rows
+            )
+
+        align = ["right" if j and numeric(j) else "left" for j in range(len(head))]
+        th = "".join(
+            f'<th style="text-align:{a};padding:2px 6px">{html.escape(h)}</th>'
+            for h, a in zip(head, align)
+        )
+        trs = "".join(
+            "<tr>"
+            + "".join(
+                f'<td style="text-align:{a};padding:2px 6px">{html.escape(c)}</td>'
+                for c, a in zip(row, align)
+            )
+            + "</tr>"
+            for row in body
+        )
+        caption = (
+            f'<caption style="caption-side:top;text-align:left">{html.escape(self.title)}</caption>'
+            if self.title
+            else ""
+        )
+        notes = "".join(
+            f'<p style="font-size:0.85em;margin:2px 0">{html.escape(n)}</p>' for n in self.notes
+        )
+        return (
+            f'<table class="course-table" style="{_CSS}">{caption}'
+            f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>{notes}"
+        )
+
+
+def compare_rows(
+    measurements: Sequence[Measurement], baseline: Measurement | None = None
+) -> list[dict[str, Any]]:
+    """One dict per measurement: runs, p50/p99 ms, IQR (% of p50), items/s and speedup against ``baseline``.
+
+    Each row also names its device and threads (from the measurement, else its ``meta``; '?' when
+    unknown), the cores it really used, and ``machine``: 'CONTENDED' when other processes took
+    CPU time while it ran (:data:`CONTENDED_SHARE`), 'quiet', or '?'. ``baseline`` defaults to
+    the first measurement.
+    """
+    if not measurements:
+        raise ValueError("nothing to compare: give at least one Measurement")
+    base = baseline or measurements[0]
+
+    def cores(m: Measurement) -> str:
+        return "?" if m.cores_used is None else f"{m.cores_used:.2f}"
+
+    def threads(m: Measurement) -> Any:
+        return m.threads if m.threads is not None else m.meta.get("threads", "?")
+
+    flags = {True: "CONTENDED", False: "quiet", None: "?"}
+    return [
+        {
+            "label": m.label,
+            "device": m.device or m.meta.get("device", "?"),
+            "threads": threads(m),
+            "cores_used": cores(m),
+            "runs": len(m.times_s),
+            "p50_ms": m.median * 1e3,
+            "p99_ms": m.p99 * 1e3,
+            "iqr_pct": 100 * m.relative_iqr,
+            "items_per_s": m.throughput,
+            "speedup": speedup(base, m),
+            "machine": flags[m.contended],
+        }
+        for m in measurements
+    ]
+
+
+def format_table(rows: Sequence[dict[str, Any]], floatfmt: str = ".2f") -> str:
+    """Dict rows as aligned text (columns: the keys of the first row): ``str(Table(rows))``."""
+    return str(Table(rows, floatfmt=floatfmt))
+
+
+def compare_table(
+    measurements: Sequence[Measurement], baseline: Measurement | None = None, **kwargs: Any
+) -> Table:
+    """A :class:`Table` of measurements with speedups against ``baseline`` (default: the first)."""
+    return Table(compare_rows(measurements, baseline), **kwargs)

@@ -1,0 +1,69 @@
+"""helpers.core.threads: the same CPU threads for every framework of a comparison."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.core import threads
+
+
+def test_same_threads_sets_every_framework(monkeypatch, torch_mod):
+    monkeypatch.delenv(threads.ONEFLOW_THREADS_ENV, raising=False)
+    monkeypatch.setattr(threads, "_flow_threads", None)
+    saved = torch_mod.get_num_threads()
+    try:
+        torch_mod.set_num_threads(2)  # something else first, so the call must change it
+        assert threads.same_threads(1) == 1
+        assert torch_mod.get_num_threads() == 1
+        import os
+
+        assert os.environ[threads.ONEFLOW_THREADS_ENV] == "1"  # for a OneFlow started after this
+        assert threads.oneflow_threads() == 1
+        assert threads.same_threads() == threads.available_cores()  # default: every core we may use
+    finally:
+        torch_mod.set_num_threads(saved)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="positive int"):
+            threads.same_threads(bad)
+
+
+def test_oneflow_threads_default_and_env(monkeypatch):
+    monkeypatch.setattr(threads, "_flow_threads", None)
+    monkeypatch.delenv(threads.ONEFLOW_THREADS_ENV, raising=False)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    assert threads.oneflow_threads() == 1  # OneFlow's own rule: CPUs minus two, at least one
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    assert threads.oneflow_threads() == 6
+    monkeypatch.setenv(threads.ONEFLOW_THREADS_ENV, "3")
+    assert threads.oneflow_threads() == 3
+
+
+def test_framework_threads_reads_torch(torch_mod):
+    assert threads.framework_threads("torch") == torch_mod.get_num_threads()
+    assert threads.framework_threads("onnxruntime") is None  # per session: the caller says
+    from helpers.measure.timer import benchmark
+
+    m = benchmark(lambda: None, framework="torch", repeats=2)
+    assert m.threads == torch_mod.get_num_threads()
+
+
+def test_onnx_runtime_sessions_wait_like_pytorch(monkeypatch):
+    """Under OMP_WAIT_POLICY=PASSIVE the course's ORT sessions do not spin either (same for all)."""
+    from helpers.deploy import runtimes
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert threads.threads_spin() is False
+    opts = runtimes.session_options()
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert threads.threads_spin() is True
+    assert (
+        runtimes.session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        == "1"
+    )
+    assert (
+        runtimes.session_options(spinning=False).get_session_config_entry(
+            "session.inter_op.allow_spinning"
+        )
+        == "0"
+    )
