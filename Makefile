@@ -40,8 +40,8 @@ GPU ?=
 MODE ?=
 # What `make setup` installs besides requirements.txt; `make wheelhouse` downloads the same list.
 # pip >= 26.2: every pip before it has published vulnerabilities (the last, CVE-2026-13346, was fixed
-# in 26.2; pip < 25 has six). Below 27: a new year's pip can drop old build paths (25.3 removed the
-# setup.py-install fallback), so it is tried with flowvision's build before it is let in: pip 26.3
+# in 26.2; pip < 25 has six). Below 27: a new year's pip can drop old build paths (25.3 dropped the
+# legacy setup.py build paths), so it is tried with flowvision's build before it is let in: pip 26.3
 # with setuptools 80.10 builds flowvision 0.2.1 with --no-build-isolation, from PyPI and from a
 # wheelhouse (checked in a fresh venv, 2026-12). setuptools < 81: flowvision's setup.py imports
 # pkg_resources, which 81 removed; >= 78.1.1: the fix for CVE-2025-47273 (a fresh Python 3.10 venv
@@ -259,4 +259,4 @@ distclean:
 	  echo "           Remove it yourself if you mean to (conda: 'conda env remove -p $(VENV)')."; \
 	  exit 1; fi
 	$(MAKE) --no-print-directory clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(AUDIT_VENV)

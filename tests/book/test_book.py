@@ -90,7 +90,9 @@ def built_book() -> Path:
 def browser():
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip(
-            "headless Chromium + chromedriver not installed (Debian: apt-get install chromium chromium-driver)"
+            "headless Chromium + chromedriver not installed: the browser checks are optional off CI "
+            "(Debian: apt-get install chromium chromium-driver; Ubuntu's chromium is a snap that "
+            "containers cannot run)"
         )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
