@@ -5,14 +5,24 @@
 #   make kernel register the environment as the Jupyter kernel "course" (MODE=full sets COURSE_MODE)
 #   make setup  only the environment (idempotent; WHEELHOUSE=dir installs offline from make wheelhouse)
 #   make doctor check this machine before installing: a table of what is found, needed, how to fix
+#   make restore after a rental instance is re-created from its data disk: system packages, kernel
+#   make audit  known vulnerabilities of the installed environment (pip-audit; needs the internet)
 #   make wheelhouse  download every pinned package once into WHEELHOUSE (default wheelhouse/)
 #   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
+# VENV=dir (a conda environment: VENV=$CONDA_PREFIX) given once to make setup is remembered.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
+# This clone's own settings, written by make and never committed: the environment given once with
+# `make setup VENV=dir` (a conda environment on a rental's data disk), so that `make lab`, `book`,
+# `test` use it too instead of building a second 13 GB .venv; and how `make kernel` registered the
+# Jupyter kernel, so that `make restore` can register it again. VENV= on a command line still wins;
+# delete the file to forget both.
+LOCAL_MK ?= .course-local.mk
+-include $(LOCAL_MK)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -29,7 +39,14 @@ GPU_SEEN := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 GPU ?=
 MODE ?=
 # What `make setup` installs besides requirements.txt; `make wheelhouse` downloads the same list.
-BOOTSTRAP := "pip<25" "setuptools<81" wheel
+# pip >= 26.2: every pip before it has published vulnerabilities (the last, CVE-2026-13346, was fixed
+# in 26.2; pip < 25 has six). Below 27: a new year's pip can drop old build paths (25.3 dropped the
+# legacy setup.py build paths), so it is tried with flowvision's build before it is let in: pip 26.3
+# with setuptools 80.10 builds flowvision 0.2.1 with --no-build-isolation, from PyPI and from a
+# wheelhouse (checked in a fresh venv, 2026-12). setuptools < 81: flowvision's setup.py imports
+# pkg_resources, which 81 removed; >= 78.1.1: the fix for CVE-2025-47273 (a fresh Python 3.10 venv
+# starts with setuptools 65.5, which has it and two older ones).
+BOOTSTRAP := "pip>=26.2,<27" "setuptools>=78.1.1,<81" wheel
 FLOWVISION := flowvision==0.2.1
 ONEFLOW_ONNX := oneflow-onnx==0.6.2
 # Workshop rooms: `make wheelhouse` (with network, once) then `make setup WHEELHOUSE=dir` (no network).
@@ -41,15 +58,19 @@ RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=P
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check doctor wheelhouse kernel
+.PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check doctor wheelhouse kernel \
+  restore audit
 
 help:
-	@sed -n '2,12p' Makefile | sed 's/^# //'
+	@sed -n '2,15p' Makefile | sed 's/^# //'
 
 # The doctor runs before anything is installed, so with the course's Python if it exists, else the system's.
-DOCTOR = $(or $(wildcard $(PY)),$(shell command -v python3),$(PYTHON310)) tools/doctor.py --venv $(VENV) --python310 "$(PYTHON310)"
+# It is told where `make kernel` registered the kernel (KERNEL_SPEC, remembered in $(LOCAL_MK)).
+DOCTOR = $(or $(wildcard $(PY)),$(shell command -v python3),$(PYTHON310)) tools/doctor.py --venv $(VENV) \
+  --python310 "$(PYTHON310)" --kernel-spec "$(KERNEL_SPEC)"
 
 doctor:
+	@$(if $(and $(filter file,$(origin VENV)),$(filter-out .venv,$(VENV))),echo "VENV=$(VENV) (remembered in $(LOCAL_MK))";)
 	@$(DOCTOR)
 
 $(PY):
@@ -66,22 +87,29 @@ $(PY):
 # make doctor first: it stops only for what blocks the install (FAIL rows); warnings name what gets skipped.
 # nvidia-pytriton needs glibc >= 2.35 (tools/doctor.py says why): on older images (Ubuntu 20.04) the
 # rest installs without it; chapter 9 stops at its first cell with the reason (make test skips it).
+# pip's cache and temporary files follow the environment onto its disk when ~/.cache and /tmp live on
+# another one (a rental's small system disk): PIP_DIRS, from tools/check_disk.sh --pip-dirs.
+PIP_DIRS = $(shell bash tools/check_disk.sh --pip-dirs $(abspath $(VENV)))
+IPIP = $(if $(strip $(PIP_DIRS)),env $(PIP_DIRS) )$(PIP)
 $(STAMP): requirements.txt pyproject.toml | $(PY)
 	@$(DOCTOR)
-	@bash tools/check_disk.sh $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check $(FROM_WHEELHOUSE) $(BOOTSTRAP)
+	@$(foreach d,$(PIP_DIRS),mkdir -p $(lastword $(subst =, ,$(d))) && echo "pip uses $(d) (the environment's disk)";) true
+	@$(if $(strip $(PIP_DIRS)),env $(PIP_DIRS) )bash tools/check_disk.sh $(VENV)
+	$(IPIP) install --quiet --disable-pip-version-check $(FROM_WHEELHOUSE) $(BOOTSTRAP)
 	@req=requirements.txt; if ! $(PY) tools/doctor.py --serving-ok; then \
 	  req=$(VENV)/requirements-without-triton.txt; grep -v '^nvidia-pytriton' requirements.txt > $$req; \
 	  echo "NOTE: glibc older than 2.35: installing without nvidia-pytriton; chapter 9 cannot run here."; fi; \
-	echo "$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req"; \
-	$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req
+	echo "$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req"; \
+	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req
 	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: build it with our setuptools<81.
-	$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-build-isolation --no-deps $(FLOWVISION)
+	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-build-isolation --no-deps $(FLOWVISION)
 	# oneflow-onnx's unpinned dependencies would upgrade numpy/protobuf and break OneFlow.
-	$(PIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-deps $(ONEFLOW_ONNX)
-	$(PIP) install --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .
+	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-deps $(ONEFLOW_ONNX)
+	$(IPIP) install --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .
 	bash tools/install_system_deps.sh
 	$(PY) -c "import torch, torchvision, oneflow, flowvision, onnxruntime, openvino, helpers; print('environment OK')"
+	@rm -rf $(VENV)/.pip-tmp; if [ -d $(VENV)/.pip-cache ]; then echo "pip's cache: $$(du -sh $(VENV)/.pip-cache \
+	  | cut -f1) in $(VENV)/.pip-cache (speeds up a reinstall; rm -rf it to free the space)"; fi
 	touch $(STAMP)
 
 $(TRT_STAMP): | $(STAMP)
@@ -106,7 +134,11 @@ wheelhouse: | $(PY)
 	@echo "wheelhouse: $$(ls $(WHEELHOUSE_DIR) | wc -l) files, $$(du -sh $(WHEELHOUSE_DIR) | cut -f1) in $(WHEELHOUSE_DIR)"
 	@echo "install from it with no network: make setup WHEELHOUSE=$(WHEELHOUSE_DIR)"
 
+# A VENV given on the command line (or in the environment) is remembered for the next make commands;
+# VENV=.venv forgets it.
 setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(TRT_STAMP)))
+	@$(if $(filter command line environment,$(origin VENV)),bash tools/remember.sh $(LOCAL_MK) VENV \
+	  $(if $(filter $(abspath .venv),$(abspath $(VENV))),,$(abspath $(VENV))))
 
 # Three pytest processes. The unit tests without OneFlow, then the OneFlow tests in a process of their own
 # (a rare native abort inside OneFlow 0.9.0 was seen only when both shared one), each through
@@ -156,10 +188,42 @@ bench: setup
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.
 # MODE=full|quick pins the mode; KERNEL_INSTALL=--sys-prefix or --prefix=DIR instead of --user.
+# The registration (its arguments, where the spec landed) is remembered for make restore and make doctor.
 KERNEL_INSTALL ?= --user
 kernel: setup
-	$(PY) -m ipykernel install $(KERNEL_INSTALL) --name course --display-name "Course (fast-inference)" \
-	  $(if $(MODE),--env COURSE_MODE $(MODE)) --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0
+	@out=$$($(PY) -m ipykernel install $(KERNEL_INSTALL) --name course --display-name "Course (fast-inference)" \
+	  $(if $(MODE),--env COURSE_MODE $(MODE)) --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0 2>&1); \
+	rc=$$?; echo "$$out"; [ $$rc = 0 ] || exit $$rc; \
+	bash tools/remember.sh $(LOCAL_MK) KERNEL_ARGS "$(strip $(if $(MODE),MODE=$(MODE)) KERNEL_INSTALL=$(KERNEL_INSTALL))" && \
+	bash tools/remember.sh $(LOCAL_MK) KERNEL_SPEC "$$(echo "$$out" | sed -n 's/^Installed kernelspec course in //p')"
+
+# After a rental instance is re-created from its saved data disk, one command puts back what lived on the
+# system disk: the system packages (nginx and libb64 for chapter 9; tools/install_system_deps.sh) and the
+# kernel registration of `make kernel` (as it was made, from $(LOCAL_MK)); then the doctor checks the rest.
+# The environment itself, the clone and your results are on the data disk and stay as they were.
+restore:
+	bash tools/install_system_deps.sh
+	@if [ -n "$(KERNEL_ARGS)" ]; then $(MAKE) --no-print-directory kernel $(KERNEL_ARGS); \
+	else echo "restore: no make kernel registration remembered in $(LOCAL_MK): no kernel to register"; fi
+	@$(DOCTOR)
+
+# Known vulnerabilities of the installed environment (of requirements.txt's pins when nothing is installed
+# yet), listed by pip-audit from a small venv of its own ($(AUDIT_VENV)), so that the course's environment
+# stays exactly as pinned. It needs the internet: pip-audit asks pypi.org's per-release JSON API
+# (AUDIT_SERVICE=osv: api.osv.dev) about every package. Where only a package index is reachable (a
+# mirror, a registry proxy) nothing can be audited, and pip-audit would still print "No known
+# vulnerabilities found": tools/audit.py says what was not checked and exits 2. The vulnerabilities the
+# pins cannot avoid (requirements.txt says why) are listed as accepted. Not part of check or test: CI
+# must pass offline.
+AUDIT_VENV ?= .cache/pip-audit-venv
+AUDIT_SERVICE ?= pypi
+PIP_AUDIT := pip-audit==2.10.1
+audit:
+	@[ -x $(AUDIT_VENV)/bin/pip-audit ] || { rm -rf $(AUDIT_VENV) && $(or $(PYTHON310),python3) -m venv $(AUDIT_VENV) \
+	  && $(AUDIT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$(PIP_AUDIT)"; } \
+	  || { echo "audit: could not install $(PIP_AUDIT) into $(AUDIT_VENV) (no package index?)"; exit 2; }
+	@$(AUDIT_VENV)/bin/python tools/audit.py --pip-audit $(AUDIT_VENV)/bin/pip-audit --service $(AUDIT_SERVICE) \
+	  $(if $(wildcard $(STAMP)),--python $(PY),--requirements requirements.txt)
 
 # Headless, also as root (rented GPU containers log you in as root; Jupyter refuses root without
 # --allow-root). LAB_IP=0.0.0.0 listens on every interface (behind a provider's port forwarding);
@@ -195,4 +259,4 @@ distclean:
 	  echo "           Remove it yourself if you mean to (conda: 'conda env remove -p $(VENV)')."; \
 	  exit 1; fi
 	$(MAKE) --no-print-directory clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(AUDIT_VENV)

@@ -46,8 +46,14 @@ GOOD = doctor.Facts(
     chromium="/usr/bin/chromium",
     chromedriver="/usr/bin/chromedriver",
     nginx="/usr/sbin/nginx",
-    packages={"torch": "2.9.1", "oneflow": "0.9.0"},
-    pins={"torch": "2.9.1", "oneflow": "0.9.0"},
+    libb64="/usr/lib/x86_64-linux-gnu/libb64.so.0d",
+    distro="debian",
+    kernel_spec="/root/.local/share/jupyter/kernels/course",
+    kernel_spec_exists=True,
+    kernel_python="/data/envs/fast-inference/bin/python",
+    kernel_python_exists=True,
+    packages={"torch": "2.10.0", "oneflow": "0.9.0"},
+    pins={"torch": "2.10.0", "oneflow": "0.9.0"},
 )
 
 
@@ -88,8 +94,13 @@ def test_glibc_of_ubuntu_20_04_skips_chapter_9_but_installs() -> None:
     assert doctor.serving_ok(GOOD)  # Ubuntu 22.04: glibc 2.35, libstdc++ 12
     # glibc new enough but an old libstdc++ (GLIBCXX_3.4.29): the server would not load either
     assert status(doctor.check_glibc, glibcxx=29) == "WARN"
-    # below PyTorch's manylinux_2_28 nothing installs
+    # Rocky / RHEL 9 (glibc 2.34) installs, without chapter 9; the fix never recommends it
+    rocky = doctor.check_glibc(dataclasses.replace(GOOD, glibc=(2, 34), glibcxx=29))
+    assert rocky.status == "WARN" and "Rocky / RHEL 9's glibc 2.34 is too old" in rocky.fix
+    # below PyTorch's manylinux_2_28 nothing installs (Ubuntu 18.04)
     assert status(doctor.check_glibc, glibc=(2, 27)) == "FAIL"
+    fail = doctor.check_glibc(dataclasses.replace(GOOD, glibc=(2, 27)))
+    assert "Rocky / RHEL 9 install everything but chapter 9" in fail.fix
     assert status(doctor.check_glibc, glibc=None) == "WARN"
 
 
@@ -114,9 +125,18 @@ def test_gpu_generations(cc, expected) -> None:
     row = doctor.check_gpu(dataclasses.replace(GOOD, gpus=(("GPU", cc),)))
     assert row.status == expected
     if cc >= (9, 0):
-        assert "OneFlow 0.9.0 has no code" in row.fix
+        assert "OneFlow 0.9.0 has no code" in row.fix and "H800, H20" in row.fix
     if cc < (7, 0):
-        assert "PyTorch 2.9 has no code" in row.fix
+        assert "PyTorch 2.10 has no code" in row.fix
+
+
+def test_china_market_gpus() -> None:
+    """H800 and H20 (Hopper) run PyTorch on the GPU and OneFlow on the CPU; A800, L20, 4090 run both."""
+    for name, cc in (("NVIDIA H800", (9, 0)), ("NVIDIA H20", (9, 0))):
+        row = doctor.check_gpu(dataclasses.replace(GOOD, gpus=((name, cc),)))
+        assert row.status == "WARN" and "its cells run on the CPU" in row.fix
+    for name, cc in (("NVIDIA A800", (8, 0)), ("NVIDIA L20", (8, 9)), ("RTX 4090D", (8, 9))):
+        assert status(doctor.check_gpu, gpus=((name, cc),)) == "ok"
 
 
 def test_no_gpu_is_quick_mode_not_a_failure() -> None:
@@ -131,8 +151,34 @@ def test_old_driver_warns() -> None:
 
 def test_missing_tools_warn() -> None:
     assert status(doctor.check_cxx, cxx=None) == "WARN"
-    assert status(doctor.check_chromium, chromedriver=None) == "WARN"
     assert status(doctor.check_nginx, nginx=None) == "WARN"
+    row = doctor.check_libb64(dataclasses.replace(GOOD, libb64=None))
+    assert row.status == "WARN" and "libb64-0d" in row.fix and "make restore" in row.fix
+
+
+def test_chromium_is_optional_off_ci_and_required_in_ci() -> None:
+    reader = doctor.check_chromium(dataclasses.replace(GOOD, chromium=None, chromedriver=None))
+    assert reader.status == "info" and reader.fix.startswith("optional")
+    assert status(doctor.check_chromium, chromedriver=None, ci=True) == "WARN"
+    # on Ubuntu the fix says why not to install it (a snap), instead of an apt-get line
+    ubuntu = doctor.check_chromium(dataclasses.replace(GOOD, chromium=None, distro="ubuntu debian"))
+    assert "snap" in ubuntu.fix and "apt-get" not in ubuntu.fix
+
+
+def test_kernel_lost_with_the_system_disk_points_to_make_restore(tmp_path: Path) -> None:
+    assert status(doctor.check_kernel, kernel_spec="") == "info"  # never registered: not needed
+    gone = doctor.check_kernel(dataclasses.replace(GOOD, kernel_spec_exists=False))
+    assert gone.status == "WARN" and "make restore" in gone.fix
+    stale = dataclasses.replace(GOOD, kernel_python_exists=False)
+    assert doctor.check_kernel(stale).status == "WARN"
+    # the facts come from the kernel.json make kernel wrote
+    spec = tmp_path / "kernels" / "course"
+    assert doctor._kernel(str(spec)) == (False, None, False)
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(f'{{"argv": ["{sys.executable}", "-m", "ipykernel"]}}')
+    assert doctor._kernel(str(spec)) == (True, sys.executable, True)
+    (spec / "kernel.json").write_text('{"argv": ["/gone/bin/python"]}')
+    assert doctor._kernel(str(spec)) == (True, "/gone/bin/python", False)
 
 
 def test_a_preinstalled_image_with_other_versions_is_told_to_install_beside_it() -> None:
@@ -233,7 +279,9 @@ def test_a_full_disk_stops_make_doctor(tmp_path: Path) -> None:
 def test_setup_runs_the_doctor_first_and_installs_without_triton_on_old_glibc() -> None:
     recipe = (ROOT / "Makefile").read_text().split("$(STAMP): requirements.txt", 1)[1]
     recipe = recipe.split("\n\n", 1)[0]
-    assert recipe.index("$(DOCTOR)") < recipe.index("check_disk.sh") < recipe.index("pip")
+    assert (
+        recipe.index("$(DOCTOR)") < recipe.index("check_disk.sh") < recipe.index("$(IPIP) install")
+    )
     assert "--serving-ok" in recipe and "grep -v '^nvidia-pytriton' requirements.txt" in recipe
 
 

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,11 +30,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The clone's remembered settings (make setup VENV=..., make kernel) go to a scratch file in these tests.
+SCRATCH_LOCAL_MK = Path(tempfile.gettempdir()) / f"course-test-local-{os.getpid()}.mk"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_scratch_settings():
+    yield
+    SCRATCH_LOCAL_MK.unlink(missing_ok=True)
+
+
 def make_lab(
     *args: str, dry: bool = False, **popen
 ) -> subprocess.Popen | subprocess.CompletedProcess:
     # -o: treat the install as done (this test is about the server, not about re-running setup)
     cmd = ["make", "-s", "-C", str(ROOT), "-o", str(STAMP), f"VENV={VENV}", "lab", *args]
+    cmd.append(f"LOCAL_MK={SCRATCH_LOCAL_MK}")
     if dry:
         return subprocess.run(
             cmd[:2] + ["-n"] + cmd[2:], capture_output=True, text=True, timeout=60
@@ -131,15 +143,17 @@ def test_make_kernel_registers_the_course_settings(tmp_path: Path) -> None:
     """For a JupyterLab of another environment: the kernel spec carries the mode and OMP policy."""
     import json
 
+    local = tmp_path / "local.mk"
     out = subprocess.run(
         ["make", "-s", "-C", str(ROOT), "-o", str(STAMP), f"VENV={VENV}", "kernel", "MODE=full"]
-        + [f"KERNEL_INSTALL=--prefix={tmp_path}"],
+        + [f"KERNEL_INSTALL=--prefix={tmp_path}", f"LOCAL_MK={local}"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    spec = json.loads((tmp_path / "share/jupyter/kernels/course/kernel.json").read_text())
+    folder = tmp_path / "share/jupyter/kernels/course"
+    spec = json.loads((folder / "kernel.json").read_text())
     assert spec["argv"][0] == str(VENV / "bin" / "python")
     assert spec["env"] == {
         "COURSE_MODE": "full",
@@ -147,3 +161,26 @@ def test_make_kernel_registers_the_course_settings(tmp_path: Path) -> None:
         "PYTHONHASHSEED": "0",
     }
     assert spec["display_name"] == "Course (fast-inference)"
+    # remembered for make restore (how it was registered) and make doctor (where)
+    remembered = local.read_text()
+    assert f"KERNEL_ARGS ?= MODE=full KERNEL_INSTALL=--prefix={tmp_path}" in remembered
+    assert f"KERNEL_SPEC ?= {folder}" in remembered
+
+
+@pytest.mark.slow
+def test_doctor_finds_the_kernel_a_recreated_instance_lost(tmp_path: Path) -> None:
+    """make kernel, then the system disk goes (the spec folder deleted): make doctor says make restore."""
+    import shutil
+
+    local = tmp_path / "local.mk"
+    base = ["make", "-s", "-C", str(ROOT), "-o", str(STAMP), f"VENV={VENV}", f"LOCAL_MK={local}"]
+    env = dict(os.environ, COURSE_MIN_FREE_GB="1")
+    run = dict(capture_output=True, text=True, timeout=300, env=env)
+    made = subprocess.run([*base, "kernel", f"KERNEL_INSTALL=--prefix={tmp_path}"], **run)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "kernel [ok]" in subprocess.run([*base, "doctor"], **run).stdout
+    shutil.rmtree(
+        tmp_path / "share"
+    )  # what re-creating the instance does to ~/.local/share/jupyter
+    lost = subprocess.run([*base, "doctor"], **run).stdout
+    assert "kernel [WARN]" in lost and "make restore" in lost, lost

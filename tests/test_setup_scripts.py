@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +43,7 @@ def test_zero_skips_the_check(tmp_path: Path) -> None:
 
 def test_the_makefile_checks_before_installing() -> None:
     recipe = (ROOT / "Makefile").read_text().split("$(STAMP):", 1)[1]
-    assert recipe.index("check_disk.sh") < recipe.index("$(PIP) install")
+    assert recipe.index("check_disk.sh") < recipe.index("$(IPIP) install")
 
 
 # tools/rerun_on_crash.sh: a native crash (death by signal) is run once more; a failed test never is.
@@ -332,3 +337,279 @@ def test_offline_install_from_a_tiny_wheelhouse(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "No matching distribution" in missing.stderr
     for run in (out, missing):  # no index was consulted, not even the (dead) one configured
         assert "127.0.0.1:9" not in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+# -- Pins of the bootstrap, system packages per distribution, pip's folders, remembered settings ----------
+
+
+def _bootstrap() -> list[str]:
+    import shlex
+
+    line = next(
+        ln for ln in (ROOT / "Makefile").read_text().splitlines() if ln.startswith("BOOTSTRAP")
+    )
+    return shlex.split(line.split(":=", 1)[1])
+
+
+def test_bootstrap_pip_and_setuptools_are_past_their_published_vulnerabilities() -> None:
+    """pip >= 26.2 (pip < 25 had six CVEs), setuptools >= 78.1.1 and < 81 (flowvision's pkg_resources)."""
+    specs = {re.split(r"[<>=!]", s, maxsplit=1)[0]: s for s in _bootstrap()}
+    assert set(specs) == {"pip", "setuptools", "wheel"}
+    assert ">=26.2" in specs["pip"] and "<25" not in specs["pip"]
+    assert ">=78.1.1" in specs["setuptools"] and "<81" in specs["setuptools"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "CVE-2026-13346" in makefile and "flowvision" in makefile  # the reasons are recorded
+
+
+def _fake_apt(tmp_path: Path, distro: str, broken: str = "") -> tuple[dict, Path]:
+    """A root shell with a fake apt-get and dpkg-query (a package 'installs' by leaving a file)."""
+    fake, db, log = tmp_path / "bin", tmp_path / "db", tmp_path / "apt.log"
+    fake.mkdir()
+    db.mkdir()
+    (fake / "id").write_text("#!/bin/sh\necho 0\n")
+    (fake / "dpkg-query").write_text(
+        f'#!/bin/sh\neval p=\\${{$#}}\n[ -e {db}/"$p" ] && echo "install ok installed"\nexit 0\n'
+    )
+    (fake / "apt-get").write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        '[ "$1" = update ] && exit 0\n'
+        "eval p=\\${$#}\n"
+        f'[ "$p" = "{broken}" ] && exit 100\n'
+        f'touch {db}/"$p"\n'
+    )
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    release = tmp_path / "os-release"
+    release.write_text(distro)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "COURSE_SYSTEM_PACKAGES")}
+    env.update(PATH=f"{fake}:{os.environ['PATH']}", COURSE_OS_RELEASE=str(release))
+    return env, log
+
+
+def test_system_packages_on_ubuntu_install_what_chapter_9_needs_without_chromium(
+    tmp_path: Path,
+) -> None:
+    env, log = _fake_apt(tmp_path, "ID=ubuntu\nID_LIKE=debian\n", broken="libb64-0d")
+    script = str(ROOT / "tools" / "install_system_deps.sh")
+    out = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = log.read_text().splitlines()
+    installs = [c.split()[-1] for c in calls if c.startswith("install")]
+    # one package per call: libb64-0d failing did not stop nginx
+    assert installs == ["libb64-0d", "nginx"], calls
+    assert "Chromium is a snap" in out.stdout and "optional" in out.stdout
+    assert "could not install libb64-0d" in out.stdout
+    assert "libb64-0d missing: the chapter steps that need it will print a skip line" in out.stdout
+
+
+def test_system_packages_on_debian_include_the_browser_and_ci_requires_them(tmp_path: Path) -> None:
+    env, log = _fake_apt(tmp_path, "ID=debian\n", broken="chromium-driver")
+    script = str(ROOT / "tools" / "install_system_deps.sh")
+    out = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    installs = [c.split()[-1] for c in log.read_text().splitlines() if c.startswith("install")]
+    assert {"nginx", "libb64-0d", "chromium", "chromium-driver", "fonts-wqy-microhei"} == set(
+        installs
+    )
+    # off CI a missing browser package is one clear line, not a failure
+    assert out.returncode == 0 and "browser checks will be skipped (optional)" in out.stdout
+    ci = subprocess.run(
+        ["bash", script], capture_output=True, text=True, env=dict(env, CI="true"), timeout=60
+    )
+    assert ci.returncode == 1 and "CI needs the system packages chromium-driver" in ci.stderr
+
+
+def _pip_dirs(venv: Path, **env: str) -> str:
+    full = {k: v for k, v in os.environ.items() if k not in ("PIP_CACHE_DIR", "TMPDIR")}
+    full.update(env)
+    out = subprocess.run(
+        ["bash", str(ROOT / "tools" / "check_disk.sh"), "--pip-dirs", str(venv)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_pip_cache_and_temporary_files_follow_the_environment_onto_its_disk(tmp_path: Path) -> None:
+    """A rental: the environment on the data disk, ~/.cache and /tmp on the small system disk."""
+    if os.stat("/dev/shm").st_dev == os.stat("/tmp").st_dev:
+        pytest.skip("/dev/shm and /tmp are one filesystem here: no second disk to stand for one")
+    # the same disk as ~/.cache and /tmp (a laptop): pip keeps its defaults
+    assert _pip_dirs(tmp_path / "venv", HOME=str(tmp_path)) == ""
+    data_disk = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        venv = data_disk / "envs" / "fast-inference"
+        assert _pip_dirs(venv, HOME=str(tmp_path)) == (
+            f"PIP_CACHE_DIR={venv}/.pip-cache TMPDIR={venv}/.pip-tmp"
+        )
+        # what the reader set is kept
+        assert _pip_dirs(venv, HOME=str(tmp_path), TMPDIR="/mine") == (
+            f"PIP_CACHE_DIR={venv}/.pip-cache"
+        )
+        # and make setup hands them to every pip install (and to the disk check)
+        dry = _dry_run("setup", f"VENV={venv}", "GPU=0")
+        installs = [ln for ln in dry.splitlines() if " -m pip install" in ln and "echo" not in ln]
+        assert installs and all(
+            ln.startswith(f"env PIP_CACHE_DIR={venv}/.pip-cache") for ln in installs
+        )
+        assert f"TMPDIR={venv}/.pip-tmp bash tools/check_disk.sh" in dry
+        assert f"rm -rf {venv}/.pip-tmp" in dry
+    finally:
+        shutil.rmtree(data_disk, ignore_errors=True)
+
+
+def _make(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "VENV"}
+    return subprocess.run(
+        ["make", "-s", "-C", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def test_a_venv_given_once_is_remembered_by_the_next_make_commands(tmp_path: Path) -> None:
+    """make setup VENV=$CONDA_PREFIX once; make lab, book, test then use it, not a second .venv."""
+    import sys
+
+    conda = tmp_path / "envs" / "fast-inference"
+    (conda / "bin").mkdir(parents=True)
+    (conda / "bin" / "python").symlink_to(sys.executable)
+    (conda / ".course-installed").write_text("")  # installed: setup has nothing left to do
+    local = tmp_path / "local.mk"
+    out = _make("setup", f"VENV={conda}", f"LOCAL_MK={local}", "GPU=0")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"VENV ?= {conda}" in local.read_text() and "remembered VENV" in out.stdout
+    for target in ("lab", "book", "test"):
+        dry = _make("-n", target, f"LOCAL_MK={local}", "GPU=0")
+        assert dry.returncode == 0, dry.stderr
+        assert f"{conda}/bin/" in dry.stdout and ".venv/bin" not in dry.stdout, target
+        assert "-m venv" not in dry.stdout  # no second environment is created
+    # the command line still wins
+    other = _make("-n", "lab", f"LOCAL_MK={local}", f"VENV={tmp_path}/other").stdout
+    assert f"{tmp_path}/other/bin/" in other
+    doctor = _make("-n", "doctor", f"LOCAL_MK={local}").stdout
+    assert f"--venv {conda}" in doctor and "remembered in" in doctor
+    # VENV=.venv forgets it (the line setup runs; remember.sh with no value removes the setting)
+    dry = _make("-n", "setup", "VENV=.venv", f"LOCAL_MK={local}", "GPU=0").stdout
+    lines = [ln.strip() for ln in dry.splitlines()]
+    assert f"bash tools/remember.sh {local} VENV" in lines, dry[-500:]
+    forget = subprocess.run(
+        ["bash", str(ROOT / "tools" / "remember.sh"), str(local), "VENV"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert forget.returncode == 0 and not local.exists(), forget.stdout
+
+
+def test_restore_puts_back_the_system_packages_and_the_kernel_as_registered(tmp_path: Path) -> None:
+    local = tmp_path / "local.mk"
+    local.write_text(
+        f"KERNEL_ARGS ?= MODE=full KERNEL_INSTALL=--prefix={tmp_path}/k\n"
+        f"KERNEL_SPEC ?= {tmp_path}/k/share/jupyter/kernels/course\n"
+    )
+    dry = _make("-n", "restore", f"LOCAL_MK={local}", "VENV=/nonexistent-venv", "GPU=0")
+    assert dry.returncode == 0, dry.stderr
+    text = dry.stdout
+    assert text.index("install_system_deps.sh") < text.index("ipykernel install")
+    assert f"install --prefix={tmp_path}/k --name course" in text and "COURSE_MODE full" in text
+    assert f'--kernel-spec "{tmp_path}/k/share/jupyter/kernels/course"' in text  # then the doctor
+    # nothing registered: restore says so instead of registering a kernel nobody asked for
+    bare = _make("-n", "restore", f"LOCAL_MK={tmp_path}/none.mk", "VENV=/nonexistent-venv")
+    assert "ipykernel install" not in bare.stdout and "no make kernel registration" in bare.stdout
+
+
+# -- make audit: pip-audit's report read honestly ------------------------------------------------------
+
+
+def _audit_module():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("course_audit", ROOT / "tools" / "audit.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["course_audit"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_audit_never_reads_packages_it_could_not_check_as_clean() -> None:
+    audit = _audit_module()
+    not_found = "Dependency not found on PyPI and could not be audited: torch (2.10.0)"
+    nothing = {"dependencies": [{"name": "torch", "skip_reason": not_found}], "fixes": []}
+    status, lines = audit.verdict(nothing)
+    assert status == 2 and "NOTHING WAS CHECKED" in lines[-1]
+    clean = {"name": "torch", "version": "2.10.0", "vulns": []}
+    partial = {"dependencies": [clean, {"name": "onnx", "skip_reason": "x"}]}
+    assert audit.verdict(partial)[0] == 2
+    # the course's own package is never on PyPI: its skip does not count
+    own = {"name": audit.OWN_PACKAGE, "skip_reason": "not on PyPI"}
+    assert audit.verdict({"dependencies": [clean, own]})[0] == 0
+
+
+def test_audit_accepts_only_the_pins_requirements_txt_explains() -> None:
+    audit = _audit_module()
+    onnx = {
+        "name": "onnx",
+        "version": "1.17.0",
+        "vulns": [{"id": "GHSA-x", "aliases": ["CVE-2025-51480"], "fix_versions": ["1.21.0"]}],
+    }
+    status, lines = audit.verdict({"dependencies": [onnx]})
+    assert status == 0 and any("accepted" in ln and "CVE-2025-51480" in ln for ln in lines)
+    assert any("why onnx is accepted" in ln for ln in lines)
+    newer = dict(onnx, version="1.18.0")  # another version is not what the reason was written for
+    assert audit.verdict({"dependencies": [newer]})[0] == 1
+    torch = dict(onnx, name="torch", version="2.10.0")
+    status, lines = audit.verdict({"dependencies": [onnx, torch]})
+    assert status == 1 and any(ln.strip().startswith("FOUND") and "torch" in ln for ln in lines)
+    # every accepted pin is the pin of requirements.txt, and its comment names the package's CVEs
+    req = (ROOT / "requirements.txt").read_text()
+    for name, (version, _why) in audit.ACCEPTED.items():
+        assert f"\n{name}=={version}\n" in req, name
+        assert f"# - {name} {version}:" in req, name
+    assert all(cve in req for cve in ("CVE-2025-51480", "CVE-2026-27489", "CVE-2026-34445"))
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'name = "{audit.OWN_PACKAGE}"' in pyproject
+
+
+def test_audit_says_when_the_service_cannot_be_reached(tmp_path: Path) -> None:
+    import sys
+
+    fake = tmp_path / "pip-audit"
+    fake.write_text(
+        "#!/bin/sh\necho 'requests.exceptions.ConnectionError: Failed to resolve api.osv.dev' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    cmd = [sys.executable, str(ROOT / "tools" / "audit.py"), "--pip-audit", str(fake)]
+    out = subprocess.run(
+        [*cmd, "--service", "osv", "--requirements", str(ROOT / "requirements.txt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "could not reach api.osv.dev" in out.stdout, out.stdout
+    # a pip-audit that writes its report: the report is read, not pip-audit's own verdict
+    report = '{"dependencies": [{"name": "numpy", "skip_reason": "not found"}]}'
+    fake.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        f"echo '{report}' > \"$out\"\necho 'No known vulnerabilities found'\n"
+    )
+    out = subprocess.run(
+        [*cmd, "--python", sys.executable], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and "NOTHING WAS CHECKED" in out.stdout, out.stdout
+
+
+def test_audit_is_never_part_of_check_test_or_ci() -> None:
+    """CI must pass offline: the audit needs the internet."""
+    text = (ROOT / "Makefile").read_text()
+    for target in ("\ncheck: setup", "\ntest: setup", "\ntest-unit: setup"):
+        assert "audit" not in text.split(target, 1)[1].split("\n\n", 1)[0], target
+    assert "audit" not in (ROOT / ".ci" / "run").read_text()
+    assert "\naudit:" in text and "pip-audit==" in text

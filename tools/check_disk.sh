@@ -4,7 +4,32 @@
 # libraries) and the install peaks at ~19 GB while pip holds the downloaded wheels in $TMPDIR.
 # A full disk otherwise fails half-way with pip's "[Errno 28] No space left on device".
 # COURSE_MIN_FREE_GB overrides the requirement (0 skips the check).
+#
+# `check_disk.sh --pip-dirs VENV` instead prints where pip keeps its cache and temporary files during
+# the install (the Makefile puts the words in pip's environment): nothing on a machine where ~/.cache
+# and /tmp share the environment's disk; on a rental whose small system disk holds ~/.cache and /tmp
+# while the environment lives on the data disk, PIP_CACHE_DIR=VENV/.pip-cache and TMPDIR=VENV/.pip-tmp,
+# so the ~6 GB of downloaded wheels land on the data disk too. A PIP_CACHE_DIR or TMPDIR you set is kept.
 set -u
+disk_of() {  # the device id of the filesystem holding $1 (or its nearest existing parent)
+  local p=$1
+  while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+  stat -c %d "$p" 2>/dev/null
+}
+if [ "${1:-}" = --pip-dirs ]; then
+  venv=${2:?usage: check_disk.sh --pip-dirs VENV}
+  venv_disk=$(disk_of "$venv")
+  dirs=()
+  if [ -z "${PIP_CACHE_DIR:-}" ] && [ -z "${PIP_NO_CACHE_DIR:-}" ] \
+     && [ "$(disk_of "${XDG_CACHE_HOME:-$HOME/.cache}")" != "$venv_disk" ]; then
+    dirs+=("PIP_CACHE_DIR=$venv/.pip-cache")
+  fi
+  if [ -z "${TMPDIR:-}" ] && [ "$(disk_of /tmp)" != "$venv_disk" ]; then
+    dirs+=("TMPDIR=$venv/.pip-tmp")
+  fi
+  echo "${dirs[*]}"
+  exit 0
+fi
 venv=${1:?usage: check_disk.sh VENV}
 need_gb=${COURSE_MIN_FREE_GB:-20}
 [ "$need_gb" = 0 ] && exit 0

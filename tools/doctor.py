@@ -3,8 +3,10 @@
 Runs before anything is installed (``make setup`` calls it first), so it uses the standard library only
 and any Python 3 (the course's ``.venv`` if it exists, else the system ``python3``). It checks the
 things that otherwise fail half-way through an install or a chapter: Linux x86-64, Python 3.10 with a
-shared libpython, glibc, free disk, ``/dev/shm``, the GPU and its driver, a C++ compiler, Chromium and
-nginx. Each check is a pure function of a :class:`Facts` record, so the tests fake machines (an old
+shared libpython, glibc, free disk, ``/dev/shm``, the GPU and its driver, a C++ compiler, nginx and
+libb64 (chapter 9), Chromium (the book's browser test only: optional off CI), and the Jupyter kernel
+``make kernel`` registered (lost with the system disk when a rental instance is re-created: ``make
+restore``). Each check is a pure function of a :class:`Facts` record, so the tests fake machines (an old
 Ubuntu, a 64 MB container, an H100, a pyenv build without ``--enable-shared``) without owning one.
 
 Exit status: 1 when something blocks the install itself (``FAIL``), else 0 (``WARN`` rows name the
@@ -44,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
 # libtritonserver and Python-backend stub were read with `objdump -T`: they need GLIBC_2.34 and, from
 # the system's libstdc++ (not bundled), GLIBCXX_3.4.30 (GCC 12's runtime). Ubuntu 22.04 has both
-# (glibc 2.35, libstdc++ 12); Ubuntu 20.04 (glibc 2.31) has neither: chapter 9 is skipped there.
+# (glibc 2.35, libstdc++ 12), Debian 12 too (2.36); Ubuntu 20.04 and Debian 11 (2.31) and Rocky / RHEL /
+# AlmaLinux 9 (2.34) do not: chapter 9 is skipped there. Ubuntu 18.04 (2.27) cannot install PyTorch.
 GLIBC_INSTALL = (2, 28)
 GLIBC_SERVING = (2, 35)
 GLIBCXX_SERVING = 30  # GLIBCXX_3.4.30
@@ -57,7 +60,8 @@ GLIBCXX_SERVING = 30  # GLIBCXX_3.4.30
 SHM_NEEDED = 1 << 30
 SHM_MINIMUM = 256 << 20
 # GPUs: OneFlow 0.9.0 (cu117 wheel) carries SASS for these and no PTX (helpers.core.cuda_compat reads
-# them from the wheel; tests/test_doctor.py checks the two agree). PyTorch 2.9's cu12 wheel starts at 7.0.
+# them from the wheel; tests/test_doctor.py checks the two agree). PyTorch 2.10's cu128 wheel carries
+# sm_70 to sm_120 (torch._C._cuda_getArchFlags()), so it starts at 7.0.
 ONEFLOW_SASS = (60, 61, 70, 75, 80, 86)
 TORCH_MIN_CC = (7, 0)
 # Driver: PyTorch 2.10.0 and onnxruntime-gpu 1.23.2 use CUDA 12, which runs on drivers from 525.60.13
@@ -97,6 +101,15 @@ class Facts:
     chromium: str | None = None
     chromedriver: str | None = None
     nginx: str | None = None
+    libb64: str | None = None  # libb64.so.0d (Debian/Ubuntu libb64-0d): perf_analyzer loads it
+    ci: bool = False  # CI=true: the book's browser checks are required there
+    distro: str = ""  # os-release ID and ID_LIKE, e.g. "ubuntu debian"
+    kernel_spec: str = (
+        ""  # where `make kernel` registered the kernel (remembered), "" if it never did
+    )
+    kernel_spec_exists: bool = False
+    kernel_python: str | None = None  # the Python its kernel.json starts
+    kernel_python_exists: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,7 +207,8 @@ def check_glibc(f: Facts) -> Row:
             FAIL,
             found,
             f"glibc >= {_v(GLIBC_INSTALL)} (PyTorch's manylinux_2_28 wheels)",
-            "use an image of Ubuntu 22.04 or newer (Debian 12, Rocky 9)",
+            "use an image of Ubuntu 22.04 or newer, or Debian 12 (Ubuntu 20.04, Debian 11 and "
+            "Rocky / RHEL 9 install everything but chapter 9)",
         )
     if not serving_ok(f):
         return Row(
@@ -204,7 +218,7 @@ def check_glibc(f: Facts) -> Row:
             needed,
             "nvidia-pytriton (manylinux_2_35) cannot install here: make setup installs everything "
             "else, chapter 9 is skipped and chapter 10 has no served rung. For them, rent an image "
-            "of Ubuntu 22.04 or newer",
+            "of Ubuntu 22.04 or newer, or Debian 12 (Rocky / RHEL 9's glibc 2.34 is too old too)",
         )
     return Row("glibc", OK, found, needed)
 
@@ -242,7 +256,7 @@ def check_shm(f: Facts) -> Row:
 
 
 def check_gpu(f: Facts) -> Row:
-    needed = "CC 7.0-8.9 for OneFlow and PyTorch on the GPU (V100, T4, A100, A10G, L4)"
+    needed = "CC 7.0-8.9 for OneFlow and PyTorch on the GPU (V100, T4, A100/A800, A10, L4, L20, RTX 4090)"
     if not f.gpus:
         found = "none (nvidia-smi not found)" if not f.nvidia_smi else "nvidia-smi lists no GPU"
         return Row("gpu", INFO, found, needed, "quick mode on the CPU; full mode wants a GPU")
@@ -256,7 +270,7 @@ def check_gpu(f: Facts) -> Row:
             WARN,
             found,
             needed,
-            "PyTorch 2.9 has no code for this GPU: everything runs on the CPU. Rent a newer GPU",
+            "PyTorch 2.10 has no code for this GPU: everything runs on the CPU. Rent a newer GPU",
         )
     if not runs_on(cc, ONEFLOW_SASS):
         return Row(
@@ -264,8 +278,9 @@ def check_gpu(f: Facts) -> Row:
             WARN,
             found,
             needed,
-            "OneFlow 0.9.0 has no code for this GPU: its cells run on the CPU (PyTorch, ONNX "
-            "Runtime and Triton use the GPU). Rent an A100, A10G or L4 to see OneFlow on a GPU",
+            "OneFlow 0.9.0 has no code for this GPU (Hopper: H100, H200, H800, H20; Blackwell): its "
+            "cells run on the CPU (PyTorch, ONNX Runtime and Triton use the GPU). To see OneFlow on "
+            "a GPU, rent one of compute capability 7.0-8.9 (A100/A800, A10, L20, L4, RTX 3090/4090)",
         )
     return Row("gpu", OK, found, needed)
 
@@ -298,18 +313,21 @@ def check_cxx(f: Facts) -> Row:
 
 
 def check_chromium(f: Facts) -> Row:
-    needed = "chromium + chromedriver (the book's browser test)"
+    needed = "chromium + chromedriver (the book's browser test only; required in CI)"
     if f.chromium and f.chromedriver:
         return Row("chromium", OK, f.chromium, needed)
     found = "chromium only" if f.chromium else "none"
-    return Row(
-        "chromium",
-        WARN,
-        found,
-        needed,
-        "apt-get install chromium chromium-driver (make setup does it as root); "
-        "without it tests/book skips its browser checks",
-    )
+    if "ubuntu" in f.distro.split():
+        how = (
+            "optional: Ubuntu's chromium is a snap that containers cannot run, so leave it out (the "
+            "book still builds; tests/book skips its browser checks)"
+        )
+    else:
+        how = (
+            "optional off CI: apt-get install chromium chromium-driver (make setup does it as "
+            "root); without it tests/book skips its browser checks"
+        )
+    return Row("chromium", WARN if f.ci else INFO, found, needed, how)
 
 
 def check_nginx(f: Facts) -> Row:
@@ -317,8 +335,52 @@ def check_nginx(f: Facts) -> Row:
     if f.nginx:
         return Row("nginx", OK, f.nginx, needed)
     return Row(
-        "nginx", WARN, "none", needed, "apt-get install nginx (else that step prints a skip line)"
+        "nginx",
+        WARN,
+        "none",
+        needed,
+        "apt-get install nginx, or make restore on a re-created rental instance (else that step "
+        "prints a skip line)",
     )
+
+
+def check_libb64(f: Facts) -> Row:
+    needed = "libb64.so.0d (perf_analyzer's load sweep, chapter 9)"
+    if f.libb64:
+        return Row("libb64", OK, f.libb64, needed)
+    return Row(
+        "libb64",
+        WARN,
+        "none",
+        needed,
+        "apt-get install libb64-0d, or make restore on a re-created rental instance (else the "
+        "perf_analyzer sweep prints a skip line)",
+    )
+
+
+def check_kernel(f: Facts) -> Row:
+    """The kernel `make kernel` registered: still there after the instance was re-created?"""
+    needed = "the kernel 'course' of make kernel (only for a JupyterLab you did not start)"
+    if not f.kernel_spec:
+        return Row("kernel", INFO, "not registered by make kernel", needed, "make kernel MODE=full")
+    if not f.kernel_spec_exists:
+        return Row(
+            "kernel",
+            WARN,
+            f"missing: {f.kernel_spec}",
+            needed,
+            "make kernel registered it there, and it is gone (a re-created instance loses the "
+            "system disk): make restore registers it again as it was",
+        )
+    if not f.kernel_python_exists:
+        return Row(
+            "kernel",
+            WARN,
+            f"{f.kernel_spec} starts a missing {f.kernel_python}",
+            needed,
+            "the environment it points at is gone: make setup, then make kernel",
+        )
+    return Row("kernel", OK, f.kernel_spec, needed)
 
 
 def check_frameworks(f: Facts) -> Row:
@@ -351,8 +413,10 @@ CHECKS = (
     check_gpu,
     check_driver,
     check_cxx,
-    check_chromium,
     check_nginx,
+    check_libb64,
+    check_chromium,
+    check_kernel,
     check_frameworks,
 )
 
@@ -467,8 +531,41 @@ def _gpus() -> tuple[bool, tuple, tuple[int, ...] | None]:
     return True, tuple(gpus), driver
 
 
-def gather(venv: str = ".venv", python310: str = "") -> Facts:
-    """The facts of this machine. ``venv``: the course's environment; ``python310``: Make's PYTHON310."""
+def _libb64() -> str | None:
+    out = _run(["ldconfig", "-p"]) or ""
+    m = re.search(r"libb64\.so\.0d \(libc6,x86-64\) => (\S+)", out)
+    if m:
+        return m.group(1)
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        if Path(d, "libb64.so.0d").exists():
+            return str(Path(d, "libb64.so.0d"))
+    return None
+
+
+def _distro() -> str:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return ""
+    fields = dict(re.findall(r'^(ID|ID_LIKE)="?([^"\n]*)"?$', text, re.M))
+    return f"{fields.get('ID', '')} {fields.get('ID_LIKE', '')}".strip()
+
+
+def _kernel(spec: str) -> tuple[bool, str | None, bool]:
+    """Whether the kernel spec folder exists, the Python its kernel.json starts, whether that exists."""
+    if not spec:
+        return False, None, False
+    try:
+        argv = json.loads((Path(spec) / "kernel.json").read_text())["argv"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False, None, False
+    python = argv[0] if argv else None
+    return True, python, bool(python) and Path(python).exists()
+
+
+def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> Facts:
+    """The facts of this machine. ``venv``: the course's environment; ``python310``: Make's PYTHON310;
+    ``kernel_spec``: where ``make kernel`` registered the kernel (remembered by the Makefile)."""
     vpy = Path(venv) / "bin" / "python"
     python = str(vpy) if vpy.exists() else (python310 or None)
     probe = {}
@@ -489,6 +586,7 @@ def gather(venv: str = ".venv", python310: str = "") -> Facts:
     except OSError:
         shm_bytes = None
     has_smi, gpus, driver = _gpus()
+    spec_exists, kernel_python, kernel_python_ok = _kernel(kernel_spec)
     return Facts(
         system=platform.system(),
         machine=platform.machine(),
@@ -518,6 +616,13 @@ def gather(venv: str = ".venv", python310: str = "") -> Facts:
         or next(
             (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
         ),
+        libb64=_libb64(),
+        ci=os.environ.get("CI", "").lower() == "true",
+        distro=_distro(),
+        kernel_spec=kernel_spec,
+        kernel_spec_exists=spec_exists,
+        kernel_python=kernel_python,
+        kernel_python_exists=kernel_python_ok,
     )
 
 
@@ -525,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--venv", default=os.environ.get("VENV", ".venv"))
     ap.add_argument("--python310", default="", help="the Python 3.10 make would use")
+    ap.add_argument("--kernel-spec", default="", help="where make kernel registered the kernel")
     ap.add_argument("--serving-ok", action="store_true", help="exit 0 if nvidia-pytriton fits here")
     args = ap.parse_args(argv)
     if args.serving_ok:
@@ -533,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         facts = Facts(glibc=(int(m.group(1)), int(m.group(2))) if m else None, glibcxx=_glibcxx())
         return 0 if serving_ok(facts) else 1
     try:
-        rows = run_checks(gather(args.venv, args.python310))
+        rows = run_checks(gather(args.venv, args.python310, args.kernel_spec))
     except Exception as exc:  # noqa: BLE001 - a bug in the doctor must not stop an install
         print(f"doctor: could not check this machine ({type(exc).__name__}: {exc}); carrying on")
         return 0
