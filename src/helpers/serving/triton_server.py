@@ -282,6 +282,11 @@ class TritonServer(ManagedProcess):
         """The header the restricted APIs need (empty when the server has no ``admin_key``)."""
         return {ADMIN_HEADER: self.admin_key} if self.admin_key else {}
 
+    @property
+    def grpc_admin_headers(self) -> dict[str, str]:
+        """The same for gRPC: Triton 2.51 expects the header prefixed ``triton-grpc-protocol-``."""
+        return {f"triton-grpc-protocol-{ADMIN_HEADER}": self.admin_key} if self.admin_key else {}
+
     def kept_files(self) -> tuple[str, ...]:
         """The server log outlives :meth:`stop`."""
         return ("server.log",)
