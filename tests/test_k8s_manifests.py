@@ -78,7 +78,11 @@ def _set(path: list, value) -> callable:
         ("triton-hpa.yaml", lambda d: d["spec"].pop("maxReplicas"), "maxReplicas"),
         ("gateway.yaml", _set(["spec", "listeners", 0, "protocol"], 443), "443"),
         ("gateway.yaml", _set(["spec", "listners"], []), "listners"),
-        ("route-http.yaml", _set(["spec", "rules", 0, "matches", 0, "path", "type"], "Glob"), "Glob"),
+        (
+            "route-http.yaml",
+            _set(["spec", "rules", 0, "matches", 0, "path", "type"], "Glob"),
+            "Glob",
+        ),
         ("route-grpc.yaml", _set(["spec", "rules", 0, "matches", 0, "method", "type"], "X"), "X"),
         ("policy-rate-limit.yaml", _set(["spec", "rateLimit", "rejectCode"], "429"), "integer"),
         ("policy-rate-limit.yaml", _set(["spec", "rateLimit", "rejectCode"], 200), "200"),

@@ -136,7 +136,9 @@ def test_audit_fails_when_any_protection_is_removed():
             for pattern, why in patterns.items():
                 lines = block.splitlines()
                 if place == "upstream":  # servers without their health check
-                    kept = [ln.split(" max_fails")[0] + ";" if "max_fails" in ln else ln for ln in lines]
+                    kept = [
+                        ln.split(" max_fails")[0] + ";" if "max_fails" in ln else ln for ln in lines
+                    ]
                 else:
                     kept = [ln for ln in lines if not re.search(pattern, re.sub(r"\s+", " ", ln))]
                 assert kept != lines, f"{place}: no line carries {why!r}"
@@ -177,9 +179,7 @@ def test_nginx_t_refuses_a_broken_config(tmp_path):
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="127.0.0.1:PORT"):
-        nginx_front.NginxFront(
-            ["10.0.0.1:80"], ["127.0.0.1:1"], models=["m"], max_body_bytes=10
-        )
+        nginx_front.NginxFront(["10.0.0.1:80"], ["127.0.0.1:1"], models=["m"], max_body_bytes=10)
     with pytest.raises(ValueError, match="positive"):
         nginx_front.NginxFront(["127.0.0.1:2"], ["127.0.0.1:1"], models=["m"], max_body_bytes=0)
     with pytest.raises(ValueError, match="models"):

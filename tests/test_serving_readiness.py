@@ -88,7 +88,9 @@ def test_restricted_admin_apis_need_the_key(repo):
         ]:
             without = triton_client.http_request(url, method, p, body=body)
             assert without.status == 403 and "restricted" in without.error_message(), p
-            keyed = triton_client.http_request(url, method, p, body=body, headers=server.admin_headers)
+            keyed = triton_client.http_request(
+                url, method, p, body=body, headers=server.admin_headers
+            )
             assert keyed.status == 200, (p, keyed.status, keyed.body[:200])
         assert triton_client.model_stats(url, "tiny", headers=server.admin_headers)["requests"] == 0
         out = triton_client.infer_http(url, "tiny", {"image": x[:1]}, "embedding")

@@ -34,13 +34,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from helpers.serving.triton_repo import NGC_IMAGE
 from helpers.serving.triton_server import ADMIN_HEADER, RESTRICTED_APIS
 
 __all__ = [
     "ALLOWED_GRPC_METHODS",
     "GATEWAY_SCHEMAS",
     "K8S_VERSION",
+    "TRITON_IMAGE",
     "ManifestError",
     "audit_manifests",
     "manifests",
@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 K8S_VERSION = "1.33.0"  # a Kubernetes release whose schemas kubernetes-validate bundles
+# A Triton with the HTTP hardening 2.51 lacks (--http-max-input-size, the huge-JSON crash fix,
+# the decompression limit): NGC 26.01 is Triton 2.65. The local chapters run 2.51 (PyTriton).
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.01-py3"
 GATEWAY_SCHEMAS = Path(__file__).with_name("k8s_schemas") / "gateway_api.json"
 ALLOWED_GRPC_METHODS = ("ModelInfer", "ModelMetadata", "ModelReady", "ServerLive", "ServerReady")
 _GRPC_SERVICE = "inference.GRPCInferenceService"
@@ -140,7 +143,7 @@ def _deployment(name: str, image: str, repository: str, replicas: int, gpus: int
 def manifests(
     *,
     name: str = "embedder",
-    image: str = NGC_IMAGE,
+    image: str = TRITON_IMAGE,
     model_repository: str = "s3://my-bucket/model_repository",
     replicas: int = 2,
     max_replicas: int = 8,
@@ -404,17 +407,24 @@ def audit_manifests(objects: dict[str, dict[str, Any]], *, max_body_bytes: int) 
         for rule in route["spec"]["rules"]:
             for m in rule.get("matches") or [{}]:
                 if m.get("path", {}).get("type") != "Exact" or "method" not in m:
-                    problems.append(f"{route['metadata']['name']}: a match that is not exact path + method")
+                    problems.append(
+                        f"{route['metadata']['name']}: a match that is not exact path + method"
+                    )
     for route in by_kind.get("GRPCRoute", []):
         for rule in route["spec"]["rules"]:
             for m in rule.get("matches") or [{}]:
                 method = m.get("method", {})
-                if method.get("type") != "Exact" or method.get("method") not in ALLOWED_GRPC_METHODS:
+                if (
+                    method.get("type") != "Exact"
+                    or method.get("method") not in ALLOWED_GRPC_METHODS
+                ):
                     problems.append(f"{route['metadata']['name']}: a gRPC match off the allow-list")
     limits = [p["spec"]["rateLimit"] for p in by_kind.get("RateLimitPolicy", [])]
     if not limits or any(rl.get("rejectCode") != 429 for rl in limits):
         problems.append("the rate limit does not answer 429")
-    sizes = [p["spec"].get("body", {}).get("maxSize") for p in by_kind.get("ClientSettingsPolicy", [])]
+    sizes = [
+        p["spec"].get("body", {}).get("maxSize") for p in by_kind.get("ClientSettingsPolicy", [])
+    ]
     if not sizes or any(s != nginx_size(max_body_bytes) for s in sizes):
         problems.append(f"no body limit of {nginx_size(max_body_bytes)}")
     for gw in by_kind.get("Gateway", []):

@@ -199,7 +199,7 @@ def _json_refusals() -> str:
     for code, text in why.items():
         lines.append(
             f"        location @refused_{code} {{ default_type application/json; "
-            f"return {code} '{{\"error\":\"{text}\"}}\\n'; }}"
+            f'return {code} \'{{"error":"{text}"}}\\n\'; }}'
         )
     return "\n".join(lines)
 
@@ -408,7 +408,11 @@ def audit_config(text: str) -> list[str]:
     flat = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
     missing = []
     http_blocks = _blocks(text, "http")
-    places = {"http": http_blocks, "upstream": _blocks(text, r"upstream \S+"), **server_blocks(text)}
+    places = {
+        "http": http_blocks,
+        "upstream": _blocks(text, r"upstream \S+"),
+        **server_blocks(text),
+    }
     for place, patterns in REQUIRED.items():
         blocks = places.get(place) or []
         if not blocks:
@@ -416,7 +420,9 @@ def audit_config(text: str) -> list[str]:
             continue
         for i, block in enumerate(blocks):
             where = place if len(blocks) == 1 else f"{place} {i + 1}"
-            missing += [f"{where}: {why}" for p, why in patterns.items() if not re.search(p, flat(block))]
+            missing += [
+                f"{where}: {why}" for p, why in patterns.items() if not re.search(p, flat(block))
+            ]
     if _OPEN_LOCATION.search(flat(text)):
         missing.append("a location passes a whole prefix on: the allow-list is open")
     return missing

@@ -250,9 +250,7 @@ def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: s
     return _infer_with(grpcclient, url, model, inputs, output)
 
 
-def model_stats(
-    url: str, model: str, headers: Mapping[str, str] | None = None
-) -> dict[str, float]:
+def model_stats(url: str, model: str, headers: Mapping[str, str] | None = None) -> dict[str, float]:
     """Server-side counters of ``model`` since it loaded.
 
     ``headers``: e.g. the key of a server whose statistics API is restricted

@@ -324,7 +324,10 @@ class TritonServer(ManagedProcess):
         ]
         if self.admin_key:
             restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key}"
-            cmd += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
+            cmd += [
+                f"--http-restricted-api={restricted}",
+                f"--grpc-restricted-protocol={restricted}",
+            ]
         if self.models is not None:
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={m}" for m in self.models]
