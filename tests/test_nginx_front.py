@@ -454,3 +454,13 @@ def test_killing_one_server_mid_load_loses_no_request(stack, tiny):
     retried = [line for line in log if f"upstream={stack.b.http_url}, {stack.a.http_url}" in line]
     assert all(line.startswith("200 ") for line in log[-120:])
     print(f"{len(retried)} requests retried on the other server")
+
+
+def test_a_front_with_no_server_answers_502_as_json():
+    with nginx_front.NginxFront(
+        ["127.0.0.1:1"], ["127.0.0.1:2"], models=["m"], max_body_bytes=100
+    ) as front:
+        resp = triton_client.http_request(front.http_url, "GET", "/v2/health/ready")
+        refused = triton_client.http_request(front.http_url, "GET", "/v2/repository/index")
+    assert resp.status == 502 and "no server could answer" in resp.error_message()
+    assert refused.status == 403 and "not an allowed endpoint" in refused.error_message()

@@ -194,6 +194,8 @@ def _json_refusals() -> str:
         403: "refused by the front: not an allowed endpoint",
         413: "refused by the front: request body larger than the model accepts",
         429: "refused by the front: too many requests, retry later",
+        502: "the front: no server could answer, retry later",
+        504: "the front: the server did not answer in time",
     }
     lines = [f"        error_page {code} @refused_{code};" for code in why]
     for code, text in why.items():
