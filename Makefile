@@ -86,7 +86,7 @@ $(PY):
 
 # make doctor first: it stops only for what blocks the install (FAIL rows); warnings name what gets skipped.
 # nvidia-pytriton needs glibc >= 2.35 (tools/doctor.py says why): on older images (Ubuntu 20.04) the
-# rest installs without it; chapter 9 stops at its first cell with the reason (make test skips it).
+# rest installs without it; chapters 9 and 9b stop at their first cell with the reason (make test skips them).
 # pip's cache and temporary files follow the environment onto its disk when ~/.cache and /tmp live on
 # another one (a rental's small system disk): PIP_DIRS, from tools/check_disk.sh --pip-dirs.
 PIP_DIRS = $(shell bash tools/check_disk.sh --pip-dirs $(abspath $(VENV)))
@@ -98,7 +98,7 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 	$(IPIP) install --quiet --disable-pip-version-check $(FROM_WHEELHOUSE) $(BOOTSTRAP)
 	@req=requirements.txt; if ! $(PY) tools/doctor.py --serving-ok; then \
 	  req=$(VENV)/requirements-without-triton.txt; grep -v '^nvidia-pytriton' requirements.txt > $$req; \
-	  echo "NOTE: glibc older than 2.35: installing without nvidia-pytriton; chapter 9 cannot run here."; fi; \
+	  echo "NOTE: glibc older than 2.35: installing without nvidia-pytriton; chapters 9 and 9b cannot run here."; fi; \
 	echo "$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req"; \
 	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req
 	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: build it with our setuptools<81.

@@ -37,7 +37,7 @@ def _is_nb_cell(item: pytest.Item) -> bool:
 
 # Chapters that cannot run at all where Triton cannot (glibc older than 2.35, not Linux): skipped
 # there with the reason, once in the header. A Triton that should run but is broken still fails.
-TRITON_CHAPTERS = ("09_triton_serving.ipynb",)
+TRITON_CHAPTERS = ("09_triton_serving.ipynb", "09b_production_front.ipynb")
 
 
 def _triton_reason() -> str | None:

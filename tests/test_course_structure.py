@@ -466,7 +466,22 @@ KEY_CODE = {
         r"per_channel",
         r"nncf\.quantize\(",
     ],
-    "09_triton_serving": [r"TritonPythonModel", r"http\.client", r"/v2/models/"],
+    "09_triton_serving": [
+        r"TritonPythonModel",
+        r"http\.client",
+        r"/v2/models/",
+        r"triton_load\.perf_analyzer\(",
+        r"nv_inference_queue_duration_us",
+    ],
+    "09b_production_front": [
+        r"nginx_front\.NginxFront\(",
+        r"front\.config_text",
+        r"nginx_front\.probe_admin\(",
+        r"allow_list=False",
+        r"/v2/models/\{MODEL\}/ready",
+        r"k8s_manifests\.validate_manifests\(",
+        r"k8s_manifests\.audit_manifests\(",
+    ],
     "10_capstone": [r"st\.make_task\(", r"st\.make_graph_task\(", r"make_inference_graph\("],
 }
 

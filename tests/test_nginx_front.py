@@ -1,9 +1,11 @@
 """helpers.serving.nginx_front: a REAL nginx in front of two REAL Triton servers (loopback only).
 
-The servers and the front start once for the module. The tests check the body limit (413, and no
-server sees the request), clear 4xx errors through the front, the rate limit (429), a load run
-whose answers all equal local inference, gRPC through the front, that every protection of the
-config is checked, and, last, that killing one server mid-load loses no request. nginx is a system
+The servers and the front start once for the module. The tests check the allow-list (every
+administrative request Triton knows, HTTP and gRPC, refused and passed to no server; the same probe
+fails on the old, open front), the body limit (413, and no server sees the request), clear 4xx
+errors through the front, the rate limit (429), a load run whose answers all equal local
+inference, gRPC through the front, that every protection of the config is checked in each server
+block, and, last, that killing one server mid-load loses no request. nginx is a system
 package: without it these tests skip, except under CI=true, where they fail.
 """
 
@@ -66,11 +68,15 @@ def tiny(tmp_path_factory, tiny_embedder_onnx):
 def stack(tiny):
     """Two Triton servers on one repository and an nginx front; nothing survives the module."""
     limit = nginx_front.body_limit_bytes(MAX_BATCH, (3, SIZE, SIZE))
+    key = dict(admin_key="test-admin-key")  # defence in depth: Triton's restricted APIs
     with (
-        triton_server.TritonServer(tiny.repo) as a,
-        triton_server.TritonServer(tiny.repo) as b,
+        triton_server.TritonServer(tiny.repo, **key) as a,
+        triton_server.TritonServer(tiny.repo, **key) as b,
         nginx_front.NginxFront(
-            [a.http_url, b.http_url], [a.grpc_url, b.grpc_url], max_body_bytes=limit
+            [a.http_url, b.http_url],
+            [a.grpc_url, b.grpc_url],
+            models=["tiny"],
+            max_body_bytes=limit,
         ) as front,
     ):
         pids = a.processes() + b.processes() + front.processes()
@@ -100,10 +106,9 @@ def _settled(*servers: triton_server.TritonServer) -> int:
 # ------------------------------------------------------------------------------------- config
 
 
-def test_audit_fails_when_any_protection_is_removed():
-    text = nginx_front.front_config(
-        ["127.0.0.1:1", "127.0.0.1:2"],
-        ["127.0.0.1:3", "127.0.0.1:4"],
+def _config(**kw) -> str:
+    settings = dict(
+        models=["tiny"],
         http_port=5,
         grpc_port=6,
         max_body_bytes=1000,
@@ -111,26 +116,58 @@ def test_audit_fails_when_any_protection_is_removed():
         burst=5,
         prefix="/tmp/x",
     )
+    return nginx_front.front_config(
+        ["127.0.0.1:1", "127.0.0.1:2"], ["127.0.0.1:3", "127.0.0.1:4"], **{**settings, **kw}
+    )
+
+
+def test_audit_fails_when_any_protection_is_removed():
+    """Each protection, taken out of each block that needs it, is reported."""
+    text = _config()
     assert nginx_front.audit_config(text) == []
-    for pattern, why in nginx_front.REQUIRED.items():
-        mutated = "\n".join(
-            line for line in text.splitlines() if not re.search(pattern, re.sub(r"\s+", " ", line))
-        )
-        assert mutated != text, f"the pattern for {why!r} matches no single line"
-        assert why in nginx_front.audit_config(mutated), f"removing {why!r} went unnoticed"
+    blocks = {
+        "http": [text],
+        "upstream": [b for b in text.split("upstream ")[1:3]],
+        **nginx_front.server_blocks(text),
+    }
+    checked = 0
+    for place, patterns in nginx_front.REQUIRED.items():
+        for block in blocks[place]:
+            for pattern, why in patterns.items():
+                lines = block.splitlines()
+                if place == "upstream":  # servers without their health check
+                    kept = [
+                        ln.split(" max_fails")[0] + ";" if "max_fails" in ln else ln for ln in lines
+                    ]
+                else:
+                    kept = [ln for ln in lines if not re.search(pattern, re.sub(r"\s+", " ", ln))]
+                assert kept != lines, f"{place}: no line carries {why!r}"
+                mutated = text.replace(block, "\n".join(kept), 1)
+                assert any(why in p for p in nginx_front.audit_config(mutated)), (place, why)
+                checked += 1
+    assert checked == sum(len(p) for p in nginx_front.REQUIRED.values()) + 1  # 2 upstreams
+
+
+def test_audit_checks_each_server_block_on_its_own():
+    """The gRPC block's body limit must not stand in for the HTTP block's (issue 23, item 8)."""
+    text = _config()
+    http_block = nginx_front.server_blocks(text)["http server"][0]
+    assert "client_max_body_size 1000;" in http_block
+    without = text.replace(http_block, http_block.replace("client_max_body_size 1000;", ""))
+    assert text.count("client_max_body_size 1000;") == 2
+    assert without.count("client_max_body_size 1000;") == 1  # the gRPC block keeps its own
+    assert nginx_front.audit_config(without) == [
+        "http server: a body limit (Triton 2.51 reads a body of any size)"
+    ]
+
+
+def test_audit_refuses_the_open_front():
+    problems = nginx_front.audit_config(_config(allow_list=False))
+    assert "a location passes a whole prefix on: the allow-list is open" in problems
 
 
 def test_nginx_t_refuses_a_broken_config(tmp_path):
-    text = nginx_front.front_config(
-        ["127.0.0.1:1"],
-        ["127.0.0.1:3"],
-        http_port=5,
-        grpc_port=6,
-        max_body_bytes=1000,
-        rate_per_s=10,
-        burst=5,
-        prefix=tmp_path,
-    )
+    text = _config(prefix=tmp_path)
     good = tmp_path / "good.conf"
     good.write_text(text)
     assert "successful" in nginx_front._nginx_test(nginx_front.find_nginx(), good, tmp_path)
@@ -142,16 +179,20 @@ def test_nginx_t_refuses_a_broken_config(tmp_path):
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="127.0.0.1:PORT"):
-        nginx_front.NginxFront(["10.0.0.1:80"], ["127.0.0.1:1"], max_body_bytes=10)
+        nginx_front.NginxFront(["10.0.0.1:80"], ["127.0.0.1:1"], models=["m"], max_body_bytes=10)
     with pytest.raises(ValueError, match="positive"):
-        nginx_front.NginxFront(["127.0.0.1:2"], ["127.0.0.1:1"], max_body_bytes=0)
+        nginx_front.NginxFront(["127.0.0.1:2"], ["127.0.0.1:1"], models=["m"], max_body_bytes=0)
+    with pytest.raises(ValueError, match="models"):
+        nginx_front.NginxFront(["127.0.0.1:2"], ["127.0.0.1:1"], models=["a/b"], max_body_bytes=9)
     with pytest.raises(ValueError, match="max_batch_size"):
         nginx_front.body_limit_bytes(0, (3, 4, 4))
 
 
 def test_a_front_that_raises_in_its_with_block_leaves_nothing_running():
     with pytest.raises(RuntimeError, match="boom"):
-        with nginx_front.NginxFront(["127.0.0.1:1"], ["127.0.0.1:2"], max_body_bytes=100) as f:
+        with nginx_front.NginxFront(
+            ["127.0.0.1:1"], ["127.0.0.1:2"], models=["m"], max_body_bytes=100
+        ) as f:
             pids = f.processes()
             assert len(pids) >= 2  # master + worker
             raise RuntimeError("boom")
@@ -165,7 +206,8 @@ def test_no_nginx_survives_its_python_process(how):
     code = (
         "import os, sys\n"
         "from helpers.serving import nginx_front\n"
-        "f = nginx_front.NginxFront(['127.0.0.1:1'], ['127.0.0.1:2'], max_body_bytes=100).start()\n"
+        "f = nginx_front.NginxFront(['127.0.0.1:1'], ['127.0.0.1:2'], models=['m'],\n"
+        "                           max_body_bytes=100).start()\n"
         "print(' '.join(map(str, f.processes())), flush=True)\n" + end + "\n"
     )
     child = subprocess.run(
@@ -204,7 +246,7 @@ def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny):
     resp = triton_client.http_request(
         stack.front.http_url, "POST", "/v2/models/tiny/infer", body=padded
     )
-    assert resp.status == 413 and b"Request Entity Too Large" in resp.body
+    assert resp.status == 413 and "larger than the model accepts" in resp.error_message()
     assert _settled(stack.a, stack.b) == before, "a server saw the oversized request"
     assert stack.front.access_log()[-1].startswith("413 POST /v2/models/tiny/infer upstream=-")
     # the issue's request: 250 MB announced; nginx refuses it from the headers alone
@@ -260,6 +302,8 @@ def test_bad_requests_get_clear_errors_through_the_front(stack, tiny, what, mode
     # proxy_next_upstream: the other server would refuse the same bytes).
     parse_errors = ("malformed JSON", "empty body", "data/shape mismatch")
     allowed = {400, 500} if what in parse_errors else {400, 404}
+    if what == "unknown model":  # not on the allow-list: the front answers, no server sees it
+        allowed = {403}
     assert resp.status in allowed, (what, resp.status, resp.body[:200])
     assert resp.error_message(), f"{what}: no error message"
     for server in (stack.a, stack.b):
@@ -267,18 +311,86 @@ def test_bad_requests_get_clear_errors_through_the_front(stack, tiny, what, mode
         assert ready.status == 200
 
 
-def test_model_control_is_not_exposed(stack):
-    resp = triton_client.http_request(
-        stack.front.http_url, "POST", "/v2/repository/models/tiny/unload", body=b"{}"
+def _state(server: triton_server.TritonServer) -> tuple:
+    """What an administrative request could change: models loaded, log settings, shared memory."""
+    key = server.admin_headers
+    get = lambda path: triton_client.http_request(server.http_url, "GET", path, headers=key)  # noqa: E731
+    index = server.repository_index()
+    return (
+        [(m["name"], m.get("state")) for m in index],
+        get("/v2/logging").body,
+        get("/v2/systemsharedmemory/status").body,
     )
-    assert resp.status == 403
+
+
+def test_admin_endpoints_are_refused_and_reach_no_server(stack):
+    """The allow-list: every administrative request, HTTP and gRPC, refused; none passed on."""
+    before = [_state(s) for s in (stack.a, stack.b)]
+    rows = nginx_front.probe_admin(stack.front, "tiny")
+    assert len(rows) == len(nginx_front.ADMIN_HTTP) + len(nginx_front.ADMIN_GRPC)
+    leaks = [r for r in rows if r["reached"] or str(r["status"]).startswith("2")]
+    assert leaks == [], f"through the front: {leaks}"
+    assert {r["status"] for r in rows if r["protocol"] == "HTTP"} == {403}
+    assert {r["status"] for r in rows if r["protocol"] == "gRPC"} == {"PERMISSION_DENIED"}
+    assert [_state(s) for s in (stack.a, stack.b)] == before
+    refused = triton_client.http_request(stack.front.http_url, "GET", "/v2/models/tiny/config")
+    assert refused.headers.get("Content-Type") == "application/json"
+    assert "not an allowed endpoint" in refused.error_message()
+
+
+def test_the_probe_fails_without_the_allow_list(stack):
+    """The same probe through the old front (whole /v2 passed on) finds what gets through."""
+    with nginx_front.NginxFront(
+        [stack.a.http_url],
+        [stack.a.grpc_url],
+        models=["tiny"],
+        max_body_bytes=stack.limit,
+        allow_list=False,
+    ) as open_front:
+        rows = nginx_front.probe_admin(open_front, "tiny")
+    leaks = {(r["protocol"], r["request"]) for r in rows if r["reached"]}
+    assert ("HTTP", "logging settings") in leaks and ("gRPC", "statistics") in leaks, rows
+    assert ("HTTP", "register shared memory") in leaks, rows
+    # Triton's restricted APIs are the second wall: what got through was refused by the server
+    # (403 over HTTP); only what Triton leaves open (server metadata) got a 2xx.
+    opened = {r["request"] for r in rows if str(r["status"]).startswith("2") or r["status"] == "OK"}
+    assert opened == {"server metadata"}, rows
+
+
+def test_allowed_endpoints_pass_through_the_front(stack, tiny):
+    import tritonclient.grpc as grpcclient
+
+    url = stack.front.http_url
+    for path in (
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/tiny",
+        "/v2/models/tiny/ready",
+        "/v2/models/tiny/versions/1/ready",
+    ):
+        assert triton_client.http_request(url, "GET", path).status == 200, path
+    # the allow-list names methods too: inference is a POST, metadata a GET
+    assert triton_client.http_request(url, "DELETE", "/v2/models/tiny").status == 403
+    assert triton_client.http_request(url, "GET", "/v2/models/tiny/infer").status == 403
+    client = grpcclient.InferenceServerClient(url=stack.front.grpc_url)
+    try:
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_model_ready("tiny")
+        assert client.get_model_metadata("tiny").name == "tiny"
+    finally:
+        client.close()
 
 
 def test_burst_over_the_rate_limit_gets_429(stack, tiny):
     body = triton_client.infer_json_body({"image": tiny.x[:1]})
     statuses: list[int] = []
     with nginx_front.NginxFront(
-        [stack.a.http_url], [stack.a.grpc_url], max_body_bytes=stack.limit, rate_per_s=1, burst=2
+        [stack.a.http_url],
+        [stack.a.grpc_url],
+        models=["tiny"],
+        max_body_bytes=stack.limit,
+        rate_per_s=1,
+        burst=2,
     ) as tight:
         gate = threading.Barrier(12)
 
@@ -288,6 +400,8 @@ def test_burst_over_the_rate_limit_gets_429(stack, tiny):
                 tight.http_url, "POST", "/v2/models/tiny/infer", body=body
             )
             statuses.append(resp.status)
+            if resp.status == 429:
+                assert "too many requests" in resp.error_message()
 
         threads = [threading.Thread(target=one) for _ in range(12)]
         for t in threads:
@@ -340,3 +454,13 @@ def test_killing_one_server_mid_load_loses_no_request(stack, tiny):
     retried = [line for line in log if f"upstream={stack.b.http_url}, {stack.a.http_url}" in line]
     assert all(line.startswith("200 ") for line in log[-120:])
     print(f"{len(retried)} requests retried on the other server")
+
+
+def test_a_front_with_no_server_answers_502_as_json():
+    with nginx_front.NginxFront(
+        ["127.0.0.1:1"], ["127.0.0.1:2"], models=["m"], max_body_bytes=100
+    ) as front:
+        resp = triton_client.http_request(front.http_url, "GET", "/v2/health/ready")
+        refused = triton_client.http_request(front.http_url, "GET", "/v2/repository/index")
+    assert resp.status == 502 and "no server could answer" in resp.error_message()
+    assert refused.status == 403 and "not an allowed endpoint" in refused.error_message()

@@ -89,20 +89,22 @@ def _collect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, glibc: str) -> lis
             self.own_markers.append(mark.mark)
 
     items = [
-        IPyNbCell(tmp_path / f"{n}.ipynb") for n in ("08_int8_quantization", "09_triton_serving")
+        IPyNbCell(tmp_path / f"{n}.ipynb")
+        for n in ("08_int8_quantization", "09_triton_serving", "09b_production_front")
     ]
     conftest.pytest_collection_modifyitems(None, items)
     return items, conftest.pytest_report_header(None)
 
 
 def test_conftest_skips_chapter_9_where_triton_cannot_run(tmp_path, monkeypatch):
-    (ch8, ch9), header = _collect(tmp_path, monkeypatch, "glibc 2.31")
+    (ch8, ch9, ch9b), header = _collect(tmp_path, monkeypatch, "glibc 2.31")
     assert not ch8.own_markers
-    assert [m.name for m in ch9.own_markers] == ["skip"]
+    assert [m.name for m in ch9.own_markers] == [m.name for m in ch9b.own_markers] == ["skip"]
     assert "glibc >= 2.35" in ch9.own_markers[0].kwargs["reason"]
-    assert header.startswith("skipping 09_triton_serving.ipynb: ")
+    assert header.startswith("skipping 09_triton_serving.ipynb, 09b_production_front.ipynb: ")
 
 
 def test_conftest_runs_chapter_9_where_triton_can(tmp_path, monkeypatch):
-    (ch8, ch9), header = _collect(tmp_path, monkeypatch, "glibc 2.36")
-    assert not ch8.own_markers and not ch9.own_markers and header is None
+    (ch8, ch9, ch9b), header = _collect(tmp_path, monkeypatch, "glibc 2.36")
+    assert not ch8.own_markers and not ch9.own_markers and not ch9b.own_markers
+    assert header is None

@@ -163,18 +163,28 @@ NAMES: dict[str, tuple[Name, ...]] = {
     "09_triton_serving": _names(
         "server_startup_s",
         "in_process_batch1_p50_ms",
-        "served_batch1_p50_ms",
-        "throughput_{setup}",
-        "p50_ms_{setup}",
-        "p99_ms_{setup}",
+        Name("served_batch1_p50_ms", required=False, when="perf_analyzer can run"),
+        Name("throughput_{setup}", required=False, when="perf_analyzer can run"),
+        Name("p50_ms_{setup}", required=False, when="perf_analyzer can run"),
+        Name("p99_ms_{setup}", required=False, when="perf_analyzer can run"),
+        Name("queue_ms_{setup}", required=False, when="perf_analyzer can run"),
+        Name("compute_ms_{setup}", required=False, when="perf_analyzer can run"),
         "throughput_1_instance_dynamic_batching",  # read by the capstone
-        "dynamic_batching_avg_batch",
-        "oneflow_model_load_s",
-        "pytriton_startup_s",
-        Name("sweep_{route}_{stat}_c{n}", required=False, when="nginx is installed"),
-        Name("failover_{count}", required=False, when="nginx is installed"),
-        Name("front_oversized_status", required=False, when="nginx is installed"),
-        Name("front_rate_limited_{count}", required=False, when="nginx is installed"),
+        Name("dynamic_batching_avg_batch", required=False, when="perf_analyzer can run"),
+        # Retired when the chapter was split (the front moved to 09b_production_front, which
+        # is not an NN_ chapter and is not checked here); the committed reference ledger still
+        # holds them until it is regenerated.
+        *(
+            Name(n, required=False, when="retired: older ledgers only")
+            for n in (
+                "oneflow_model_load_s",
+                "pytriton_startup_s",
+                "sweep_{route}_{stat}_c{n}",
+                "failover_{count}",
+                "front_oversized_status",
+                "front_rate_limited_{count}",
+            )
+        ),
     ),
     "10_capstone": _names(
         "end_to_end_speedup",

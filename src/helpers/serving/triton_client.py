@@ -250,14 +250,17 @@ def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: s
     return _infer_with(grpcclient, url, model, inputs, output)
 
 
-def model_stats(url: str, model: str) -> dict[str, float]:
+def model_stats(url: str, model: str, headers: Mapping[str, str] | None = None) -> dict[str, float]:
     """Server-side counters of ``model`` since it loaded.
+
+    ``headers``: e.g. the key of a server whose statistics API is restricted
+    (:attr:`~helpers.serving.triton_server.TritonServer.admin_headers`).
 
     ``requests`` answered successfully, ``inferences`` (images: a batch-4 request counts 4),
     ``executions`` of the model, ``avg_batch`` (inferences per execution), mean ``queue_ms`` and
     ``compute_ms`` per request, and ``batch_sizes`` ({batch size: executions}).
     """
-    resp = http_request(url, "GET", f"/v2/models/{model}/stats", timeout=10)
+    resp = http_request(url, "GET", f"/v2/models/{model}/stats", headers=headers, timeout=10)
     if resp.status != 200:
         raise TritonRequestError(resp.status, resp.error_message())
     stats = resp.json()["model_stats"][0]

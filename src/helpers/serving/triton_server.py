@@ -10,6 +10,10 @@ stops the whole process group on exit::
         ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
         print(ready.status_line)  # HTTP/1.1 200 OK
 
+Two settings are chosen on purpose (see :class:`TritonServer`): ``strict_readiness`` (whether
+``/v2/health/ready`` needs *every* model ready) and ``admin_key`` (Triton's restricted-API options:
+the administrative APIs answer only requests that carry the key in :data:`ADMIN_HEADER`).
+
 Prometheus metrics are on by default (``--allow-metrics=true`` on a third free loopback port,
 :attr:`TritonServer.metrics_url`; read them with
 :func:`helpers.serving.triton_client.scrape_metrics`); ``metrics=False`` opens no such port.
@@ -39,6 +43,8 @@ from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
 
 __all__ = [
+    "ADMIN_HEADER",
+    "RESTRICTED_APIS",
     "ServerStartError",
     "TritonInstallation",
     "TritonNotFoundError",
@@ -56,6 +62,19 @@ __all__ = [
 # GLIBCXX_3.4.30 (tools/doctor.py, which runs before this package is installed, says the same and
 # a unit test keeps the two equal). Below it `make setup` installs everything else.
 GLIBC_SERVING = (2, 35)
+
+# Triton's restricted-API options (--http-restricted-api, --grpc-restricted-protocol; in 2.51):
+# these APIs answer only requests that carry ADMIN_HEADER with the server's key. Inference,
+# metadata and health stay open.
+ADMIN_HEADER = "triton-admin-key"
+RESTRICTED_APIS = (
+    "model-repository",
+    "model-config",
+    "shared-memory",
+    "statistics",
+    "trace",
+    "logging",
+)
 
 
 class TritonNotFoundError(RuntimeError):
@@ -194,6 +213,14 @@ class TritonServer(ManagedProcess):
     explicit model control and loads only those (others can be loaded later with
     :meth:`load_model`). :meth:`start` returns once the server is live and those models are ready,
     or raises :class:`ServerStartError` with the reason and the end of the server log.
+
+    ``strict_readiness`` (Triton's ``--strict-readiness``, default True): ``/v2/health/ready``
+    answers 200 only while every model the server knows is ready, so one model that failed to
+    load makes the whole server "not ready" while its other models keep serving; False makes it
+    mean "the server answers". Per-model readiness is ``/v2/models/<name>/ready`` either way.
+    ``admin_key``: restrict :data:`RESTRICTED_APIS` on HTTP and gRPC to requests carrying
+    :data:`ADMIN_HEADER` with this value (this object's own repository calls send it;
+    :attr:`admin_headers` gives it to other callers).
     """
 
     def __init__(
@@ -208,6 +235,8 @@ class TritonServer(ManagedProcess):
         metrics: bool = True,
         metrics_port: int | None = None,
         extra_args: Sequence[str] = (),
+        strict_readiness: bool = True,
+        admin_key: str | None = None,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
@@ -223,6 +252,10 @@ class TritonServer(ManagedProcess):
         self.startup_timeout = float(startup_timeout)
         self.log_verbose = int(log_verbose)
         self.extra_args = list(extra_args)
+        self.strict_readiness = bool(strict_readiness)
+        if admin_key is not None and not re.fullmatch(r"[A-Za-z0-9_-]{8,}", admin_key):
+            raise ValueError("admin_key: at least 8 characters among letters, digits, _ and -")
+        self.admin_key = admin_key
         super().__init__()
         self.startup_s: float | None = None
 
@@ -243,6 +276,16 @@ class TritonServer(ManagedProcess):
         if not self.metrics:
             raise RuntimeError("this server was started with metrics=False")
         return f"{LOOPBACK}:{self.metrics_port}"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The header the restricted APIs need (empty when the server has no ``admin_key``)."""
+        return {ADMIN_HEADER: self.admin_key} if self.admin_key else {}
+
+    @property
+    def grpc_admin_headers(self) -> dict[str, str]:
+        """The same for gRPC: Triton 2.51 expects the header prefixed ``triton-grpc-protocol-``."""
+        return {f"triton-grpc-protocol-{ADMIN_HEADER}": self.admin_key} if self.admin_key else {}
 
     def kept_files(self) -> tuple[str, ...]:
         """The server log outlives :meth:`stop`."""
@@ -277,8 +320,14 @@ class TritonServer(ManagedProcess):
             ),
             "--exit-timeout-secs=5",
             f"--log-verbose={self.log_verbose}",
-            "--strict-readiness=true",
+            f"--strict-readiness={str(self.strict_readiness).lower()}",
         ]
+        if self.admin_key:
+            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key}"
+            cmd += [
+                f"--http-restricted-api={restricted}",
+                f"--grpc-restricted-protocol={restricted}",
+            ]
         if self.models is not None:
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={m}" for m in self.models]
@@ -372,14 +421,26 @@ class TritonServer(ManagedProcess):
     # ---- model management (KServe v2 repository extension)
     def repository_index(self) -> list[dict[str, Any]]:
         """Every model of the repository with its state (READY, UNAVAILABLE + reason, ...)."""
-        resp = http_request(self.http_url, "POST", "/v2/repository/index", body=b"{}", timeout=10)
+        resp = http_request(
+            self.http_url,
+            "POST",
+            "/v2/repository/index",
+            body=b"{}",
+            headers=self.admin_headers,
+            timeout=10,
+        )
         return resp.json() if resp.status == 200 else []
 
     def load_model(self, name: str, timeout: float = 120.0) -> float:
         """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
         start = time.perf_counter()
         resp = http_request(
-            self.http_url, "POST", f"/v2/repository/models/{name}/load", body=b"{}", timeout=timeout
+            self.http_url,
+            "POST",
+            f"/v2/repository/models/{name}/load",
+            body=b"{}",
+            headers=self.admin_headers,
+            timeout=timeout,
         )
         if resp.status != 200:
             raise self._fail(
@@ -394,6 +455,7 @@ class TritonServer(ManagedProcess):
             "POST",
             f"/v2/repository/models/{name}/unload",
             body=b"{}",
+            headers=self.admin_headers,
             timeout=timeout,
         )
         if resp.status != 200:
