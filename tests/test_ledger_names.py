@@ -13,7 +13,9 @@ from helpers.record import ledger
 from helpers.record import ledger_names as names
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(
+    p for p in (ROOT / "notebooks").glob("*.ipynb") if names.is_course_chapter(p.stem)
+)
 LOOKUPS = {"first_record", "lookup"}
 
 

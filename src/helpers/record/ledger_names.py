@@ -171,9 +171,8 @@ NAMES: dict[str, tuple[Name, ...]] = {
         Name("compute_ms_{setup}", required=False, when="perf_analyzer can run"),
         "throughput_1_instance_dynamic_batching",  # read by the capstone
         Name("dynamic_batching_avg_batch", required=False, when="perf_analyzer can run"),
-        # Retired when the chapter was split (the front moved to 09b_production_front, which
-        # is not an NN_ chapter and is not checked here); the committed reference ledger still
-        # holds them until it is regenerated.
+        # Retired when the chapter was split (the front moved to 09b_production_front); the
+        # committed reference ledger still holds them until it is regenerated.
         *(
             Name(n, required=False, when="retired: older ledgers only")
             for n in (
@@ -186,6 +185,13 @@ NAMES: dict[str, tuple[Name, ...]] = {
             )
         ),
     ),
+    "09b_production_front": _names(
+        Name("front_overhead_ratio", required=False, when="nginx is installed"),
+        Name("failover_{count}", required=False, when="nginx is installed"),
+        Name("front_oversized_status", required=False, when="nginx is installed"),
+        Name("front_rate_limited_{count}", required=False, when="nginx is installed"),
+        Name("admin_requests_{outcome}", required=False, when="nginx is installed"),
+    ),
     "10_capstone": _names(
         "end_to_end_speedup",
         "naive_ms_per_image",
@@ -197,7 +203,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
     ),
 }
 
-_COURSE_CHAPTER = re.compile(r"\d{2}_[a-z0-9_]+\Z")
+_COURSE_CHAPTER = re.compile(r"\d{2}[a-z]?_[a-z0-9_]+\Z")
 
 
 def is_course_chapter(chapter: str) -> bool:
