@@ -111,16 +111,3 @@ def _cache_executed(path: Path, run: dict[str, Any]) -> None:
         check_validity=False,
         overwrite=True,
     )
-
-
-# ---- every failure of every attempt is kept (tools/rerun_on_crash.sh reads this log) ----
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Append each failed test to $COURSE_FAILURE_LOG as it happens, so a later crash cannot lose it."""
-    import os
-
-    log = os.environ.get("COURSE_FAILURE_LOG")
-    if log and report.failed:
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"{report.nodeid} ({report.when})\n")

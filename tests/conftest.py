@@ -74,10 +74,10 @@ def flow():
 
 
 # ---- OneFlow tests run in a pytest process of their own (`make test` sets COURSE_TEST_GROUP) ----
-# A rare native abort inside OneFlow 0.9.0 was seen only when OneFlow and PyTorch tests shared a
-# process. The split is by file, because collecting a test file imports it (and some helpers import
-# OneFlow at module level): a file that mentions OneFlow (`oneflow`, the `flow` fixture) belongs to
-# the "oneflow" group, every other file to "no-oneflow". Without COURSE_TEST_GROUP everything runs.
+# Not a crash guard (the Makefile's `test` target says why the split stays). The split is by file,
+# because collecting a test file imports it (and some helpers import OneFlow at module level): a file
+# that mentions OneFlow (`oneflow`, the `flow` fixture) belongs to the "oneflow" group, every other
+# file to "no-oneflow". Without COURSE_TEST_GROUP everything runs.
 
 TEST_GROUPS = ("oneflow", "no-oneflow")
 

@@ -1,4 +1,4 @@
-"""tools/check_disk.sh and tools/rerun_on_crash.sh, the two scripts `make setup` and `make test` lean on."""
+"""tools/check_disk.sh, which `make setup` leans on, and how `make test` runs its pytest processes."""
 
 from __future__ import annotations
 
@@ -46,78 +46,16 @@ def test_the_makefile_checks_before_installing() -> None:
     assert recipe.index("check_disk.sh") < recipe.index("$(IPIP) install")
 
 
-# tools/rerun_on_crash.sh: a native crash (death by signal) is run once more; a failed test never is.
-RERUN = ["bash", str(ROOT / "tools" / "rerun_on_crash.sh")]
-
-
-def test_a_failed_test_run_is_not_retried(tmp_path: Path) -> None:
-    count = tmp_path / "runs"
-    out = subprocess.run(
-        RERUN + ["bash", "-c", f"echo x >> {count}; exit 1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 1 and count.read_text().count("x") == 1
-
-
-def test_a_crash_is_run_once_more_and_its_result_kept(tmp_path: Path) -> None:
-    flag = tmp_path / "crashed-once"
-    script = f"if [ -e {flag} ]; then exit 0; fi; touch {flag}; kill -ABRT $$"
-    out = subprocess.run(RERUN + ["bash", "-c", script], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0
-    assert "died from signal 6 (ABRT)" in out.stderr and "once more" in out.stderr
-
-
-def test_a_second_crash_fails(tmp_path: Path) -> None:
-    count = tmp_path / "runs"
-    out = subprocess.run(
-        RERUN + ["bash", "-c", f"echo x >> {count}; kill -ABRT $$"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 134 and count.read_text().count("x") == 2
-    assert "again" in out.stderr
-
-
-def test_a_failure_before_a_crash_is_never_lost(tmp_path: Path) -> None:
-    """A planted failing test, then a planted abort: the clean rerun must not turn the verdict green."""
-    import sys
-
-    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())
-    flag = tmp_path / "crashed-once"
-    (tmp_path / "test_planted.py").write_text(
-        "import os, signal\n"
-        "from pathlib import Path\n"
-        f"FLAG = Path({str(flag)!r})\n"
-        "def test_fails_first_time_only():\n"
-        "    assert FLAG.exists(), 'planted failure'\n"
-        "def test_aborts_once():\n"
-        "    if not FLAG.exists():\n"
-        "        FLAG.touch()\n"
-        "        os.kill(os.getpid(), signal.SIGABRT)\n"
-    )
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
-    out = subprocess.run(RERUN + cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert "died from signal 6" in out.stderr  # the first attempt aborted ...
-    assert "2 passed" in out.stdout  # ... the rerun passed ...
-    assert out.returncode == 1  # ... and the verdict is still the first attempt's failure
-    assert "test_planted.py::test_fails_first_time_only (call)" in out.stderr
-    assert "2 attempt(s), exit 1" in out.stderr
-
-
-def test_make_test_runs_pytest_through_the_rerun_wrapper() -> None:
-    recipe = (ROOT / "Makefile").read_text().split("\ntest: setup", 1)[1].split("\n\n", 1)[0]
-    assert (
-        "tools/rerun_on_crash.sh $(UNIT)" in recipe
-        and "UNIT := $(PY) -m pytest" in ROOT.joinpath("Makefile").read_text()
-    )
-    # OneFlow tests in a process of their own; the notebooks never rerun because a unit test crashed
-    assert "COURSE_TEST_GROUP=no-oneflow bash tools/rerun_on_crash.sh" in recipe
-    assert "COURSE_TEST_GROUP=oneflow bash tools/rerun_on_crash.sh" in recipe
-    notebooks = [line for line in recipe.splitlines() if "notebooks" in line and "pytest" in line]
-    assert notebooks and all("rerun_on_crash" not in line for line in notebooks)
+def test_make_test_runs_each_pytest_process_once() -> None:
+    """No wrapper reruns a process that crashed: a native crash fails `make test` (and CI)."""
+    text = (ROOT / "Makefile").read_text()
+    assert "UNIT := $(PY) -m pytest" in text and "rerun" not in text.lower()
+    assert not (ROOT / "tools" / "rerun_on_crash.sh").exists()
+    for target in ("\ntest: setup", "\ntest-unit: setup"):
+        recipe = text.split(target, 1)[1].split("\n\n", 1)[0]
+        # the OneFlow tests in a process of their own (the Makefile's comment says why)
+        assert "COURSE_TEST_GROUP=no-oneflow $(UNIT)" in recipe
+        assert "COURSE_TEST_GROUP=oneflow $(UNIT)" in recipe
 
 
 def test_unit_test_groups_split_every_file_once() -> None:

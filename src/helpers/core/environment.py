@@ -247,10 +247,20 @@ def import_oneflow() -> Any:
     """Import OneFlow once, hiding its harmless 'no CUDA driver' chatter on CPU-only machines.
 
     OneFlow's C++ runtime writes those lines straight to file descriptor 2 at import; any
-    other line it writes there is passed on unchanged.
+    other line it writes there is passed on unchanged. First it loads the course's fix for a race
+    in OneFlow 0.9.0's ``nn.Graph`` launcher (:mod:`helpers.core.oneflow_fix`), which would
+    otherwise crash a process now and then; without it (no C++ compiler) a note says so once.
     """
     if "oneflow" in sys.modules:
         return sys.modules["oneflow"]
+    from helpers.core import oneflow_fix
+
+    fix = oneflow_fix.install()
+    if not fix["loaded"] and "COURSE_ONEFLOW_FIX=0" not in fix["reason"]:
+        _say_once(
+            f"the fix for OneFlow 0.9.0's nn.Graph launch race is not loaded ({fix['reason']}): "
+            "a graph call may crash the process now and then (helpers/core/oneflow_fix.py)"
+        )
     with quiet_native_stderr():
         import oneflow
     return oneflow
