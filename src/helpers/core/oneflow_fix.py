@@ -20,9 +20,6 @@ compiled once from the source below with the machine's C++ compiler (about 2 s) 
 :func:`install` is called by :func:`helpers.core.environment.import_oneflow`; it does nothing when the
 OneFlow on the machine is not the build the object layout below was read from, or when
 ``COURSE_ONEFLOW_FIX=0``. :func:`status` says what happened.
-
-Why a module: plumbing under every OneFlow chapter, with nothing to teach on a page; it must run
-before OneFlow is imported, in every process that imports it through the course's helpers.
 """
 
 from __future__ import annotations
