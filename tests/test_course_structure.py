@@ -487,8 +487,20 @@ KEY_CODE = {
         r"time\.perf_counter\(\)",
         r"torch\.cuda\.Event\(enable_timing=True\)",
         r"np\.percentile\(",
+        r"with profile\(activities=",  # torch.profiler.profile, written on the page
+        r"prof\.key_averages\(\)\.table\(sort_by=",
+        r"FlopCounterMode\(",  # the FLOP count behind "% of peak"
+        r"2 \* n\*\*3",  # the ceiling: an n x n product's operations over its best time
+        r"benchmark_interleaved\(",
     ],
-    "01_migration": [r"difflib\.unified_diff\(", r"mock_torch", r"flowvision"],
+    "01_migration": [
+        r"difflib\.unified_diff\(",
+        r"mock_torch",
+        r"flowvision",
+        r"flow\.load\(",  # a PyTorch checkpoint read by OneFlow
+        r"load_state_dict\(",
+        r"assert_outputs_close\(",
+    ],
     "03_dynamic_to_static": [r"class InferenceGraph\(flow\.nn\.Graph\)", r"def build\(self"],
     "04_pruning": [
         r"def original_task\(",
