@@ -10,6 +10,7 @@ chapter 0's appendix (``notebooks/appendix_a_oneflow_cpu.ipynb``) uses this modu
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,15 +66,16 @@ def oneflow_blas() -> dict[str, Any]:
     import glob
     from importlib.util import find_spec
 
-    spec = find_spec("oneflow")
-    if spec is None or spec.origin is None:
+    if find_spec("oneflow") is None and "oneflow" not in sys.modules:
         return {"library": None, "why": "OneFlow is not installed"}
+    # OpenBLAS chooses its kernels when the library starts. The module's file, not its
+    # import spec: oneflow.mock_torch rewrites oneflow.__spec__ (as "torch", without a file).
+    flow = import_oneflow()
     libs = glob.glob(
-        os.path.join(os.path.dirname(spec.origin), "..", "oneflow.libs", "liboneflow*")
+        os.path.join(os.path.dirname(flow.__file__), "..", "oneflow.libs", "liboneflow*")
     )
     if not libs:
         return {"library": None, "why": "no bundled liboneflow (not a Linux wheel)"}
-    import_oneflow()  # OpenBLAS chooses its kernels when the library starts
     lib = ctypes.CDLL(libs[0])
     if not hasattr(lib, "cblas_sgemm"):
         return {"library": None, "why": "liboneflow exports no cblas_sgemm"}
