@@ -28,8 +28,28 @@ def test_thread_cpu_seconds_counts_a_busy_thread():
     t = threading.Thread(target=spin, daemon=True)
     t.start()
     try:
-        res = ch00.thread_cpu_seconds(lambda: time.sleep(0.3), repeats=1)
+        res = ch00.thread_cpu_seconds(lambda: time.sleep(0.5), repeats=1)
     finally:
         stop.set()
         t.join()
-    assert res["wall_s"] >= 0.3 and res["thread_cpu_s"][0] > 0.1  # the spinner, not the sleeper
+    # the spinner, not the sleeper (which stays under the 1 ms floor); on a machine other programs
+    # keep busy the spinner gets a small share of a core, so the floor is low
+    assert res["wall_s"] >= 0.5 and res["thread_cpu_s"] and res["thread_cpu_s"][0] > 0.02
+
+
+def test_oneflow_blas_names_no_folder_of_this_machine(flow):
+    """The ledger keeps this dict: the library's file name, not the virtual environment's path."""
+    blas = ch00.oneflow_blas()
+    assert "/" not in blas["file"] and blas["file"].startswith("liboneflow")
+
+
+def test_resnet_pair_times_both_frameworks_alike(flow):
+    import json
+
+    res = ch00.resnet_pair(arch="resnet18", image_size=32, batch=2, warmup=1, repeats=2)
+    torch_m, flow_m = res["PyTorch"], res["OneFlow"]
+    assert torch_m["threads"] == flow_m["threads"] == res["threads"]
+    assert torch_m["warmup"] == flow_m["warmup"] == 1 and torch_m["items"] == 2
+    assert len(torch_m["times_s"]) == len(flow_m["times_s"]) == 2
+    assert set(res["per_thread"]) == {"PyTorch", "OneFlow"}
+    json.dumps(res)  # JSON-ready: a fresh process (run_in_subprocess) returns it

@@ -167,9 +167,44 @@ def chapter_shape_problems(cells: list[dict]) -> list[str]:
     return problems
 
 
+APPENDIX_PREFIX = "appendix_"  # notebooks/appendix_*.ipynb: detours a chapter links to
+APPENDIX_INTRO_WORDS = 250  # "a short intro": the title's paragraph(s), before the first section
+_ASSERT = re.compile(r"^\s*assert\b|assert_\w+\(", re.M)
+
+
+def is_appendix(nb: Path) -> bool:
+    return nb.name.startswith(APPENDIX_PREFIX)
+
+
+def appendix_shape_problems(cells: list[dict]) -> list[str]:
+    """What an appendix lacks: a title, a short intro under it, and at least one executed check.
+
+    An appendix is a detour a chapter links to, not a lesson: no learning goals, summary or
+    exercises are required, but it still claims things, so it checks at least one of them.
+    """
+    problems = []
+    markdown = [_source(c) for c in cells if c.get("cell_type") == "markdown"]
+    first = markdown[0] if markdown else ""
+    if not re.match(r"# \S", first):
+        problems.append("first markdown cell has no '# ' title")
+    intro = re.split(r"^## ", first.split("\n", 1)[1] if "\n" in first else "", flags=re.M)[0]
+    words = len(intro.split())
+    if words == 0:
+        problems.append("no intro under the title")
+    elif words > APPENDIX_INTRO_WORDS:
+        problems.append(f"intro of {words} words (at most {APPENDIX_INTRO_WORDS})")
+    code = "\n".join(_source(c) for c in cells if c.get("cell_type") == "code")
+    if not _ASSERT.search(code):
+        problems.append("no assert: an appendix checks what it claims too")
+    return problems
+
+
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_chapter_has_the_course_shape(nb):
-    problems = chapter_shape_problems(_cells(nb))
+    if is_appendix(nb):
+        problems = appendix_shape_problems(_cells(nb))
+    else:
+        problems = chapter_shape_problems(_cells(nb))
     assert not problems, f"{nb.name}: " + "; ".join(problems)
 
 
@@ -196,6 +231,24 @@ def test_chapter_shape_check_catches_problems():
     )
     assert any("Time" in p for p in chapter_shape_problems([_md("# T"), end, sol1, sol2]))
     assert any("Summary" in p for p in chapter_shape_problems([intro, _md("## Exercises\n1. a\n")]))
+
+
+def test_appendix_shape_check_catches_problems():
+    title = _md("# Appendix A. Why\n\nA detour from chapter 0.\n\n## 1. Part\n")
+    check = _code("x = 1\nassert x == 1\n")
+    assert appendix_shape_problems([title, check]) == []
+    assert (
+        appendix_shape_problems([title, _code("print(comparison.assert_outputs_close(a, b))")])
+        == []
+    )
+    assert any("no assert" in p for p in appendix_shape_problems([title, _code("x = 1")]))
+    assert any("title" in p for p in appendix_shape_problems([_md("Why\n\ntext"), check]))
+    assert any("no intro" in p for p in appendix_shape_problems([_md("# A\n\n## 1. x\n"), check]))
+    long_intro = _md("# A\n\n" + "word " * (APPENDIX_INTRO_WORDS + 1))
+    assert any("intro of" in p for p in appendix_shape_problems([long_intro, check]))
+    # a chapter is not an appendix: the chapter's shape still applies to it
+    assert is_appendix(Path("appendix_a_x.ipynb")) and not is_appendix(Path("00_measuring.ipynb"))
+    assert chapter_shape_problems([title, check]) != []
 
 
 # ---- one import alias per helpers module across the chapters ----
@@ -434,8 +487,20 @@ KEY_CODE = {
         r"time\.perf_counter\(\)",
         r"torch\.cuda\.Event\(enable_timing=True\)",
         r"np\.percentile\(",
+        r"with profile\(activities=",  # torch.profiler.profile, written on the page
+        r"prof\.key_averages\(\)\.table\(sort_by=",
+        r"FlopCounterMode\(",  # the FLOP count behind "% of peak"
+        r"2 \* n\*\*3",  # the ceiling: an n x n product's operations over its best time
+        r"benchmark_interleaved\(",
     ],
-    "01_migration": [r"difflib\.unified_diff\(", r"mock_torch", r"flowvision"],
+    "01_migration": [
+        r"difflib\.unified_diff\(",
+        r"mock_torch",
+        r"flowvision",
+        r"flow\.load\(",  # a PyTorch checkpoint read by OneFlow
+        r"load_state_dict\(",
+        r"assert_outputs_close\(",
+    ],
     "03_dynamic_to_static": [r"class InferenceGraph\(flow\.nn\.Graph\)", r"def build\(self"],
     "04_pruning": [
         r"def original_task\(",

@@ -80,6 +80,10 @@ def test_seed_everything_is_reproducible(torch_mod):
 def test_skip_without_gpu_prints_a_line(capsys):
     assert env.skip_without_gpu("TensorRT INT8") is True
     assert "SKIPPED" in capsys.readouterr().out
+    # a long reason wraps to the book's column instead of scrolling sideways
+    assert env.skip_without_gpu("the CUDA lie: a call returns before its kernels ran") is True
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) > 1 and all(len(ln) <= env.PAGE_COLUMNS for ln in out.splitlines())
 
 
 def test_environment_report_and_label(capsys):

@@ -108,3 +108,23 @@ def test_api_usage_bad_inputs():
     with pytest.raises(TypeError, match="source text"):
         migration.api_usage(b"import torch")  # type: ignore[arg-type]
     assert migration.api_usage("import numpy as np\nx = np.zeros(1)\n") == []  # nothing to scan
+
+
+def test_api_usage_reads_a_py_file_by_path(flow, tmp_path):
+    """Chapter 1's exercise 1 invites "your own model file": a path works as a Path or as text."""
+    src = "import torch\nfrom torch import nn\nm = nn.MultiheadAttention(8, 2)\nc = torch.compile\n"
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text(src)
+    from_text = migration.api_usage(src)
+    assert migration.api_usage(model_file) == from_text
+    assert migration.api_usage(str(model_file)) == from_text
+    assert set(migration.missing_apis(model_file)) == {
+        "torch.compile",
+        "torch.nn.MultiheadAttention",
+    }
+    with pytest.raises(FileNotFoundError, match="no Python source file"):
+        migration.api_usage(tmp_path / "absent.py")
+    with pytest.raises(FileNotFoundError, match="no Python source file"):
+        migration.api_usage(str(tmp_path / "absent.py"))
+    # source text that merely mentions a file is still scanned as source
+    assert migration.api_usage("import torch\nname = 'x.py'\n") == []

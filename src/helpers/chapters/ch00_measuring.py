@@ -1,13 +1,16 @@
-"""Chapter 0's companion: why OneFlow 0.9.0 is slow on a CPU (its appendix's measurements).
+"""Chapter 0's companion: why OneFlow 0.9.0 is slow on a CPU (appendix A's measurements).
 
-A matrix product in both frameworks, interleaved (:func:`matmul_pair`), the CPU time each thread
-spent (:func:`thread_cpu_seconds`) and the OpenBLAS that OneFlow's wheel bundles, asked through
-``ctypes`` (:func:`oneflow_blas`). Only chapter 0 uses this module.
+A matrix product and a ResNet in both frameworks, interleaved (:func:`matmul_pair`,
+:func:`resnet_pair`, both at once in :func:`cpu_probe`, which a fresh process can run with
+another ``OPENBLAS_CORETYPE``), the CPU time each thread spent (:func:`thread_cpu_seconds`) and the
+OpenBLAS that OneFlow's wheel bundles, asked through ``ctypes`` (:func:`oneflow_blas`). Only
+chapter 0's appendix (``notebooks/appendix_a_oneflow_cpu.ipynb``) uses this module.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +19,14 @@ from helpers.core.environment import import_oneflow
 from helpers.core.threads import same_threads
 from helpers.measure.timer import benchmark_interleaved, synchronize
 
-__all__ = ["AVX2_BLAS_CORES", "oneflow_blas", "thread_cpu_seconds", "matmul_pair"]
+__all__ = [
+    "AVX2_BLAS_CORES",
+    "oneflow_blas",
+    "thread_cpu_seconds",
+    "matmul_pair",
+    "resnet_pair",
+    "cpu_probe",
+]
 
 # OpenBLAS kernel families, newest first, that OneFlow 0.9.0's bundled OpenBLAS may pick at start-up.
 _BLAS_CORES = (
@@ -56,15 +66,16 @@ def oneflow_blas() -> dict[str, Any]:
     import glob
     from importlib.util import find_spec
 
-    spec = find_spec("oneflow")
-    if spec is None or spec.origin is None:
+    if find_spec("oneflow") is None and "oneflow" not in sys.modules:
         return {"library": None, "why": "OneFlow is not installed"}
+    # OpenBLAS chooses its kernels when the library starts. The module's file, not its
+    # import spec: oneflow.mock_torch rewrites oneflow.__spec__ (as "torch", without a file).
+    flow = import_oneflow()
     libs = glob.glob(
-        os.path.join(os.path.dirname(spec.origin), "..", "oneflow.libs", "liboneflow*")
+        os.path.join(os.path.dirname(flow.__file__), "..", "oneflow.libs", "liboneflow*")
     )
     if not libs:
         return {"library": None, "why": "no bundled liboneflow (not a Linux wheel)"}
-    import_oneflow()  # OpenBLAS chooses its kernels when the library starts
     lib = ctypes.CDLL(libs[0])
     if not hasattr(lib, "cblas_sgemm"):
         return {"library": None, "why": "liboneflow exports no cblas_sgemm"}
@@ -81,7 +92,7 @@ def oneflow_blas() -> dict[str, Any]:
             continue
     return {
         "library": "OpenBLAS (bundled in liboneflow)",
-        "file": os.path.realpath(libs[0]),
+        "file": os.path.basename(libs[0]),  # not the path: it names this machine's folders
         "threaded": hasattr(lib, "exec_blas"),
         "threads": int(get_threads()),
         "kernels": kernels,
@@ -174,4 +185,83 @@ def matmul_pair(
             label: {**m.as_dict(), "times_s": m.times_s, "gflops": flops / m.median / 1e9}
             for label, m in res.items()
         },
+    }
+
+
+def resnet_pair(
+    *,
+    arch: str = "resnet18",
+    image_size: int = 64,
+    batch: int = 8,
+    warmup: int = 3,
+    repeats: int = 10,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The same ResNet (same weights) in PyTorch and in OneFlow on the CPU, timed interleaved.
+
+    Its BatchNorm statistics are set from the input batch first (a random network otherwise
+    normalises with mean 0 and variance 1). Both frameworks get the same threads and warm-up.
+    Returns JSON-ready results, like :func:`matmul_pair`: per framework the Measurement's
+    ``as_dict()`` with its ``times_s``, and ``per_thread``: :func:`thread_cpu_seconds` of each
+    framework's calls, which tells the threads that computed from the ones that waited.
+    """
+    import torch
+
+    from helpers.workload.models import build_resnet, calibrate_batchnorm, twin
+
+    given = same_threads(threads)  # before OneFlow starts: it reads its thread setting then
+    flow = import_oneflow()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, image_size, image_size, generator=gen)
+    tm = calibrate_batchnorm(build_resnet("torch", arch, num_classes=8), x)
+    fm = twin(tm, "oneflow", build_resnet, arch, num_classes=8).eval()
+    fx = flow.tensor(x.numpy())
+    with torch.inference_mode(), flow.no_grad():
+        res = benchmark_interleaved(
+            {"PyTorch": lambda: tm(x), "OneFlow": lambda: fm(fx)},
+            framework={"PyTorch": "torch", "OneFlow": "oneflow"},
+            warmup=warmup,
+            repeats=repeats,
+            items=batch,
+            threads=given,
+            device="cpu",
+        )
+        per_thread = {
+            label: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=sync)
+            for label, fn, sync in (
+                ("PyTorch", lambda: tm(x), lambda: None),
+                ("OneFlow", lambda: fm(fx), lambda: synchronize("oneflow")),
+            )
+        }
+    return {
+        "arch": arch,
+        "image_size": image_size,
+        "batch": batch,
+        "threads": given,
+        "per_thread": per_thread,
+        **{label: {**m.as_dict(), "times_s": m.times_s} for label, m in res.items()},
+    }
+
+
+def cpu_probe(
+    *,
+    n: int = 2048,
+    arch: str = "resnet18",
+    image_size: int = 64,
+    batch: int = 8,
+    warmup: int = 3,
+    repeats: int = 10,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """:func:`matmul_pair` and :func:`resnet_pair` in one call, for one fresh process.
+
+    ``run_in_subprocess("helpers.chapters.ch00_measuring:cpu_probe", {...},
+    env={"OPENBLAS_CORETYPE": "Haswell"})`` measures both with the kernels that variable makes
+    OneFlow's OpenBLAS choose when it starts: if the ResNet speeds up with the product, OneFlow's
+    convolutions run in that OpenBLAS too.
+    """
+    runs = dict(warmup=warmup, repeats=repeats, threads=threads)
+    return {
+        "matmul": matmul_pair(n=n, **runs),
+        "resnet": resnet_pair(arch=arch, image_size=image_size, batch=batch, **runs),
     }

@@ -38,6 +38,7 @@ __all__ = [
     "environment_report",
     "machine_label",
     "print_environment_report",
+    "PAGE_COLUMNS",
 ]
 
 MODE_ENV = "COURSE_MODE"
@@ -210,9 +211,19 @@ def _oneflow_gpu_problem() -> str | None:
     return oneflow_gpu_problem()
 
 
+PAGE_COLUMNS = 88  # the book's code and output column: longer printed lines scroll sideways
+
+
+def _print_wrapped(text: str) -> None:
+    """Print ``text`` wrapped to :data:`PAGE_COLUMNS`, continuation lines indented."""
+    import textwrap
+
+    print(textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  "))
+
+
 @cache
 def _say_once(message: str) -> None:
-    print(f"NOTE: {message}")
+    _print_wrapped(f"NOTE: {message}")
 
 
 _HARMLESS = ("libibverbs not available", "CUDA driver version is insufficient", "gpuGetDeviceCount")
@@ -292,7 +303,9 @@ def skip_without_gpu(what: str) -> bool:
     """
     if has_cuda():
         return False
-    print(f"SKIPPED on this machine (no CUDA GPU): {what}. With a GPU this cell runs it for real.")
+    _print_wrapped(
+        f"SKIPPED on this machine (no CUDA GPU): {what}. With a GPU this cell runs it for real."
+    )
     return True
 
 

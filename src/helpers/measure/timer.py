@@ -349,12 +349,12 @@ def time_loop(
     repeats: int,
     sync: Callable[[], Any] | None,
 ) -> list[float]:
-    """Seconds taken by each of ``repeats`` calls of ``fn()``, after ``warmup`` untimed calls.
+    """Seconds taken by each of ``repeats`` calls of ``fn()``, after ``warmup`` untimed.
 
-    ``sync()`` waits until the work ``fn`` queued has finished (``torch.cuda.synchronize`` on a
-    GPU, OneFlow's ``eager.Sync()``). ``None`` reads the clock as soon as ``fn`` returns, which
-    measures how fast work is *queued*: only useful to show that lie. Written on chapter 0's page;
-    :func:`benchmark` calls it.
+    ``sync()`` waits until the work ``fn`` queued has finished
+    (``torch.cuda.synchronize`` on a GPU, OneFlow's ``eager.Sync()``). ``None`` reads
+    the clock as soon as ``fn`` returns, which measures how fast work is *queued*: only
+    useful to show that lie. Written on chapter 0's page; :func:`benchmark` calls it.
     """
     for _ in range(warmup):  # 1. warm up, untimed: allocation, kernel choice, caches
         fn()
@@ -365,8 +365,8 @@ def time_loop(
         start = time.perf_counter()  # 2. a monotonic clock with the finest resolution
         fn()
         if sync is not None:
-            sync()  # 3. wait for the work, not for the queueing, before reading the clock
-        times.append(time.perf_counter() - start)  # 4. keep every call: percentiles come later
+            sync()  # 3. wait for the work, not the queueing, before reading the clock
+        times.append(time.perf_counter() - start)  # 4. keep every call's time
     return times
 
 

@@ -186,17 +186,31 @@ def resolve(name: str) -> tuple[bool, str]:
     return True, target
 
 
-def api_usage(source_or_module: str | ModuleType) -> list[dict[str, Any]]:
+def _is_path(source_or_path: Any) -> bool:
+    """A ``Path``, or text of one line that ends in ``.py``: a file to read, not source to scan."""
+    if isinstance(source_or_path, Path):
+        return True
+    return (
+        isinstance(source_or_path, str)
+        and "\n" not in source_or_path.strip()
+        and source_or_path.strip().endswith(".py")
+    )
+
+
+def api_usage(source_or_module: str | Path | ModuleType) -> list[dict[str, Any]]:
     """Every ``torch.*`` / ``torchvision.*`` name the code uses, with its OneFlow counterpart and whether it exists.
 
-    One row per name: ``api``, ``oneflow`` (the name it maps to), ``available`` (bool), ``uses``
-    and ``first_line``. Sorted with the missing names first.
+    ``source_or_module`` is Python source text, an imported module, or the path of a ``.py`` file
+    (a ``Path``, or one line of text ending in ``.py``: ``api_usage("my_model.py")``). One row per
+    name: ``api``, ``oneflow`` (the name it maps to), ``available`` (bool), ``uses`` and
+    ``first_line``. Sorted with the missing names first.
     """
-    source = (
-        inspect.getsource(source_or_module)
-        if isinstance(source_or_module, ModuleType)
-        else source_or_module
-    )
+    if isinstance(source_or_module, ModuleType):
+        source = inspect.getsource(source_or_module)
+    elif _is_path(source_or_module):
+        source = _source_file(str(source_or_module).strip()).read_text(encoding="utf-8")
+    else:
+        source = source_or_module
     tree = _parse(source)
     aliases, imported = _aliases(tree)
     found: dict[str, list[int]] = {}
@@ -228,6 +242,6 @@ def api_usage(source_or_module: str | ModuleType) -> list[dict[str, Any]]:
     return rows
 
 
-def missing_apis(source_or_module: str | ModuleType) -> list[str]:
-    """The torch/torchvision names of the code that OneFlow lacks (see :func:`api_usage`)."""
+def missing_apis(source_or_module: str | Path | ModuleType) -> list[str]:
+    """The torch/torchvision names of the code that OneFlow lacks (source, module or ``.py`` path: :func:`api_usage`)."""
     return [r["api"] for r in api_usage(source_or_module) if not r["available"]]
