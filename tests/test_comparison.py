@@ -38,7 +38,9 @@ def test_compare_identical_outputs():
     assert c.max_abs == 0 and c.mean_abs == 0 and c.max_rel == 0
     assert c.cosine == pytest.approx(1.0)
     assert c.topk == {1: 1.0, 3: 1.0}
-    assert "shape (4, 5)" in str(c) and "top-1 agreement 100.0%" in str(c)
+    flat = " ".join(str(c).split())  # wrapped to the book's 88 columns
+    assert "shape (4, 5)" in flat and "top-1 agreement 100.0%" in flat
+    assert max(len(line) for line in str(c).splitlines()) <= 88
     assert c.as_dict()["top3_agreement"] == 1.0
 
 

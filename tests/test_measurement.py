@@ -61,9 +61,10 @@ def test_measurement_str_leads_with_median_and_p99():
     text = str(Measurement("eager", _ms([10, 10, 10, 10, 12]), items=2, warmup=3))
     assert text == (
         "eager: median 10.00 ms, p99 11.92 ms per call (5 runs after 3 warm-up)\n"
-        "  spread: IQR 0.00 ms (0% of the median), p99/p50 1.19; mean 10.40 +- 0.89 ms; "
-        "200.0 items/s at the median"
+        "  spread: IQR 0.00 ms (0% of the median), p99/p50 1.19; mean 10.40 +- 0.89 ms; 200.0\n"
+        "    items/s at the median"
     )
+    assert max(len(line) for line in text.splitlines()) <= 88  # the book's column: no scrolling
 
 
 def test_measurement_warns_when_the_spread_is_large():
@@ -71,8 +72,9 @@ def test_measurement_warns_when_the_spread_is_large():
     assert not steady.noisy and steady.warnings() == [] and "WARNING" not in str(steady)
     noisy = Measurement("noisy", _ms([8, 10, 12, 14, 30]))  # IQR 4 ms = 33 % of the median
     assert noisy.relative_iqr > SPREAD_WARNING and noisy.noisy
-    last = str(noisy).splitlines()[-1]
-    assert last.startswith("  WARNING: the IQR is 33% of the median (over 10%)")
+    text = str(noisy)
+    assert "\n  WARNING: the IQR is 33% of the median (over 10%)" in text
+    assert max(len(line) for line in text.splitlines()) <= 88
     # the threshold itself: just under and just over 10 % of the median
     assert not Measurement("under", _ms([9.6, 9.9, 10, 10.4, 10.4])).noisy  # IQR 5 %
     assert Measurement("over", _ms([9, 9.4, 10, 10.5, 11])).noisy  # IQR 11 %

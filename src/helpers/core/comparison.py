@@ -12,6 +12,7 @@ that can fail:
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 
 from helpers.core import precision
 from helpers.core.arrays import to_numpy
+from helpers.core.environment import PAGE_COLUMNS
 
 __all__ = [
     "to_numpy",
@@ -80,12 +82,13 @@ class Comparison:
         if self.used is not None:
             mode = f"{self.tolerance.mode} " if self.tolerance is not None else ""
             checked = f"; {self.used:.2g} of its {mode}bound"
-        return (
+        text = (
             f"shape {self.shape}: max abs err {self.max_abs:.3g}, mean abs err {self.mean_abs:.3g}, "
             f"max rel err {self.max_rel:.3g}, cosine {self.cosine:.8f}"
             + (f", {topk}" if topk else "")
             + checked
         )
+        return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
 def compare(a: Any, b: Any, topk: Sequence[int] = (), rel_floor: float = 1e-6) -> Comparison:
@@ -272,7 +275,8 @@ class TaskCheck:
         if self.top1 is not None:
             parts.append(f"top-1 agreement {self.top1:.0%} overall")
         ctl = ", ".join(f"{k} {v:.0%}" for k, v in self.controls.items())
-        return "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
+        text = "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
+        return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
 def _nearest_own(x: np.ndarray, y: np.ndarray) -> float:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
 __all__ = [
@@ -243,7 +245,11 @@ class Measurement:
         known = (self.device, self.threads, self.cpu_s, self.load)
         if any(v is not None for v in known):
             lines.append(f"  ran on: {self.where()}")
-        return "\n".join(lines + ["  " + w for w in self.warnings()])
+        lines += ["  " + w for w in self.warnings()]
+        # the book's column is PAGE_COLUMNS wide: wrap rather than scroll sideways
+        return "\n".join(
+            textwrap.fill(line, width=PAGE_COLUMNS, subsequent_indent="    ") for line in lines
+        )
 
 
 @dataclass(frozen=True)

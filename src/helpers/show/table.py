@@ -108,8 +108,9 @@ class Table:
             )
 
         align = ["right" if j and numeric(j) else "left" for j in range(len(head))]
+        # headers break at their underscores (p50_ms -> "p50 ms"), so many columns still fit
         th = "".join(
-            f'<th style="text-align:{a};padding:2px 6px">{html.escape(h)}</th>'
+            f'<th style="text-align:{a};padding:2px 6px">{html.escape(h.replace("_", " "))}</th>'
             for h, a in zip(head, align)
         )
         trs = "".join(
