@@ -94,6 +94,11 @@ def test_table_rows_narrows_the_profilers_own_table(torch_mod):
     assert [r["Name"] for r in profiling.table_rows(text)] == [r["Name"] for r in rows]
     with pytest.raises(KeyError, match="no column"):
         profiling.table_rows(text, ["Name", "Self GPU"])
+    # an optional column is kept where the table has it, in the table's order
+    some = profiling.table_rows(
+        text, ["# of Calls", "Name"], optional=["Self CUDA Mem", "Self CPU"]
+    )
+    assert list(some[0]) == ["Name", "Self CPU", "# of Calls"]
     with pytest.raises(ValueError, match="not a torch.profiler table"):
         profiling.table_rows("Name  Calls\nmm  1")
     # a name with spaces stays whole: columns are cut at the rule of dashes

@@ -127,14 +127,18 @@ def torch_profile(
     return table, rows[:row_limit]
 
 
-def table_rows(text: str, columns: Sequence[str] | None = None) -> list[dict[str, str]]:
+def table_rows(
+    text: str, columns: Sequence[str] | None = None, *, optional: Sequence[str] = ()
+) -> list[dict[str, str]]:
     """The rows of a ``torch.profiler`` text table (``prof.key_averages().table(...)``) as dicts.
 
     The profiler's own table is about 140 characters wide, wider than a book's page; a chapter
     keeps the ``columns`` it reads (by their header, e.g. ``["Name", "Self CPU", "# of Calls"]``;
     all of them when None) and shows them as a :class:`helpers.show.Table`, in the table's own
     order (its ``sort_by``). Cells stay the profiler's text (``"1.307s"``, ``"536.00 KB"``).
-    Columns are cut at the table's rule of dashes, so names with spaces stay whole.
+    Columns are cut at the table's rule of dashes, so names with spaces stay whole. A column of
+    ``optional`` is kept where the table has it (the profiler prints ``Self CUDA Mem`` only when
+    some operator allocated device memory); the columns come in the table's own order.
     """
     lines = text.splitlines()
     rules = [i for i, line in enumerate(lines) if line.strip() and not line.strip(" -")]
@@ -146,10 +150,12 @@ def table_rows(text: str, columns: Sequence[str] | None = None) -> list[dict[str
         return [line[a:b].strip() for a, b in spans]
 
     header = cut(lines[rules[0] + 1])
-    keep = list(header if columns is None else columns)
-    unknown = [c for c in keep if c not in header]
+    wanted = list(header if columns is None else columns)
+    unknown = [c for c in wanted if c not in header]
     if unknown:
         raise KeyError(f"no column {unknown} in the profiler table; it has {header}")
+    wanted += [c for c in optional if c in header]
+    keep = [c for c in header if c in wanted]
     body = [cut(line) for line in lines[rules[1] + 1 : rules[2]] if line.strip()]
     return [{c: row[header.index(c)] for c in keep} for row in body]
 
