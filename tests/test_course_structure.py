@@ -508,6 +508,8 @@ KEY_CODE = {
         r"def single_forward_task\(",
         r"class WithGradHolder",
         r"def make_graph_task\(",
+        r"torch\.profiler\.profile\(",
+        r"\.key_averages\(\)\.table\(sort_by=",
     ],
     "05_parallelism": [r"def run_two_process\(", r"Lock\(\)", r"with lock:", r"DataLoader\("],
     "06_compile_optimisations": [

@@ -1,4 +1,4 @@
-"""helpers.chapters.ch05_pipeline: chapter 5's serial, two-process (lock) and DataLoader pipelines; bad inputs never hang.
+"""helpers.chapters.ch05_pipeline: chapter 5's serial, two-process (lock), replicas and DataLoader pipelines; bad inputs never hang.
 
 The model stage is chapter 4's pruned task (logits and input-gradient saliency maps); the test that
 compares it with ``helpers.workload.saliency`` imports oneflow, so this file is in the oneflow group.
@@ -83,15 +83,15 @@ def test_infer_is_chapter_4s_pruned_task(jpegs):
 def test_task_module_is_checked(jpegs):
     trainable = TinyNet().requires_grad_(True)
     with pytest.raises(ValueError, match="weights require grad"):
-        pl.run_serial(trainable, jpegs, batch_size=4, image_size=SIZE)
+        pl.run_serial(trainable, pl.Job(jpegs, 4, SIZE))
     with pytest.raises(ValueError, match="eval mode"):
-        pl.run_dataloader(TinyNet().train(), jpegs, batch_size=4, image_size=SIZE)
+        pl.run_dataloader(TinyNet().train(), pl.Job(jpegs, 4, SIZE))
     with pytest.raises(TypeError, match="nn.Module"):
         pl.check_task_module(lambda x: x)
 
 
 def test_serial_run_and_timeline(jpegs):
-    run = pl.run_serial(TinyNet(), jpegs, batch_size=4, image_size=SIZE)
+    run = pl.run_serial(TinyNet(), pl.Job(jpegs, 4, SIZE))
     assert run.items == 10 and len(run.outputs) == 3 and run.logits().shape == (10, 3)
     assert run.saliency().shape == (10, SIZE, SIZE)
     assert [(e.stage, e.batch) for e in run.events[:2]] == [("load", 0), ("infer", 0)]
@@ -102,10 +102,8 @@ def test_serial_run_and_timeline(jpegs):
 
 
 def test_pipelines_match_serial(jpegs):
-    serial = pl.run_serial(TinyNet(), jpegs, batch_size=4, image_size=SIZE)
-    two = pl.run_two_process(
-        TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=2, timeout_s=60
-    )
+    serial = pl.run_serial(TinyNet(), pl.Job(jpegs, 4, SIZE))
+    two = pl.run_two_process(TinyNet(), pl.Job(jpegs, 4, SIZE), workers=2, timeout_s=60)
     import psutil
 
     def live_children():
@@ -113,9 +111,7 @@ def test_pipelines_match_serial(jpegs):
         return {c.pid for c in kids if c.is_running() and c.status() != psutil.STATUS_ZOMBIE}
 
     before = live_children()
-    loader = pl.run_dataloader(
-        TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=2, timeout_s=60
-    )
+    loader = pl.run_dataloader(TinyNet(), pl.Job(jpegs, 4, SIZE), num_workers=2, timeout_s=60)
     left_running = live_children() - before
     for run in (two, loader):
         np.testing.assert_allclose(run.logits(), serial.logits(), atol=1e-5)
@@ -132,12 +128,24 @@ def test_pipelines_match_serial(jpegs):
     assert two.meta["startup_s"] > 0 and set(loader.meta) == {
         "num_workers",
         "pin_memory",
-        "prefetch_factor",
         "startup_s",
     }
     # start-up measured apart, and the persistent workers stopped when the run ended
     assert loader.meta["startup_s"] > 0
     assert not left_running, f"DataLoader workers still running: {left_running}"
+
+
+def test_replicas_control_runs_the_same_task_without_the_lock(jpegs):
+    serial = pl.run_serial(TinyNet(), pl.Job(jpegs, 2, SIZE))
+    replicas = pl.run_two_process(TinyNet(), pl.Job(jpegs, 2, SIZE), with_lock=False, timeout_s=60)
+    assert replicas.name == "2 replicas, no lock" and replicas.meta["lock"] is False
+    np.testing.assert_allclose(replicas.logits(), serial.logits(), atol=1e-5)
+    np.testing.assert_allclose(replicas.saliency(), serial.saliency(), atol=1e-6)
+    # every batch exactly once, by whichever replica was free
+    assert sorted(e.batch for e in replicas.events if e.stage == "load") == list(range(5))
+    assert {e.lane for e in replicas.events} <= {"replica 0", "replica 1"}
+    locked = pl.run_two_process(TinyNet(), pl.Job(jpegs, 2, SIZE))
+    assert locked.name == "2 processes + lock" and locked.meta["lock"] is True
 
 
 def test_overlap_fraction_and_busy_fraction():
@@ -180,33 +188,31 @@ def test_torch_threads_restores_the_count(torch_mod):
 @pytest.mark.parametrize("runner", [pl.run_serial, pl.run_two_process, pl.run_dataloader])
 def test_empty_dataset_is_rejected(runner):
     with pytest.raises(ValueError, match="dataset is empty"):
-        runner(TinyNet(), [], batch_size=4, image_size=SIZE)
+        runner(TinyNet(), pl.Job([], 4, SIZE))
 
 
 def test_zero_workers_are_rejected_at_once(jpegs):
     start = time.time()
     with pytest.raises(ValueError, match="0 workers would mean no pipeline"):
-        pl.run_two_process(TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=0)
+        pl.run_two_process(TinyNet(), pl.Job(jpegs, 4, SIZE), workers=0)
     with pytest.raises(ValueError, match="num_workers must be a positive int"):
-        pl.run_dataloader(TinyNet(), jpegs, batch_size=4, image_size=SIZE, num_workers=0)
+        pl.run_dataloader(TinyNet(), pl.Job(jpegs, 4, SIZE), num_workers=0)
     with pytest.raises(ValueError, match="workers must be a positive int"):
-        pl.run_two_process(TinyNet(), jpegs, batch_size=4, image_size=SIZE, workers=-2)
+        pl.run_two_process(TinyNet(), pl.Job(jpegs, 4, SIZE), workers=-2)
     with pytest.raises(TypeError, match="encoded image bytes"):
-        pl.run_serial(TinyNet(), [np.zeros(3)], batch_size=4, image_size=SIZE)
+        pl.run_serial(TinyNet(), pl.Job([np.zeros(3)], 4, SIZE))
     assert time.time() - start < 5
 
 
 def test_failing_worker_raises_with_its_traceback(jpegs):
     with pytest.raises(RuntimeError, match="model exploded"):
-        pl.run_two_process(Fails(), jpegs, batch_size=4, image_size=SIZE, workers=1, timeout_s=30)
+        pl.run_two_process(Fails(), pl.Job(jpegs, 4, SIZE), workers=1, timeout_s=30)
 
 
 def test_stuck_worker_times_out_instead_of_hanging(jpegs):
     start = time.time()
     with pytest.raises(TimeoutError, match="stuck"):
-        pl.run_two_process(
-            StallsAfterWarmup(), jpegs, batch_size=4, image_size=SIZE, workers=1, timeout_s=2
-        )
+        pl.run_two_process(StallsAfterWarmup(), pl.Job(jpegs, 4, SIZE), workers=1, timeout_s=2)
     assert time.time() - start < 90
 
 
@@ -216,9 +222,7 @@ def test_stuck_worker_times_out_instead_of_hanging(jpegs):
 )
 def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
     with pytest.raises(ValueError, match="cannot decode image"):
-        pl.run_dataloader(
-            TinyNet(), [b"not an image"] * 4, batch_size=2, image_size=SIZE, num_workers=1
-        )
+        pl.run_dataloader(TinyNet(), pl.Job([b"not an image"] * 4, 2, SIZE), num_workers=1)
 
     def stuck(*args, **kwargs):
         time.sleep(3600)
@@ -226,9 +230,7 @@ def test_dataloader_surfaces_bad_images_and_stalls(jpegs, monkeypatch):
     monkeypatch.setattr(pl, "load_batch", stuck)  # forked loader workers inherit the stuck loader
     start = time.time()
     with pytest.raises(RuntimeError, match="timed out"):
-        pl.run_dataloader(
-            TinyNet(), jpegs, batch_size=2, image_size=SIZE, num_workers=1, timeout_s=2
-        )
+        pl.run_dataloader(TinyNet(), pl.Job(jpegs, 2, SIZE), num_workers=1, timeout_s=2)
     assert time.time() - start < 30
 
 
@@ -241,6 +243,6 @@ def test_dataloader_workers_stop_when_the_model_fails(jpegs):
 
     before = live_children()
     with pytest.raises(RuntimeError, match="model exploded") as failure:
-        pl.run_dataloader(Fails(), jpegs, batch_size=4, image_size=SIZE, num_workers=2)
+        pl.run_dataloader(Fails(), pl.Job(jpegs, 4, SIZE), num_workers=2)
     # the traceback (kept in `failure`) holds the loader: only an explicit shutdown stops them
     assert failure.traceback and not (live_children() - before)

@@ -71,3 +71,36 @@ def test_profile_by_device_time_needs_a_gpu(torch_mod):
     for key in profiling.DEVICE_SORT_KEYS:
         with pytest.raises(ValueError, match="no CUDA GPU"):
             profiling.torch_profile(lambda: None, sort_by=key)
+
+
+def test_table_rows_narrows_the_profilers_own_table(torch_mod):
+    x = torch_mod.randn(64, 64)
+    x @ x
+    with torch_mod.profiler.profile(
+        activities=[torch_mod.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        x @ x + 1
+    text = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=3)
+    rows = profiling.table_rows(text, ["Name", "Self CPU", "Self CPU Mem", "# of Calls"])
+    assert 1 <= len(rows) <= 3 and list(rows[0]) == [
+        "Name",
+        "Self CPU",
+        "Self CPU Mem",
+        "# of Calls",
+    ]
+    assert any(r["Name"] == "aten::mm" for r in rows) or any("mm" in r["Name"] for r in rows)
+    assert all(r["# of Calls"].isdigit() for r in rows)
+    # the table's own order (its sort_by), every column when none is named
+    assert [r["Name"] for r in profiling.table_rows(text)] == [r["Name"] for r in rows]
+    with pytest.raises(KeyError, match="no column"):
+        profiling.table_rows(text, ["Name", "Self GPU"])
+    # an optional column is kept where the table has it, in the table's order
+    some = profiling.table_rows(
+        text, ["# of Calls", "Name"], optional=["Self CUDA Mem", "Self CPU"]
+    )
+    assert list(some[0]) == ["Name", "Self CPU", "# of Calls"]
+    with pytest.raises(ValueError, match="not a torch.profiler table"):
+        profiling.table_rows("Name  Calls\nmm  1")
+    # a name with spaces stays whole: columns are cut at the rule of dashes
+    toy = "-----------  -----\n       Name  Calls\n-----------  -----\n  my op one      2\n-----------  -----\n"
+    assert profiling.table_rows(toy) == [{"Name": "my op one", "Calls": "2"}]

@@ -11,21 +11,29 @@ this module:
 - :func:`run_serial` -- load, infer, load, infer ... in this process (the baseline);
 - :func:`run_two_process` -- the case study's fix: N worker processes (:func:`case_study_worker`),
   each loading its next batch under a shared lock (so only one process loads at a time) and then
-  running the model, so one process's loading overlaps another's inference;
+  running the model, so one process's loading overlaps another's inference. With
+  ``with_lock=False`` it runs the control, :func:`replica_worker`: the same processes with no lock,
+  independent replicas of the whole task. Where loading and the model share the same cores (a
+  CPU-only machine), the replicas show how much of the two processes' gain is plain parallelism;
 - :func:`run_dataloader` -- the standard tool: ``torch.utils.data.DataLoader`` workers load and
-  prefetch batches (pinned memory on a GPU) while this process runs the model.
+  prefetch batches (into pinned memory on a GPU) while this process runs the model.
 
-The pipeline cells live in a module because the two-process runner starts its workers with ``spawn``,
-and a spawned process imports its target function: it cannot run a function defined in a
-notebook, so the page's worker must live in an importable module. Chapter 5 uses it; the capstone
-is to reuse the runners later.
+The pipeline cells live in a module because the two-process runner starts its workers from a
+``forkserver`` (a server process that imports this module, and PyTorch, once; each worker is a
+fork of it), and a worker started that way imports its target function: it cannot run a function
+defined in a notebook, so the page's worker must live in an importable module. Chapter 5 uses it;
+the capstone is to reuse the runners later.
 
-This header holds the plumbing: the timeline and result types (:class:`StageEvent`,
-:class:`PipelineRun`, for :func:`helpers.show.plots.plot_timeline`), the generated dataset and the
-load stage, argument checks, :func:`torch_threads`, :class:`WorkerPool` (spawned processes with
-timeouts: a stuck or crashed worker raises ``TimeoutError`` / ``RuntimeError`` instead of hanging)
-and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock for all processes of the
-machine).
+This header holds the plumbing: the work (:class:`Job`: the images, batch size, image size
+and device every runner takes), the model stage (:func:`infer`, chapter 4's pruned task), the
+timeline and result types (:class:`StageEvent`,
+:class:`PipelineRun`, for :func:`helpers.show.plots.plot_timeline`), argument checks,
+:class:`WorkerPool` (worker processes with timeouts: a stuck or crashed worker raises
+``TimeoutError`` / ``RuntimeError`` instead of hanging), the replicas control
+(:func:`replica_worker`), the ``DataLoader``'s dataset (:class:`JpegDataset`) with
+:func:`start_loader_workers` / :func:`stopping_workers` (the untimed pass that starts persistent
+workers, and their shutdown), and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock
+for all processes of the machine).
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ import queue as queue_mod
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,19 +58,42 @@ from helpers.core.threads import torch_threads
 from helpers.workload.data import check_dataset, load_batch
 
 __all__ = [
+    "Job",
     "StageEvent",
     "PipelineRun",
     "check_workers",
     "check_task_module",
     "WorkerPool",
-    "speedup_table",
     "infer",
+    "replica_worker",
+    "JpegDataset",
+    "start_loader_workers",
+    "stopping_workers",
+    "speedup_table",
     "run_serial",
     "case_study_worker",
     "run_two_process",
-    "JpegDataset",
     "run_dataloader",
 ]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a pipeline runner processes: ``jpegs`` (encoded images) loaded in batches of
+    ``batch_size`` at ``image_size`` pixels, the model run on ``device``."""
+
+    jpegs: Sequence[bytes]
+    batch_size: int
+    image_size: int
+    device: Any = "cpu"
+
+    def batches(self) -> list[list[int]]:
+        """The index lists of the batches, once the dataset and sizes are checked."""
+        return check_dataset(self.jpegs, self.batch_size, self.image_size)
+
+    def load(self, indices: Sequence[int]) -> np.ndarray:
+        """The CPU stage for the images ``indices``: decode, resize, normalise."""
+        return load_batch(self.jpegs, indices, self.image_size)
 
 
 @dataclass(frozen=True)
@@ -191,7 +224,7 @@ def check_task_module(model: Any) -> None:
 
 
 class WorkerPool:
-    """Spawned worker processes that report on one queue: start-up, timeouts, errors, clean-up.
+    """Worker processes (spawn or forkserver) reporting on one queue: start-up, timeouts, errors.
 
     ``target(wid, payload_path, *args, out_q)`` runs in each of ``n`` processes of the
     multiprocessing context ``ctx``. ``payload`` (e.g. the model and the images) is pickled to a
@@ -299,6 +332,108 @@ class WorkerPool:
         scratch.remove_scratch(self._tmp)
 
 
+def infer(model: Any, x: Any, device: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The model stage, chapter 4's pruned task: a batch in, (logits, saliency maps) out, NumPy.
+
+    The steps of :func:`helpers.workload.saliency.single_forward_task` (a forward pass, then the
+    backward pass to the input only: ``model`` is in eval mode with frozen weights), written out
+    here so that worker processes need not import OneFlow (``helpers.workload.saliency`` does).
+    ``.cpu()`` waits for a GPU to finish, so a stage's end time is the end of its work.
+    """
+    x = torch.as_tensor(x).to(device).requires_grad_(True)
+    logits = model(x)  # forward
+    logits.max(dim=1)[0].sum().backward()  # backward, to the input only (frozen weights)
+    saliency = x.grad.abs().max(dim=1)[0]
+    return logits.detach().float().cpu().numpy(), saliency.float().cpu().numpy()
+
+
+def replica_worker(wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q):
+    """The control for :func:`case_study_worker`: the same loop with no lock around loading.
+
+    It takes the same arguments; ``lock`` is not used. The next batch number comes from the
+    shared counter under the counter's own lock (only the read-and-increment, never the load),
+    so each process loads and infers whenever it is free: independent replicas of the whole
+    task. Beside the case study's version this shows what the lock itself changes, and, where
+    loading and the model share the same cores, how much of a gain is plain parallelism.
+    """
+    try:
+        torch.set_num_threads(threads)
+        with open(payload, "rb") as fh:
+            model, jpegs = pickle.load(fh)
+        model = model.eval().to(device)
+        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
+        out_q.put(("ready", wid, None))
+        go.wait()
+        lane = f"replica {wid}"
+        while True:
+            with next_batch.get_lock():  # the counter only: loading is not locked
+                b = next_batch.value
+                next_batch.value = b + 1
+            if b >= len(batches):
+                break
+            s = time.time()
+            x = load_batch(jpegs, batches[b], image_size)
+            m = time.time()
+            y = infer(model, x, device)
+            e = time.time()
+            events = [StageEvent(lane, "load", b, s, m), StageEvent(lane, "infer", b, m, e)]
+            out_q.put(("result", wid, (b, y, events)))
+        out_q.put(("done", wid, None))
+    except BaseException:  # every failure must reach the parent, never leave it waiting
+        out_q.put(("error", wid, traceback.format_exc()))
+
+
+class JpegDataset(torch.utils.data.Dataset):
+    """The encoded images; an item is loaded (decoded, resized, normalised) when it is fetched.
+
+    An item is ``(image, load start, load end, worker id)``: the times and the loader worker
+    only draw the timeline (``-1`` when the main process loads).
+    """
+
+    def __init__(self, jpegs: Sequence[bytes], image_size: int) -> None:
+        check_dataset(jpegs, 1, image_size)
+        self.jpegs, self.image_size = list(jpegs), image_size
+
+    def __len__(self) -> int:
+        return len(self.jpegs)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, float, float, int]:
+        start = time.time()
+        x = torch.from_numpy(load_batch(self.jpegs, [i], self.image_size)[0])
+        info = torch.utils.data.get_worker_info()  # which loader process runs this
+        return x, start, time.time(), info.id if info is not None else -1
+
+
+def start_loader_workers(loader: DataLoader, warm_up: Callable[[Any], Any]) -> float:
+    """One untimed pass over ``loader``: starts its persistent workers, ``warm_up(first batch)``.
+
+    Returns the start-up seconds: from creating the iterator to the first batch (the workers
+    started and loaded it). The model's warm-up runs on that first batch, at the thread count
+    the timed pass will use.
+    """
+    t0 = time.time()
+    startup = float("nan")
+    for b, (x, *_) in enumerate(loader):
+        if b == 0:
+            startup = time.time() - t0
+            warm_up(x)
+    return startup
+
+
+@contextmanager
+def stopping_workers(loader: DataLoader) -> Iterator[DataLoader]:
+    """Stop a ``DataLoader``'s persistent workers when the block ends (also on failure).
+
+    Persistent workers otherwise live until the loader is garbage-collected, which a traceback
+    holding the loader can delay indefinitely.
+    """
+    try:
+        yield loader
+    finally:
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()
+
+
 def speedup_table(
     runs: Sequence[PipelineRun], baseline: PipelineRun | None = None
 ) -> list[dict[str, Any]]:
@@ -318,31 +453,19 @@ def speedup_table(
 
 
 # ---- saved from notebooks/05_parallelism.ipynb by tools/save_cells.py: edit it there ----
-def infer(model, x, device):
-    """The model stage, chapter 4's pruned task: a batch in, (logits, saliency maps) out, NumPy.
-
-    The steps of st.single_forward_task, written out so that worker processes need not import
-    OneFlow (helpers.workload.saliency does). `model`: eval mode, weights frozen."""
-    x = torch.as_tensor(x).to(device).requires_grad_(True)
-    logits = model(x)  # forward
-    logits.max(dim=1)[0].sum().backward()  # backward, to the input only (frozen weights)
-    saliency = x.grad.abs().max(dim=1)[0]  # .cpu() waits for a GPU to finish
-    return logits.detach().float().cpu().numpy(), saliency.float().cpu().numpy()
-
-
-def run_serial(model, jpegs, *, batch_size, image_size, device="cpu", threads=None):
-    """Load a batch, run the task (eval mode, on `device`) on it, repeat: nothing overlaps."""
-    batches = check_dataset(jpegs, batch_size, image_size)
+def run_serial(model, job, *, threads=None):
+    """Load a batch, run the task (eval mode, on job.device), repeat: no overlap."""
+    batches = job.batches()
     check_task_module(model)
     with torch_threads(threads):
-        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
+        infer(model, job.load(batches[0]), job.device)  # warm-up, untimed
         events, outputs = [], {}
         t0 = time.time()
         for b, idx in enumerate(batches):
             s = time.time()
-            x = load_batch(jpegs, idx, image_size)  # the model waits while we load...
+            x = job.load(idx)  # the model waits while we load...
             m = time.time()
-            outputs[b] = infer(model, x, device)  # ...and the loader waits while it runs
+            outputs[b] = infer(model, x, job.device)  # ...and the loader while it runs
             e = time.time()
             events += [
                 StageEvent("main", "load", b, s, m),
@@ -350,20 +473,19 @@ def run_serial(model, jpegs, *, batch_size, image_size, device="cpu", threads=No
             ]
         wall = time.time() - t0
         meta = {"threads": torch.get_num_threads(), "startup_s": 0.0}
-    return PipelineRun("serial", events, outputs, wall, len(jpegs), meta)
+    return PipelineRun("serial", events, outputs, wall, len(job.jpegs), meta)
 
 
 def case_study_worker(
     wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q
 ):
-    """One of the case study's processes: [lock: take and load the next batch], infer, repeat."""
+    """One of the case study's processes: [lock: take, load the next batch], infer."""
     try:
         torch.set_num_threads(threads)
-        with open(payload, "rb") as fh:  # this process's own copy of the model and the images
+        with open(payload, "rb") as fh:  # this process's own copy of the model and images
             model, jpegs = pickle.load(fh)
         model = model.eval().to(device)
-        # warm-up, untimed
-        infer(model, load_batch(jpegs, batches[0], image_size), device)
+        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up
         out_q.put(("ready", wid, None))
         go.wait()  # every process starts at the same moment
         lane = f"process {wid}"
@@ -389,27 +511,22 @@ def case_study_worker(
         out_q.put(("error", wid, traceback.format_exc()))
 
 
-def run_two_process(
-    model,
-    jpegs,
-    *,
-    batch_size,
-    image_size,
-    workers=2,
-    threads_per_worker=1,
-    device="cpu",
-    timeout_s=60.0,
-):
-    """The case study's pipeline: `workers` processes that load their next batch under one lock."""
-    batches = check_dataset(jpegs, batch_size, image_size)
+def run_two_process(model, job, *, threads_per_worker=1, with_lock=True, workers=2, timeout_s=60.0):
+    """The case study's pipeline: `workers` processes, loading under one lock.
+
+    with_lock=False: the control, the same processes without the lock (replicas)."""
+    batches = job.batches()
     check_workers(threads_per_worker, "threads_per_worker")
     check_task_module(model)
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["helpers.chapters.ch05_pipeline"])  # PyTorch, once
     lock, next_batch, go = ctx.Lock(), ctx.Value("i", 0), ctx.Event()
-    args = (batches, image_size, str(device), threads_per_worker, lock, next_batch, go)
-    payload = (model, list(jpegs))  # pickled to a file that every process reads
-    with WorkerPool(ctx, case_study_worker, workers, payload, args, timeout_s=timeout_s) as pool:
-        pool.wait_ready()  # start-up (a fresh Python importing PyTorch) is not timed
+    target = case_study_worker if with_lock else replica_worker
+    size, device = job.image_size, str(job.device)
+    args = (batches, size, device, threads_per_worker, lock, next_batch, go)
+    payload = (model, list(job.jpegs))  # pickled to a file that every process reads
+    with WorkerPool(ctx, target, workers, payload, args, timeout_s=timeout_s) as pool:
+        pool.wait_ready()  # start-up is not timed
         t0 = time.time()
         go.set()
         events, outputs = [], {}
@@ -417,88 +534,42 @@ def run_two_process(
             outputs[b] = y
             events += batch_events
     wall = max(e.end for e in events) - t0
-    meta = {
-        "workers": workers,
-        "threads_per_worker": threads_per_worker,
-        "startup_s": pool.startup_s,
-    }
-    return PipelineRun(f"{workers} processes + lock", events, outputs, wall, len(jpegs), meta)
+    meta = {"workers": workers, "threads_per_worker": threads_per_worker}
+    meta.update(lock=with_lock, startup_s=pool.startup_s)
+    name = f"{workers} " + ("processes + lock" if with_lock else "replicas, no lock")
+    return PipelineRun(name, events, outputs, wall, len(job.jpegs), meta)
 
 
-class JpegDataset(torch.utils.data.Dataset):
-    """The encoded images; an item is loaded (decoded, resized, normalised) when it is fetched."""
-
-    def __init__(self, jpegs, image_size):
-        check_dataset(jpegs, 1, image_size)
-        self.jpegs, self.image_size = list(jpegs), image_size
-
-    def __len__(self):
-        return len(self.jpegs)
-
-    def __getitem__(self, i):
-        start = time.time()
-        x = torch.from_numpy(load_batch(self.jpegs, [i], self.image_size)[0])
-        info = torch.utils.data.get_worker_info()  # which loader process runs this
-        return x, start, time.time(), info.id if info is not None else -1
-
-
-def run_dataloader(
-    model,
-    jpegs,
-    *,
-    batch_size,
-    image_size,
-    num_workers=2,
-    device="cpu",
-    threads=None,
-    prefetch_factor=2,
-    timeout_s=60.0,
-):
-    """The standard tool: DataLoader worker processes load and prefetch while this one infers."""
-    check_dataset(jpegs, batch_size, image_size)
+def run_dataloader(model, job, *, num_workers=2, threads=None, timeout_s=60.0):
+    """The standard tool: DataLoader workers load and prefetch while this one infers."""
+    job.batches()  # checks the dataset and sizes
     check_workers(num_workers, "num_workers")
     check_task_module(model)
-    pin = torch.device(device).type == "cuda"  # page-locked memory: faster, asynchronous copies
     loader = DataLoader(
-        JpegDataset(jpegs, image_size),
-        batch_size=batch_size,
+        JpegDataset(job.jpegs, job.image_size),
+        batch_size=job.batch_size,
         num_workers=num_workers,
-        prefetch_factor=prefetch_factor,  # batches each worker loads ahead
-        pin_memory=pin,
-        persistent_workers=True,  # the workers outlive a pass over the data...
+        prefetch_factor=2,  # batches each worker loads ahead
+        pin_memory=torch.device(job.device).type == "cuda",  # faster copies to a GPU
+        persistent_workers=True,  # the workers outlive a pass over the data
         timeout=timeout_s,  # a stuck worker raises instead of hanging
     )
     events, outputs = [], {}
-    try:
-        with torch_threads(threads):
-            t_start = time.time()
-            for b, (x, *_) in enumerate(loader):  # ...so this untimed first pass starts them
-                if b == 0:
-                    startup = time.time() - t_start  # workers started, first batch loaded
-                    infer(model, x, device)  # and warms the model up at this thread count
-            t0 = time.time()
-            for b, (x, starts, ends, wids) in enumerate(loader):
-                m = time.time()
-                outputs[b] = infer(model, x.to(device, non_blocking=pin), device)
-                e = time.time()
-                lane = f"loader worker {int(wids[0])}"  # (one worker loads a whole batch)
-                events += [
-                    StageEvent(lane, "load", b, float(starts.min()), float(ends.max())),
-                    StageEvent("main", "infer", b, m, e),
-                ]
-            wall = time.time() - t0
-    finally:  # persistent workers: stop them now, not whenever the loader is garbage-collected
-        if getattr(loader, "_iterator", None) is not None:
-            loader._iterator._shutdown_workers()
-    meta = {
-        "num_workers": num_workers,
-        "pin_memory": pin,
-        "prefetch_factor": prefetch_factor,
-        "startup_s": startup,
-    }
-    return PipelineRun(
-        f"DataLoader, {num_workers} workers", events, outputs, wall, len(jpegs), meta
-    )
+    with torch_threads(threads), stopping_workers(loader):
+        warm_up = partial(infer, model, device=job.device)
+        startup = start_loader_workers(loader, warm_up)  # untimed: starts the workers
+        t0 = time.time()
+        for b, (x, starts, ends, wids) in enumerate(loader):
+            m = time.time()
+            outputs[b] = infer(model, x, job.device)
+            lane = f"loader worker {int(wids[0])}"  # one worker loads a whole batch
+            load = StageEvent(lane, "load", b, float(starts.min()), float(ends.max()))
+            events += [load, StageEvent("main", "infer", b, m, time.time())]
+        wall = time.time() - t0
+    meta = {"num_workers": num_workers, "pin_memory": loader.pin_memory}
+    meta["startup_s"] = startup
+    name = f"DataLoader, {num_workers} workers"
+    return PipelineRun(name, events, outputs, wall, len(job.jpegs), meta)
 
 
 # ---- end of cells saved from notebooks/05_parallelism.ipynb ----

@@ -226,7 +226,14 @@ def _say_once(message: str) -> None:
     _print_wrapped(f"NOTE: {message}")
 
 
-_HARMLESS = ("libibverbs not available", "CUDA driver version is insufficient", "gpuGetDeviceCount")
+_HARMLESS = (
+    "libibverbs not available",
+    "CUDA driver version is insufficient",
+    "gpuGetDeviceCount",
+    # PyTorch's profiler with profile_memory=True, when a tensor allocated before profiling
+    # is freed inside it (e.g. last call's gradients): only that free is missing from its table
+    "was allocated before the profiling started",
+)
 
 
 @contextmanager
@@ -234,7 +241,9 @@ def quiet_native_stderr() -> Iterator[None]:
     """Hide OneFlow's harmless 'no CUDA driver' lines that its C++ runtime writes to file descriptor 2.
 
     They appear at import and again when the first ``nn.Graph`` compiles on a CPU-only machine.
-    Every other line written to descriptor 2 inside the block is passed on unchanged (after it).
+    PyTorch's profiler notes the same way that a block allocated before profiling was freed
+    inside it (chapter 4 profiles inside this block). Every other line written to descriptor 2
+    inside the block is passed on unchanged (after it).
     """
     import tempfile
 

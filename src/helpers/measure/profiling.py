@@ -1,6 +1,7 @@
 """Where the time goes: per-stage timing of a pipeline, PyTorch profiler tables, peak tensor memory.
 
-Plumbing shared by chapters 0, 4, 5 and 7 (and :mod:`helpers.workload.saliency`). OneFlow's
+Plumbing shared by chapters 0, 4, 5 and 7 (and :mod:`helpers.workload.saliency`);
+:func:`table_rows` narrows the profiler's own text table to the columns a page shows. OneFlow's
 profiler aborts the process on machines without a GPU (OneFlow 0.9.0, CUDA build), so profile
 the PyTorch twin of a model; the op mix is the same.
 """
@@ -8,7 +9,8 @@ the PyTorch twin of a model; the op mix is the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from helpers.measure.measurement import Measurement
@@ -19,6 +21,7 @@ __all__ = [
     "CPU_SORT_KEY",
     "time_stages",
     "torch_profile",
+    "table_rows",
     "torch_peak_memory",
     "task_peak_memory",
 ]
@@ -122,6 +125,39 @@ def torch_profile(
     key = "self_device_ms" if by_device else "self_cpu_ms"
     rows.sort(key=lambda r: -r[key])
     return table, rows[:row_limit]
+
+
+def table_rows(
+    text: str, columns: Sequence[str] | None = None, *, optional: Sequence[str] = ()
+) -> list[dict[str, str]]:
+    """The rows of a ``torch.profiler`` text table (``prof.key_averages().table(...)``) as dicts.
+
+    The profiler's own table is about 140 characters wide, wider than a book's page; a chapter
+    keeps the ``columns`` it reads (by their header, e.g. ``["Name", "Self CPU", "# of Calls"]``;
+    all of them when None) and shows them as a :class:`helpers.show.Table`, in the table's own
+    order (its ``sort_by``). Cells stay the profiler's text (``"1.307s"``, ``"536.00 KB"``).
+    Columns are cut at the table's rule of dashes, so names with spaces stay whole. A column of
+    ``optional`` is kept where the table has it (the profiler prints ``Self CUDA Mem`` only when
+    some operator allocated device memory); the columns come in the table's own order.
+    """
+    lines = text.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.strip() and not line.strip(" -")]
+    if len(rules) < 3:
+        raise ValueError("not a torch.profiler table: it needs a header between rules of dashes")
+    spans = [m.span() for m in re.finditer(r"-+", lines[rules[0]])]
+
+    def cut(line: str) -> list[str]:
+        return [line[a:b].strip() for a, b in spans]
+
+    header = cut(lines[rules[0] + 1])
+    wanted = list(header if columns is None else columns)
+    unknown = [c for c in wanted if c not in header]
+    if unknown:
+        raise KeyError(f"no column {unknown} in the profiler table; it has {header}")
+    wanted += [c for c in optional if c in header]
+    keep = [c for c in header if c in wanted]
+    body = [cut(line) for line in lines[rules[1] + 1 : rules[2]] if line.strip()]
+    return [{c: row[header.index(c)] for c in keep} for row in body]
 
 
 def torch_peak_memory(

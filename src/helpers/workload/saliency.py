@@ -101,31 +101,32 @@ def check_input(x: Any, fw: str, shape: tuple[int, ...] | None = None) -> None:
 
 # ---- saved from notebooks/04_pruning.ipynb by tools/save_cells.py: edit it there ----
 class TaskResult(NamedTuple):
-    """The service's answer: the first forward's logits and a saliency map (H, W) per image."""
+    """The service's answer: the first forward's logits and one (H, W) map per image."""
 
     logits: Any
     saliency: Any
 
 
 def top_class_score(logits):
-    """The scalar whose input gradient is the saliency map: each image's top logit, summed.
+    """The scalar whose input gradient is the saliency map: the top logits, summed.
 
-    In eval mode the images of a batch do not interact, so each image's gradient is its own.
+    In eval mode images of a batch do not interact: each image's gradient is its own.
     """
     return logits.max(dim=1)[0].sum()
 
 
 def saliency_from_grad(grad):
-    """|d score / d input|, the maximum over the colour channels: one (H, W) map per image."""
+    """|d score / d input|, max over colour channels: an (H, W) map per image."""
     return grad.abs().max(dim=1)[0]
 
 
 def original_task(net, optimizer, x):
-    """The task as first written; `optimizer` is SGD with lr=0, left over from training code."""
+    """The task as first written; `optimizer`: SGD, lr=0, left over from training."""
     optimizer.zero_grad()
     x = x.detach().clone().requires_grad_(True)
     logits = net(x)  # forward
-    top_class_score(logits).backward()  # backward: the input's gradient AND every weight's
+    # backward: the input's gradient AND every weight's
+    top_class_score(logits).backward()
     optimizer.step()  # an "update" with lr=0: the weights never change
     net(x)  # a second forward whose result nobody reads
     return TaskResult(logits.detach(), saliency_from_grad(x.grad))
@@ -133,7 +134,7 @@ def original_task(net, optimizer, x):
 
 VARIANTS = ("original", "frozen_params", "no_update", "single_forward")
 STEPS = {
-    "original": "as first written: weight gradients + optimizer step + unused 2nd forward",
+    "original": "as first written: weight gradients, optimizer step, 2nd forward",
     "frozen_params": "freeze the weights: only the input's gradient is computed",
     "no_update": "remove the optimizer's zero_grad/step",
     "single_forward": "remove the unused second forward",
@@ -141,10 +142,10 @@ STEPS = {
 
 
 def no_update_task(net, x):
-    """Weights frozen and optimizer removed; the unused second forward is still there."""
+    """Weights frozen, optimizer removed; the unused second forward is still there."""
     x = x.detach().clone().requires_grad_(True)
     logits = net(x)
-    top_class_score(logits).backward()  # the weights are frozen: only the input's gradient
+    top_class_score(logits).backward()  # frozen weights: the input's gradient only
     net(x)
     return TaskResult(logits.detach(), saliency_from_grad(x.grad))
 
@@ -158,17 +159,14 @@ def single_forward_task(net, x):
 
 
 def make_task(model, variant):
-    """The task `variant` on a private copy of `model` (eager PyTorch or OneFlow), as task(x)."""
+    """The task `variant` on a private copy of `model` (PyTorch or OneFlow eager)."""
     fw = check_task_args(model, variant)
     net = copy.deepcopy(model)  # each variant sets its own requires_grad flags
     for param in net.parameters():
         param.requires_grad_(variant == "original")  # step 1 freezes every weight
-    if variant in (
-        "original",
-        "frozen_params",
-    ):  # same code; frozen_params has frozen weights
-        framework = models.nn_namespace(fw)[0]
-        optimizer = framework.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
+    if variant in ("original", "frozen_params"):  # the same code, frozen in step 1
+        optim = models.nn_namespace(fw)[0].optim
+        optimizer = optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
         run = partial(original_task, net, optimizer)
     elif variant == "no_update":
         run = partial(no_update_task, net)
@@ -184,7 +182,7 @@ def make_task(model, variant):
 
 
 class WithGradHolder(flow.nn.Module):
-    """net(x + holder): the holder is a zero parameter, so its gradient is the input's gradient."""
+    """net(x + holder): the holder is a zero parameter; its gradient is the input's."""
 
     def __init__(self, net, input_shape):
         super().__init__()
@@ -197,7 +195,7 @@ class WithGradHolder(flow.nn.Module):
 
 
 class TaskGraph(flow.nn.Graph):
-    """The task as one compiled job: forward, backward, the optimizer step, maybe a 2nd forward."""
+    """The task as one compiled job: forward, backward, optimizer step, 2nd forward?"""
 
     def __init__(self, module, optimizer, second_forward):
         super().__init__()
@@ -209,34 +207,33 @@ class TaskGraph(flow.nn.Graph):
         logits = self.model(x)
         top_class_score(logits).backward()
         if self.second_forward:  # decided once, while the graph is traced
-            self.model(x)  # not returned; the compiler keeps it anyway (see the op counts)
+            self.model(x)  # not returned; the compiler keeps it (see the op counts)
         return logits
 
 
 def make_graph_task(model, variant, input_shape):
-    """The task `variant` as a OneFlow nn.Graph for inputs of `input_shape`, as task(x)."""
+    """The task `variant` as a OneFlow nn.Graph for inputs of `input_shape`: task(x)."""
     check_task_args(model, variant, input_shape)
     net = copy.deepcopy(model)
     for param in net.parameters():
         param.requires_grad_(variant == "original")
     module = WithGradHolder(net, input_shape)
     groups = []
-    if variant in (
-        "original",
-        "frozen_params",
-    ):  # the leftover update of every weight (lr 0)
+    if variant in ("original", "frozen_params"):  # the leftover update of every weight
         groups.append({"params": list(net.parameters()), "lr": 0.0, "momentum": 0.9})
-    # SGD with lr=1 on the zero holder: after one step it holds 0 - 1 * grad = -grad, exactly
+    # SGD with lr=1 on the zero holder: one step leaves 0 - 1 * grad = -grad, exactly
     groups.append({"params": [module.holder], "lr": 1.0, "momentum": 0.0})
-    with quiet_native_stderr():  # OneFlow's one-off "no CUDA driver" line on CPU-only machines
-        graph = TaskGraph(module, flow.optim.SGD(groups, lr=1.0), variant != "single_forward")
+    with quiet_native_stderr():  # OneFlow's one-off "no CUDA driver" line on a CPU
+        optimizer = flow.optim.SGD(groups, lr=1.0)
+        graph = TaskGraph(module, optimizer, variant != "single_forward")
 
     def task(x):
         check_input(x, "oneflow", shape=input_shape)
         with flow.no_grad():
             module.holder.zero_()  # a fresh holder for every call
         logits = graph(x)
-        return TaskResult(logits, saliency_from_grad(module.holder.detach()))  # |-grad| = |grad|
+        grad = module.holder.detach()  # -grad: the map takes its absolute value
+        return TaskResult(logits, saliency_from_grad(grad))
 
     task.variant, task.module, task.graph = variant, module, graph
     return task
