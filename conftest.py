@@ -29,6 +29,32 @@ def _cache_dir() -> Path:
 
 
 _runs: dict[str, dict[str, Any]] = {}
+_starts: dict[str, float] = {}
+
+
+def _record_time(path: Path, seconds: float, ok: bool) -> None:
+    """Append the notebook's wall time under nbval to ``_build/nbval_times/<mode>.json``.
+
+    ``tools/chapter_times.py`` turns a quiet run's times into each chapter's "Time" line.
+    """
+    import json
+    import os
+
+    from helpers.core.environment import get_mode
+
+    out = ROOT / "_build" / "nbval_times" / f"{get_mode()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = json.loads(out.read_text()) if out.exists() else []
+    runs.append(
+        {
+            "notebook": path.stem,
+            "seconds": round(seconds, 1),
+            "passed": ok,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "loadavg": os.getloadavg()[0],
+        }
+    )
+    out.write_text(json.dumps(runs, indent=1))
 
 
 def _is_nb_cell(item: pytest.Item) -> bool:
@@ -77,9 +103,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any):  # noqa: ANN201 - p
     run["outputs"][cell_id] = list(getattr(item, "test_outputs", None) or [])
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _is_nb_cell(item):  # the notebook's clock starts with its first cell (kernel start included)
+        _starts.setdefault(str(item.parent.fspath), time.time())
+
+
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if not _is_nb_cell(item) or (nextitem is not None and nextitem.parent is item.parent):
         return
+    key = str(item.parent.fspath)
+    if key in _starts:
+        _record_time(Path(key), time.time() - _starts.pop(key), _runs.get(key, {}).get("ok", False))
     run = _runs.pop(str(item.parent.fspath), None)
     if run and run["ok"] and not item.config.getoption("-k") and not item.config.getoption("-m"):
         # A mismatch raises: the book would otherwise execute every notebook a second time, silently.
