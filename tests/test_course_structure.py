@@ -519,13 +519,26 @@ KEY_CODE = {
         r"ONEFLOW_MLIR_ENABLE_ROUND_TRIP",
         r"ONEFLOW_MLIR_FUSE_FORWARD_OPS",
         r"ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION",
+        r"run_in_subprocess\(",
+        r"apart=",  # the A/A twin never timed right after its original
+        r"assert_task_level\(",  # reduced precision checked at task level
+        r"fuse\(model\)",
+        r"memory_format=torch\.channels_last",
+        r"torch\.compile\(",
     ],
     "07_onnx_runtimes": [
         r"torch\.onnx\.export\(",
         r"onnx\.checker\.check_model\(",
         r"ort\.InferenceSession\(.*providers=",
         r"ov\.compile_model\(",
+        r"onnx\.shape_inference\.infer_shapes\(",
+        r"optimized_model_filepath",
+        r"assert_task_level\(",
+        r"OMP_WAIT_POLICY",  # the wait-policy control, in fresh processes
+        r"run_in_subprocess\(",
+        r"EMBEDDER_ENV",  # your own model
     ],
+    "07a_oneflow_to_onnx": [r"Export\(\s*graph", r"def numpy_bool_alias\("],
     "08_int8_quantization": [
         r"quantize_static\(",
         r"class \w+\(CalibrationDataReader\)",

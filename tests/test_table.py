@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.measure.measurement import Measurement
-from helpers.show.table import Table, compare_rows, compare_table, format_table
+from helpers.show.table import Table, compare_rows, compare_table, format_table, paired_table
 
 
 def _ms(values):
@@ -81,3 +81,25 @@ def test_table_renders_as_text_and_as_html():
     with pytest.raises(ValueError, match="unknown columns"):
         Table(rows, formats={"nope": ".1f"})
     assert repr(t) == text  # a terminal shows the text form
+
+
+def test_paired_table_gives_one_statistic_per_column_and_says_inconclusive():
+    base = Measurement("eager", _ms([20, 22, 21, 20]))
+    twin = Measurement("eager again", _ms([21, 21, 20, 22]))  # an A/A twin: about 1x
+    fast = Measurement("runtime", _ms([10, 11, 10, 10]))
+    table = paired_table({"eager": base, "eager again": twin, "runtime": fast}, "eager")
+    rows = {r["variant"]: r for r in table.rows}
+    assert rows["eager"]["speedup"] == "1 (baseline)"
+    assert rows["eager again"]["reading"] == "inconclusive"
+    assert rows["runtime"]["reading"] == "faster" and rows["runtime"]["speedup"].startswith("2.0")
+    assert rows["runtime"]["ms per call"] == pytest.approx(10.0)
+    meta = {
+        "runtime": {"precision": "fp32"},
+        "eager": {"precision": "fp32"},
+        "eager again": {"precision": "fp32"},
+    }
+    assert (
+        paired_table({"eager": base, "runtime": fast}, "eager", meta=meta).columns[1] == "precision"
+    )
+    with pytest.raises(KeyError, match="baseline"):
+        paired_table({"runtime": fast}, "eager")

@@ -10,6 +10,8 @@ So the page is the source of the technique, and this module is what the child pr
   ``allow_fuse_add_to_output``); :data:`PAD_CONV_FUSION_ENV`, :data:`BN_FOLDING_ENV` (the MLIR passes'
   environment variables, :data:`MLIR_VARS` all of them); :func:`explicit_padding`. All written on chapter
   6's page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``: edit them there);
+- :func:`tensorrt_fp16` -- the case study's TensorRT step on a GPU: the PyTorch model exported,
+  verified and opened in ONNX Runtime's TensorRT provider in fp16 (the page checks and times it);
 - :func:`oneflow_graph_ablation` -- the subprocess target (plumbing): load the weights, build one
   :class:`SwitchedGraph` per variant, compile, time them interleaved, save their outputs, and report
   the math mode each variant ran in (read in the child, whose environment decides OneFlow's TF32:
@@ -47,6 +49,7 @@ __all__ = [
     "switch_names",
     "NATIVE_PADDING",
     "oneflow_graph_ablation",
+    "tensorrt_fp16",
 ]
 
 
@@ -90,6 +93,7 @@ def oneflow_graph_ablation(
     warmup: int = 2,
     repeats: int = 5,
     explicit_pad: bool = True,
+    apart: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
     """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
@@ -101,7 +105,8 @@ def oneflow_graph_ablation(
     IEEE float32). Returns the device and, per variant: its ``math_mode`` (read here, in the child:
     ``'fp16'`` with AMP on a GPU, ``'tf32'`` for OneFlow's default on an Ampere-or-newer GPU,
     ``'fp32'`` on a CPU or with the strict environment), its ``padding``, compile seconds (first
-    call), timings (all variants timed in interleaved rounds, order rotated, with the Measurement's
+    call), timings (all variants timed in interleaved rounds, each round in a fresh random order,
+    the pairs of ``apart`` never one right after the other: an A/A twin and its original; with the Measurement's
     threads, cores used, machine load and ``contended`` flag), op counts before (``traced_op_counts``) and after OneFlow's passes
     (``op_counts``), and the path of its saved output (``out_dir/<name>.npy``) for the caller's
     accuracy check.
@@ -156,6 +161,7 @@ def oneflow_graph_ablation(
         warmup=warmup,
         repeats=repeats,
         items=int(x.shape[0]),
+        apart=[tuple(pair) for pair in apart],
     )
     for name, m in times.items():
         rows[name].update(
@@ -172,6 +178,36 @@ def oneflow_graph_ablation(
     return {"device": str(device), "mlir_env": mlir, "precision_env": math_env, "variants": rows}
 
 
+def tensorrt_fp16(
+    model: Any, example: Any, *, network: str | None, work_dir: str | Path, max_batch: int = 64
+) -> Any:
+    """The case study's last step on a GPU: ``model`` in TensorRT fp16, through ONNX Runtime.
+
+    Exports a CPU copy of the PyTorch ``model`` to ONNX and verifies it in strict float32
+    (:func:`helpers.deploy.export.export_and_verify`, ``network``'s bound), then opens the file in
+    ONNX Runtime's TensorRT execution provider with fp16 enabled and one optimisation profile for
+    batch 1 to ``max_batch`` (one engine, built on the first run, minutes; cached in
+    ``work_dir/trt``). TensorRT picks its own layouts (NHWC where it pays). Returns the runner
+    (:class:`helpers.deploy.runtimes.Runner`); raises ``ProviderUnavailableError`` where TensorRT
+    cannot run. The caller checks its output at task level (fp16) and times it.
+    """
+    from helpers.deploy import export, runtimes
+
+    work = Path(work_dir)
+    cpu_model = copy.deepcopy(model).cpu().eval()
+    path = export.export_and_verify(
+        cpu_model, example[:2].detach().cpu(), work / "resnet.onnx", network=network
+    ).path
+    profile = runtimes.trt_profile(path, 1, min(8, max_batch), max_batch)
+    return runtimes.create_session(
+        path,
+        "tensorrt",
+        trt_cache_dir=work / "trt",
+        provider_options={"trt_fp16_enable": True, **profile},
+        name="TensorRT fp16",
+    )
+
+
 # ---- saved from notebooks/06_compile_optimisations.ipynb by tools/save_cells.py: edit it there ----
 class SwitchedGraph(graphs.InferenceGraph):
     """Chapter 3's inference nn.Graph with case study 1's graph.config switches."""
@@ -185,16 +221,16 @@ class SwitchedGraph(graphs.InferenceGraph):
         add_fusion: bool = False,
     ) -> None:
         super().__init__(model)
-        if amp:  # mixed precision: float16 kernels where the device has them, casts around them
+        if amp:  # mixed precision: float16 kernels where the device has them
             self.config.enable_amp(True)
-        if conv_search:  # time cuDNN's convolution algorithms on the first run, keep the fastest
-            self.config.enable_cudnn_conv_heuristic_search_algo(False)  # (not its heuristic's pick)
-        if add_fusion:  # the residual add is done by the operator that computes one of its inputs
+        if conv_search:  # time cuDNN's convolution algorithms on the first run
+            self.config.enable_cudnn_conv_heuristic_search_algo(False)  # not its guess
+        if add_fusion:  # the residual add done by the op that computes one input
             self.config.allow_fuse_add_to_output(True)
 
 
 def explicit_padding(model: Any) -> Any:
-    """A copy of model: each zero-padded Conv2d becomes ZeroPad2d + an unpadded Conv2d."""
+    """A copy: each zero-padded Conv2d becomes ZeroPad2d + an unpadded Conv2d."""
     nn = models.nn_namespace(models.framework_of(model))[1]  # torch.nn or oneflow.nn
     out = copy.deepcopy(model)
 
@@ -221,7 +257,7 @@ def explicit_padding(model: Any) -> Any:
     return out
 
 
-MLIR_ROUND_TRIP: dict[str, str] = {"ONEFLOW_MLIR_ENABLE_ROUND_TRIP": "1"}  # needed by both passes
+MLIR_ROUND_TRIP: dict[str, str] = {"ONEFLOW_MLIR_ENABLE_ROUND_TRIP": "1"}  # both need it
 PAD_CONV_FUSION_ENV: dict[str, str] = {
     **MLIR_ROUND_TRIP,
     "ONEFLOW_MLIR_FUSE_FORWARD_OPS": "1",
@@ -230,6 +266,6 @@ BN_FOLDING_ENV: dict[str, str] = {
     **MLIR_ROUND_TRIP,
     "ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION": "1",
 }
-# every variable above: a fresh process must not inherit any of them from the process that starts it
+# every variable above: a fresh process must not inherit any of them from its parent
 MLIR_VARS: tuple[str, ...] = tuple(sorted({**PAD_CONV_FUSION_ENV, **BN_FOLDING_ENV}))
 # ---- end of cells saved from notebooks/06_compile_optimisations.ipynb ----

@@ -17,6 +17,7 @@ counts) and :func:`graph_inputs`.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,47 +136,43 @@ def export_onnx(
     expected_rank: int | None = 4,
     fold_constants: bool = True,
 ) -> ExportReport:
-    """Export ``model`` (in eval mode) to ``path`` with a named input and output; check the file.
+    """Export ``model`` in eval mode to ``path`` with named input and output; check it.
 
-    ``dynamic_batch`` names axis 0 of both ``batch``, so the file runs any batch size.
-    ``example_input`` must have rank ``expected_rank`` (4 = NCHW images; ``None`` skips the check).
-    ``fold_constants=False`` writes the graph as traced: no constant folding and BatchNorm kept as
-    its own node (``TrainingMode.PRESERVE`` skips the exporter's eval-mode Conv+BN fusion).
+    ``dynamic_batch``: axis 0 is the symbol ``batch``; ``expected_rank``: the example's
+    (None: unchecked); ``fold_constants=False``: the graph as traced (BatchNorm kept).
     """
-    if not isinstance(model, torch.nn.Module) or not isinstance(example_input, torch.Tensor):
-        raise TypeError(
-            "export_onnx needs a torch.nn.Module and a torch.Tensor example, got "
-            f"{type(model).__name__} and {type(example_input).__name__}"
-        )
-    if expected_rank is not None and example_input.dim() != expected_rank:
+    # The lesson's listing: names, a dynamic batch axis, eval mode, a checked file.
+    if not isinstance(model, torch.nn.Module) or not torch.is_tensor(example_input):
+        raise TypeError("export_onnx needs a torch.nn.Module and a torch.Tensor example")
+    shape = tuple(example_input.shape)
+    if expected_rank is not None and len(shape) != expected_rank:
         raise ValueError(
-            f"example input has rank {example_input.dim()} (shape {tuple(example_input.shape)}); "
-            f"the model expects rank {expected_rank}, e.g. (batch, 3, H, W)"
+            f"example input has rank {len(shape)} {shape}; the model expects rank "
+            f"{expected_rank}, e.g. (batch, 3, H, W)"
         )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    batch_axis = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
-    mode = torch.onnx.TrainingMode.EVAL if fold_constants else torch.onnx.TrainingMode.PRESERVE
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    axes = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
+    modes = torch.onnx.TrainingMode
     was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False: see text
             torch.onnx.export(
-                model,
+                model.eval(),
                 (example_input,),
                 str(path),
                 input_names=[input_name],
                 output_names=[output_name],
-                dynamic_axes=batch_axis,
+                dynamic_axes=axes,
                 opset_version=opset,
-                dynamo=False,  # the TorchScript-based exporter (torch 2.9 defaults to dynamo)
+                dynamo=False,  # the TorchScript exporter
                 do_constant_folding=fold_constants,
-                training=mode,
+                training=modes.EVAL if fold_constants else modes.PRESERVE,
             )
     finally:
         model.train(was_training)
-    onnx.checker.check_model(str(path))  # structure, types, opset: a malformed graph fails here
-    return ExportReport(path, opset, input_name, output_name, op_counts(path))
+    onnx.checker.check_model(str(path))  # structure, types, opset: malformed fails here
+    return ExportReport(Path(path), opset, input_name, output_name, op_counts(path))
 
 
 def export_and_verify(
@@ -184,18 +181,14 @@ def export_and_verify(
     path: str | Path,
     *,
     tolerance: precision.Tolerance | None = None,
+    network: str | None = None,
     min_cosine: float = 0.99999,
-    **kwargs: Any,
+    **kwargs,
 ) -> ExportReport:
-    """:func:`export_onnx`, then run the file in ONNX Runtime (CPU) and assert it matches ``model``.
+    """:func:`export_onnx`, then assert ONNX Runtime (CPU) gives ``model``'s outputs.
 
-    The bound is the precision policy's for the coarser of the two math modes: ONNX Runtime's CPU
-    provider computes in IEEE float32, PyTorch in the mode in effect on the example's device
-    (float32 on a CPU, TF32 convolutions by default on an Ampere-or-newer GPU), scaled by the
-    size of PyTorch's outputs. It covers two float32 implementations summing in different orders;
-    an export bug is orders of magnitude larger. ``tolerance`` overrides it. ``min_cosine``: one
-    minus the cosine is about half the squared relative error, far below 1e-5 for rounding noise
-    and far above it for a wrong layer.
+    The policy's bound for both math modes, ``network`` (None: the deepest network's
+    factor) and the outputs' scale, unless ``tolerance`` is given; and ``min_cosine``.
     """
     report = export_onnx(model, example_input, path, **kwargs)
     session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
@@ -206,26 +199,26 @@ def export_and_verify(
         with torch.no_grad():
             want = model.eval()(example_input)
     finally:
-        model.train(was_training)  # verifying must not leave a training model in eval mode
+        model.train(was_training)  # verifying leaves a training model in training mode
     mode = precision.coarsest("fp32", precision.torch_math_mode(example_input.device))
-    tol = tolerance or precision.tolerance(mode, scale=precision.output_scale(want))
-    cmp = assert_outputs_close(
-        got,
-        want,
-        **tol.as_kwargs(),
-        min_cosine=min_cosine,
-        name=f"ONNX Runtime vs PyTorch ({report.path.name})",
-    )
+    scale = precision.output_scale(want)
+    tol = tolerance or precision.tolerance(mode, network=network, scale=scale)
+    name = f"ONNX Runtime vs PyTorch ({report.path.name})"
+    cmp = assert_outputs_close(got, want, **tol.as_kwargs(), min_cosine=min_cosine, name=name)
     report.max_abs, report.cosine, report.tolerance = cmp.max_abs, cmp.cosine, tol
     return report
 
 
+# ---- end of cells saved from notebooks/07_onnx_runtimes.ipynb ----
+
+
+# ---- saved from notebooks/07a_oneflow_to_onnx.ipynb by tools/save_cells.py: edit it there ----
 @contextlib.contextmanager
 def numpy_bool_alias() -> Iterator[None]:
-    """``np.bool`` as an alias of ``np.bool_`` inside the block only, for code that still uses it.
+    """``np.bool`` as an alias of ``np.bool_`` inside the block only, for old code.
 
-    NumPy 1.24 removed the alias (NumPy 2 brought ``np.bool`` back; then nothing changes). On
-    leaving, also on an error, NumPy is as it was: the alias is deleted only if the block added it.
+    NumPy 1.24 removed it (NumPy 2 brought ``np.bool`` back; then nothing changes). On
+    leaving, also on an error, NumPy is as it was.
     """
     added = "bool" not in np.__dict__
     if added:
@@ -237,4 +230,4 @@ def numpy_bool_alias() -> Iterator[None]:
             del np.bool
 
 
-# ---- end of cells saved from notebooks/07_onnx_runtimes.ipynb ----
+# ---- end of cells saved from notebooks/07a_oneflow_to_onnx.ipynb ----

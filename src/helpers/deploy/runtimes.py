@@ -102,6 +102,13 @@ class ProviderUnavailableError(RuntimeError):
     """An execution provider or device was asked for explicitly but cannot run on this machine."""
 
 
+def _say(line: str) -> None:
+    """Print a report line wrapped at 88 columns (a book page's width: nothing scrolls sideways)."""
+    import textwrap
+
+    print(textwrap.fill(line, 88, subsequent_indent="  "))
+
+
 # --------------------------------------------------------------------------- what is usable here
 
 
@@ -653,7 +660,7 @@ def create_session(
     )
     if verbose:
         why = "best usable provider here" if provider == "auto" else "as requested"
-        print(
+        _say(
             f"ONNX Runtime: picked {active[0]} ({why}; usable here: {', '.join(usable_providers())}), "
             f"graph optimisation '{optimization}', {precision} on {device}"
         )
@@ -793,7 +800,7 @@ def openvino_model(
         for (layer, p), n in precisions.items():
             if layer in ("Convolution", "FullyConnected"):
                 heavy[p] += n
-        print(
+        _say(
             f"OpenVINO: compiled for {dev}, INFERENCE_PRECISION_HINT={precision}, "
             f"{runner.info['threads']} threads; conv/FC layers run in {dict(heavy)}"
         )

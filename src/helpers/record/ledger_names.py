@@ -143,18 +143,23 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "torch_threads",
         "oneflow_amp_speedup_vs_reported",
         "oneflow_compile_chain_total",
-        "torch_{variant}_speedup",
+        "torch_{variant}_speedup",  # paired ratios over eager fp32 (the A/A twin's too)
         "{route}_compile_s",
+        "model_val_accuracy",  # the checked model learned its task
+        Name("tensorrt_fp16_vs_amp_nhwc_speedup", required=False, when=GPU_ONLY),
     ),
     "07_onnx_runtimes": _names(
         "eager_fps_batch1",
         "fps_{runtime}_batch{b}",
-        "best_runtime_speedup_batch1",
+        "best_runtime_speedup_batch1",  # the fastest fp32 runtime, paired ratio
         "nodes_as_traced",
         "nodes_simplified",
-        "oneflow_graph_ort_speedup",
-        "eager_fixed_share_batch1_{size}",
-        Name("fps224_{runtime}_batch{b}", required=False, when="quick mode (not already 224px)"),
+        "spinning_speedup_{call}",  # the wait-policy control: spinning over PASSIVE
+        "ort_lead224_vs_{path}_batch{b}",  # ONNX Runtime against each PyTorch path at 224 px
+        "fps224_{runtime}_batch{b}",
+        Name("oneflow_graph_ort_speedup", required=False, when="appendix 7a runs"),
+        # retired: the two-point fixed-cost fit, in reference ledgers recorded before it went
+        Name("eager_fixed_share_batch1_{size}", required=False, when="older ledgers only"),
     ),
     "08_int8_quantization": _names(
         "accuracy_fp32",

@@ -8,12 +8,12 @@ speedups against a baseline and where each ran.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helpers.measure.measurement import Measurement, speedup
+from helpers.measure.measurement import Measurement, paired_ratio, speedup
 
-__all__ = ["Table", "compare_rows", "compare_table", "format_table"]
+__all__ = ["Table", "compare_rows", "compare_table", "format_table", "paired_table"]
 
 # Below this many columns of text a table fits the book's code column (about 88 characters); the
 # HTML form wraps its headers and cells instead of scrolling sideways.
@@ -185,3 +185,38 @@ def compare_table(
 ) -> Table:
     """A :class:`Table` of measurements with speedups against ``baseline`` (default: the first)."""
     return Table(compare_rows(measurements, baseline), **kwargs)
+
+
+def paired_table(
+    runs: Mapping[str, Measurement],
+    baseline: str,
+    *,
+    meta: Mapping[str, Mapping[str, Any]] | None = None,
+    title: str | None = None,
+    notes: Sequence[str] = (),
+) -> Table:
+    """One interleaved run as a :class:`Table`: per row its median ms and its paired speedup.
+
+    One statistic per column: the median time per call; the speedup over ``baseline``, the median
+    of the per-round ratios (:func:`~helpers.measure.measurement.paired_ratio`: baseline time /
+    row time, per item); their interquartile range; and the reading: "faster" or "slower" when
+    the whole range lies on one side of 1, else "inconclusive". ``meta[label]`` adds columns
+    (precision, threads, ...) after the label.
+    """
+    if baseline not in runs:
+        raise KeyError(f"baseline {baseline!r} is not one of the runs: {list(runs)}")
+    rows = []
+    for label, m in runs.items():
+        r = paired_ratio(runs[baseline], m)
+        reading = "faster" if r.p25 > 1.0 else "slower" if r.p75 < 1.0 else "inconclusive"
+        rows.append(
+            {
+                "variant": label,
+                **dict((meta or {}).get(label, {})),
+                "ms per call": m.median * 1e3,
+                "speedup": "1 (baseline)" if label == baseline else f"{r.median:.2f}x",
+                "per-round IQR": "-" if label == baseline else f"{r.p25:.2f}-{r.p75:.2f}",
+                "reading": "-" if label == baseline else reading,
+            }
+        )
+    return Table(rows, title=title, notes=notes)

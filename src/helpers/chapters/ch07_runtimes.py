@@ -1,0 +1,267 @@
+"""Chapter 7's companion: the embedder it deploys, the wait-policy control, the 224 px comparison.
+
+Used by chapter 7 only:
+
+- :func:`build_embedder` (written on the page, ``#@save`` cell, copied to the end of this module by
+  ``tools/save_cells.py``: edit it there) -- case study 2's MobileNetV2 embedder, or any other
+  torchvision classifier turned into an embedder (the page reads ``COURSE_EMBEDDER``);
+- :func:`embedder_timings` -- the subprocess target of the wait-policy control: PyTorch eager and
+  an ONNX Runtime session on the same embedder, timed in a process whose ``OMP_WAIT_POLICY`` the
+  caller set (GNU OpenMP reads it once, when PyTorch starts: hence a fresh process per policy);
+- :func:`policy_table` -- those runs as one table of paired ratios (spinning over PASSIVE);
+- :func:`compare_at_224` -- the case study's input size, full width: PyTorch eager (NCHW) and its
+  best eager CPU paths (channels-last, BatchNorm folded), optionally compiled with freezing,
+  ONNX Runtime with and without its NCHWc layout, OpenVINO fp32; every output checked in strict
+  float32, all timed interleaved at batch 1 and a larger batch;
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torchvision
+
+from helpers.core import comparison, precision
+from helpers.core.threads import WAIT_POLICY_ENV
+from helpers.deploy import export, runtimes
+from helpers.measure.measurement import Measurement, paired_ratio
+from helpers.measure.timer import benchmark, benchmark_interleaved
+from helpers.show.table import Table
+from helpers.workload import data, models
+
+__all__ = [
+    "EMBEDDER_ENV",
+    "network_of",
+    "embedder_timings",
+    "policy_table",
+    "compare_at_224",
+    "L2Normalize",
+    "build_embedder",
+]
+
+# The environment variable that picks the embedder's backbone (chapter 7's "your own model").
+EMBEDDER_ENV = "COURSE_EMBEDDER"
+
+
+def network_of(arch: str) -> str | None:
+    """The precision policy's network name for ``arch`` (its measured accumulation), or None."""
+    return arch if arch in precision.NETWORK_ACCUMULATION else None
+
+
+def _policy() -> str:
+    return os.environ.get(WAIT_POLICY_ENV, "").strip().upper() or "unset"
+
+
+def embedder_timings(
+    *,
+    arch: str,
+    dim: int,
+    width: float,
+    work_dir: str,
+    threads: int,
+    batches: Sequence[int],
+    warmup: int,
+    repeats: int,
+    spinning: bool,
+) -> dict[str, Any]:
+    """Time the embedder in PyTorch eager and in ONNX Runtime, in this process (a subprocess target).
+
+    ``work_dir`` holds what chapter 7 wrote: ``weights.npz`` (the embedder's state dict),
+    ``inputs.npy`` (a batch) and ``embedder_simplified.onnx``. PyTorch's OpenMP threads wait as
+    this process's ``OMP_WAIT_POLICY`` says (the caller sets it before the process starts); the
+    ONNX Runtime session spins or not as ``spinning`` says. Each framework's calls are timed in a
+    block of their own (PyTorch first, then ONNX Runtime), every batch size with the same warm-up
+    and repeats. Returns the policy and the session's spinning setting read back, and per row
+    (``"PyTorch eager, batch 1"``, ...) the median seconds, the cores used and whether other
+    processes took CPU time meanwhile.
+    """
+    work = Path(work_dir)
+    weights_path, input_path = work / "weights.npz", work / "inputs.npy"
+    onnx_path = work / "embedder_simplified.onnx"
+    torch.set_num_threads(threads)
+    model = build_embedder(arch, dim, width)
+    with np.load(weights_path) as npz:
+        models.load_numpy_state(model, dict(npz))
+    model.eval()
+    x = np.load(input_path)
+    session = runtimes.create_session(
+        onnx_path, "cpu", intra_op_threads=threads, spinning=spinning, verbose=False
+    )
+    options = session.handle.get_session_options()
+    rows: dict[str, dict[str, Any]] = {}
+
+    def keep(name: str, m: Measurement) -> None:
+        rows[name] = {"median_s": m.median, "cores": m.cores_used, "contended": m.contended}
+
+    with torch.inference_mode():
+        for b in batches:
+            xb = torch.from_numpy(x[:b])
+            keep(
+                f"PyTorch eager, batch {b}",
+                benchmark(lambda xb=xb: model(xb), warmup=warmup, repeats=repeats, items=b),
+            )
+    for b in batches:
+        keep(f"ONNX Runtime, batch {b}", session.benchmark(x[:b], warmup=warmup, repeats=repeats))
+    return {
+        "policy": _policy(),
+        "torch_threads": torch.get_num_threads(),
+        "ort_spinning": options.get_session_config_entry("session.intra_op.allow_spinning"),
+        "rows": rows,
+    }
+
+
+def policy_table(runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str) -> Table:
+    """One row per timed call: median ms under ``base`` and ``other``, and other's paired speedup.
+
+    ``runs[policy]`` holds one :func:`embedder_timings` result per round; round *i* of the two
+    policies ran one after the other, so the speedup is the median of the per-round ratios
+    (``base`` time / ``other`` time: above 1, ``other`` is faster) with their IQR and a verdict
+    that says "inconclusive" when the interval holds 1.
+    """
+    if len(runs[base]) != len(runs[other]) or not runs[base]:
+        raise ValueError("need the same number (at least one) of rounds for both policies")
+    rows = []
+    for name in runs[base][0]["rows"]:
+        m = {
+            p: Measurement(
+                label=f"{name} ({p})", times_s=[r["rows"][name]["median_s"] for r in runs[p]]
+            )
+            for p in (base, other)
+        }
+        busy = any(r["rows"][name]["contended"] for p in (base, other) for r in runs[p])
+        ratio = paired_ratio(m[base], m[other])
+        rows.append(
+            {
+                "call": name,
+                f"{base} ms": m[base].median * 1e3,
+                f"{other} ms": m[other].median * 1e3,
+                f"{other} vs {base}": ratio.verdict(),
+                "machine": "CONTENDED" if busy else "quiet",
+            }
+        )
+    return Table(rows, formats={f"{base} ms": ".2f", f"{other} ms": ".2f"})
+
+
+def compare_at_224(
+    *,
+    arch: str,
+    dim: int,
+    batch: int,
+    threads: int,
+    warmup: int,
+    repeats: int,
+    work_dir: str | Path,
+    freeze: bool = False,
+) -> dict[str, Any]:
+    """The embedder at 224 px, full width: PyTorch's CPU paths against ONNX Runtime and OpenVINO.
+
+    Builds the full-width embedder, sets its BatchNorm statistics from 224 px images, exports and
+    verifies it, and checks every contender's output against PyTorch eager in strict float32
+    (the network's bound, cosine 0.99999) before timing them interleaved (random order per round)
+    at batch 1 and ``batch``. Contenders: PyTorch eager (NCHW); PyTorch channels-last (weights and
+    input in NHWC, so oneDNN keeps one layout between convolutions); PyTorch with BatchNorm folded
+    into the convolutions (``torch.fx``'s ``fuse``, chapter 6) and channels-last; with ``freeze``,
+    PyTorch compiled with Inductor's freezing (minutes of compiling on a small CPU); ONNX Runtime
+    at level 'all' (NCHWc blocked layout) and at 'extended' (the same fusions, no NCHWc); OpenVINO
+    f32. Returns ``runs`` (batch -> label -> Measurement), ``checks`` (label -> Comparison) and
+    ``compile_s`` (None without ``freeze``).
+    """
+    import time
+
+    from torch.fx.experimental.optimization import fuse
+
+    torch.set_num_threads(threads)
+    net = network_of(arch)
+    x = torch.from_numpy(data.normalize(data.make_images(max(batch, 2), 224, seed=4)[0]))
+    model = models.calibrate_batchnorm(build_embedder(arch, dim, 1.0), x).eval()
+    path = export.export_and_verify(
+        model, x[:2], Path(work_dir) / f"{arch}_224.onnx", network=net
+    ).path
+    nhwc = copy.deepcopy(model).to(memory_format=torch.channels_last)
+    try:  # fuse copies the model; torch.fx cannot trace every model's forward
+        folded = fuse(model).to(memory_format=torch.channels_last)
+    except Exception:  # noqa: BLE001 - that row is then left out
+        folded = None
+
+    def ort_at(level: str) -> Any:
+        return runtimes.create_session(
+            path, "cpu", optimization=level, intra_op_threads=threads, verbose=False
+        )
+
+    ort_all, ort_ext = ort_at("all"), ort_at("extended")
+    ov_model = runtimes.openvino_model(path, precision="f32", threads=threads, verbose=False)
+
+    def cl(xb: torch.Tensor) -> torch.Tensor:
+        return xb.contiguous(memory_format=torch.channels_last)
+
+    calls: dict[str, Any] = {
+        "PyTorch eager": lambda xb: model(xb),
+        "PyTorch channels-last": lambda xb: nhwc(cl(xb)),
+    }
+    if folded is not None:
+        calls["PyTorch BN folded + channels-last"] = lambda xb: folded(cl(xb))
+    compile_s = None
+    if freeze:
+        frozen = torch.compile(model, options={"freezing": True}, dynamic=False)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for b in sorted({1, batch}):  # one compile per batch size (dynamic=False)
+                frozen(x[:b])
+        compile_s = time.perf_counter() - start
+        calls["PyTorch compiled (freezing)"] = lambda xb: frozen(xb)
+    calls["ONNX Runtime"] = lambda xb: ort_all.run(xb.numpy())
+    calls["ONNX Runtime, no NCHWc"] = lambda xb: ort_ext.run(xb.numpy())
+    calls["OpenVINO f32"] = lambda xb: ov_model.run(xb.numpy())
+    frameworks = {k: "torch" if k.startswith("PyTorch") else "none" for k in calls}
+    checks, runs = {}, {}
+    with torch.inference_mode():
+        want = model(x[:batch])
+        for label, call in calls.items():
+            checks[label] = comparison.assert_outputs_close(
+                call(x[:batch]),
+                want,
+                mode="fp32",
+                network=net,
+                min_cosine=0.99999,
+                name=f"{label} at 224 px",
+            )
+        for b in sorted({1, batch}):
+            xb = x[:b].contiguous()
+            runs[b] = benchmark_interleaved(
+                {k: (lambda c=c, xb=xb: c(xb)) for k, c in calls.items()},
+                framework=frameworks,
+                warmup=warmup,
+                repeats=repeats,
+                items=b,
+                threads=threads,
+                device="cpu",
+            )
+    return {"runs": runs, "checks": checks, "compile_s": compile_s, "onnx_path": str(path)}
+
+
+# ---- saved from notebooks/07_onnx_runtimes.ipynb by tools/save_cells.py: edit it there ----
+class L2Normalize(torch.nn.Module):
+    """Each row divided by its length: an embedding's last step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.normalize(x, dim=1)
+
+
+def build_embedder(arch: str, dim: int, width: float = 1.0) -> torch.nn.Module:
+    """Image -> L2-normalised ``dim`` numbers: case study 2's MobileNetV2 (``width``:
+    its width multiplier), or a torchvision classifier with its last layer resized."""
+    if arch == "mobilenet_v2":
+        return models.build_embedder("torch", dim, width)
+    if not callable(getattr(torchvision.models, arch, None)):
+        raise ValueError(f"torchvision.models has no model {arch!r}")
+    net = getattr(torchvision.models, arch)(weights=None, num_classes=dim)  # offline
+    return torch.nn.Sequential(net, L2Normalize())
+
+
+# ---- end of cells saved from notebooks/07_onnx_runtimes.ipynb ----
