@@ -157,9 +157,13 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "spinning_speedup_{call}",  # the wait-policy control: spinning over PASSIVE
         "ort_lead224_vs_{path}_batch{b}",  # ONNX Runtime against each PyTorch path at 224 px
         "fps224_{runtime}_batch{b}",
-        Name("oneflow_graph_ort_speedup", required=False, when="appendix 7a runs"),
+        # retired: moved to 07a_oneflow_to_onnx with the OneFlow -> ONNX section
+        Name("oneflow_graph_ort_speedup", required=False, when="older ledgers only"),
         # retired: the two-point fixed-cost fit, in reference ledgers recorded before it went
         Name("eager_fixed_share_batch1_{size}", required=False, when="older ledgers only"),
+    ),
+    "07a_oneflow_to_onnx": _names(
+        "oneflow_graph_ort_speedup",  # ORT on OneFlow's converted graph over OneFlow's CPU build
     ),
     "08_int8_quantization": _names(
         "accuracy_fp32",
