@@ -9,6 +9,7 @@ Used by chapter 7 only:
   an ONNX Runtime session on the same embedder, timed in a process whose ``OMP_WAIT_POLICY`` the
   caller set (GNU OpenMP reads it once, when PyTorch starts: hence a fresh process per policy);
 - :func:`policy_table` -- those runs as one table of paired ratios (spinning over PASSIVE);
+- :func:`cpu_rivals` -- the CPU runtimes of the FPS table (ONNX Runtime, OpenVINO), at a thread count;
 - :func:`compare_at_224` -- the case study's input size, full width: PyTorch eager (NCHW) and its
   best eager CPU paths (channels-last, BatchNorm folded), optionally compiled with freezing,
   ONNX Runtime with and without its NCHWc layout, OpenVINO fp32; every output checked in strict
@@ -40,6 +41,7 @@ __all__ = [
     "network_of",
     "embedder_timings",
     "policy_table",
+    "cpu_rivals",
     "compare_at_224",
     "L2Normalize",
     "build_embedder",
@@ -148,6 +150,21 @@ def policy_table(runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, oth
     return Table(rows, formats={f"{base} ms": ".2f", f"{other} ms": ".2f"})
 
 
+def cpu_rivals(path: str | Path, threads: int, precisions: Sequence[str]) -> dict[str, Any]:
+    """The CPU runtimes of chapter 7's FPS table, each given ``threads`` threads.
+
+    ONNX Runtime (level 'all') as ``"ORT CPU fp32"`` and one OpenVINO model per precision in
+    ``precisions`` (``"f32"``, ``"bf16"``: what this CPU runs) as ``"OpenVINO <precision>"``.
+    """
+    quiet = dict(verbose=False)
+    rivals = {"ORT CPU fp32": runtimes.create_session(path, intra_op_threads=threads, **quiet)}
+    for p in precisions:
+        rivals[f"OpenVINO {p}"] = runtimes.openvino_model(
+            path, precision=p, threads=threads, **quiet
+        )
+    return rivals
+
+
 def compare_at_224(
     *,
     arch: str,
@@ -246,9 +263,7 @@ def compare_at_224(
 
 
 # ---- saved from notebooks/07_onnx_runtimes.ipynb by tools/save_cells.py: edit it there ----
-class L2Normalize(torch.nn.Module):
-    """Each row divided by its length: an embedding's last step."""
-
+class L2Normalize(torch.nn.Module):  # each row divided by its length: the last step
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.normalize(x, dim=1)
 
