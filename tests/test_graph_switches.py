@@ -96,8 +96,9 @@ def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod
             {"name": "fused"},
             {"name": "fused+add", "add_fusion": True},
             {"name": "native", "native_padding": True},  # the control: no explicit pads at all
+            {"name": "fused again"},  # an A/A twin, kept apart from its original
         ],
-        apart=[["fused", "native"]],  # JSON lists: never one right after the other
+        apart=[["fused", "fused again"]],  # JSON lists: never one right after the other
     )
     # a BN-folding variable set in this process must not reach the child: `unset` removes it
     monkeypatch.setenv("ONEFLOW_MLIR_ENABLE_INFERENCE_OPTIMIZATION", "1")
