@@ -288,3 +288,18 @@ def test_wait_policy_names_every_framework(monkeypatch):
     assert "PASSIVE" in line and "ONNX Runtime sleep" in line and "OpenVINO" in line
     monkeypatch.delenv("OMP_WAIT_POLICY")
     assert "ONNX Runtime spin" in cpu_target.wait_policy()
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_nncf_quantize_inserts_fake_quantize_and_keeps_the_function(tiny, mixed, capsys):
+    """The page's nncf_quantize (saved here): FakeQuantize nodes, outputs still the model's."""
+    from helpers.core.comparison import assert_task_level
+
+    _, path, x, want = tiny
+    with cpu_target.quiet_progress():  # and NNCF's bars stay off the output
+        q = cpu_target.nncf_quantize(path, x, mixed=mixed)
+    assert any(op.get_type_name() == "FakeQuantize" for op in q.get_ops())
+    assert "Statistics collection" not in capsys.readouterr().out
+    got = cpu_target.openvino_variant("int8", q, 1).call(x)
+    assert got.shape == want.shape
+    assert_task_level(got, want, mode="int8", name="tiny int8")

@@ -873,7 +873,7 @@ def nncf_quantize(onnx_path: str | Path, calibration: Any, *, mixed: bool = Fals
         dataset,
         subset_size=len(x),  # every calibration image (NNCF's default takes 300)
         # PERFORMANCE: symmetric int8 weights and activations; MIXED: asymmetric ones
-        preset=nncf.QuantizationPreset.MIXED if mixed else nncf.QuantizationPreset.PERFORMANCE,
+        preset=nncf.QuantizationPreset("mixed" if mixed else "performance"),
         fast_bias_correction=True,  # each layer's bias shifted back by its mean error
     )
 
@@ -892,8 +892,8 @@ def openvino_streams(compiled: Any, streams: int) -> Callable[[np.ndarray], np.n
         x = np.ascontiguousarray(x, dtype=np.float32)
         parts = np.array_split(x, min(streams, len(x)))
         results.clear()
-        for i, part in enumerate(parts):
-            queue.start_async({0: part}, userdata=i)  # returns at once; a stream computes
+        for i, part in enumerate(parts):  # start_async returns at once; a stream computes
+            queue.start_async({0: part}, userdata=i)
         queue.wait_all()
         return np.concatenate([results[i] for i in range(len(parts))])
 
