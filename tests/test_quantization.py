@@ -119,3 +119,15 @@ def test_quantize_onnx_bad_settings(tiny, tmp_path):
         q.quantize_onnx(path, tmp_path / "q.onnx", calib, method="magic")
     with pytest.raises(FileNotFoundError):
         q.quantize_onnx(tmp_path / "missing.onnx", tmp_path / "q.onnx", calib)
+
+
+def test_check_settings_and_report_rows(tiny, tmp_path):
+    from onnxruntime.quantization import CalibrationMethod, QuantType
+
+    assert q.check_settings("int8", "percentile") == (QuantType.QInt8, CalibrationMethod.Percentile)
+    with pytest.raises(ValueError, match="uint8, int8"):
+        q.check_settings("int4", "minmax")
+    _, path, calib = tiny
+    row = q.quantize_onnx(path, tmp_path / "q.onnx", calib).as_row()
+    assert row["file"] == "q.onnx" and row["calibration images"] == 16
+    assert row["weights"] == "per-channel" and row["Q/DQ nodes"] > 0

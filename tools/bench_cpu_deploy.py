@@ -5,7 +5,9 @@ OpenVINO bf16, ONNX Runtime INT8 (QDQ, U8S8) and OpenVINO INT8 (NNCF; one stream
 across streams) in interleaved rounds, all on the same threads (set explicitly, printed per row).
 Prints one table (seconds per batch with its interquartile range, ratio to eager, % of the ceiling
 of the variant's own precision from :func:`helpers.measure.roofline.ceilings`, and the held-out
-accuracy of the same recipe on chapter 8's trained classifier) and writes it as JSON.
+accuracy of the same recipe on chapter 8's trained classifier), the best path within
+``MAX_DROP_POINTS`` of accuracy, and the bound the measured int8 ceiling sets (the speedup over
+eager of a batch whose every operation ran at that ceiling), and writes it all as JSON.
 
 Speed does not depend on what the weights learned, so the timed ResNet-101 has random weights with
 BatchNorm statistics set from images; accuracy needs a trained model, and training ResNet-101 at
@@ -38,8 +40,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
 
-GOAL = 8.0  # the course's goal for the best CPU path, x fp32 eager PyTorch
-MAX_DROP_POINTS = 1.0  # ... with at most this many points of accuracy lost
+MAX_DROP_POINTS = 1.0  # the best path loses at most this many points of accuracy
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -72,22 +73,30 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool) -> dict:
-    """Held-out accuracy of each recipe on chapter 8's trained classifier (the mode's sizes)."""
+    """Held-out accuracy of each recipe on chapter 8's trained classifier (its sizes and recipe).
+
+    As chapter 8 trains it: on the GPU when there is one, at the mode's sizes there
+    (``sizes_on``: quick sizes on a CPU, full mode included), and refused when it did not learn
+    (held-out accuracy below four times chance: its accuracies would compare nothing).
+    """
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target
-    from helpers.core.environment import seed_everything, sizes
+    from helpers.core.environment import seed_everything, sizes_on, torch_device
     from helpers.deploy import export
     from helpers.workload import data, models, training
 
-    S = sizes()
+    device = torch_device()
+    S = sizes_on(device)
     seed_everything(0)
     size = S.image_size // 2 if S.mode == "quick" else S.image_size  # as chapter 8 trains
     train, val = data.make_splits(S.train_images, S.val_images, size, num_classes=S.num_classes)
-    net = models.build_resnet("torch", S.arch, num_classes=S.num_classes)
+    net = models.build_resnet("torch", S.arch, num_classes=S.num_classes).to(device)
     start = time.perf_counter()
-    result = training.train_classifier(net, train, steps=4 * S.train_steps, batch_size=64, val=val)
+    result = training.train_classifier(net, train, steps=4 * S.train_steps, val=val)
     print(f"trained {S.arch} at {size}px in {time.perf_counter() - start:.0f} s: {result}")
+    if result.val_accuracy < 4 / S.num_classes:
+        raise SystemExit(f"the accuracy model did not learn ({result.val_accuracy:.1%})")
     net = net.cpu().eval()
     onnx_path = export.export_and_verify(
         net, torch.from_numpy(val.x[:2]), work / f"{S.arch}_trained.onnx"
@@ -107,7 +116,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
         logits = np.concatenate([v.call(val.x[i : i + 64]) for i in range(0, len(val.x), 64)])
         acc[name] = float(np.mean(logits.argmax(1) == val.y))
     return {
-        "model": f"{S.arch}, {size}x{size}, trained on the generated dataset ({S.mode} mode)",
+        "model": f"{cpu_target.model_name(S.arch)} trained, {size} px",
         "val_images": len(val.x),
         "accuracy": acc,
     }
@@ -119,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target
-    from helpers.core import comparison, precision
+    from helpers.core import comparison
     from helpers.core.environment import environment_report, seed_everything
     from helpers.deploy import export
     from helpers.measure import roofline
@@ -158,13 +167,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built {len(variants)} variants in {time.perf_counter() - start:.0f} s")
     flops = roofline.count_flops(r101, torch.from_numpy(xb))
 
-    # Each variant against fp32 eager with the precision policy's bound for its own mode.
+    # Each variant against fp32 eager: the float32 ones within the float32 bound, the reduced ones
+    # at task level (each output nearest its own image's; an elementwise bf16 or int8 bound on a
+    # whole network is as large as its outputs and could not fail).
     want = variants["PyTorch eager fp32"].call(xb)
     checks = {}
     for name, v in variants.items():
-        tol = precision.tolerance(v.precision, scale=precision.output_scale(want))
-        cmp = comparison.assert_outputs_close(v.call(xb), want, **tol.as_kwargs(), name=name)
-        checks[name] = {"mode": v.precision, "max_abs": cmp.max_abs, "atol": tol.atol}
+        if v.precision == "fp32":
+            cmp = comparison.assert_outputs_close(
+                v.call(xb), want, mode="fp32", network="resnet101", name=name
+            )
+            checks[name] = {"mode": "fp32", "max_abs": cmp.max_abs, "bound_used": cmp.used}
+        else:
+            task = comparison.assert_task_level(v.call(xb), want, mode=v.precision, name=name)
+            checks[name] = {"mode": v.precision, "nearest_own": task.nearest_own}
 
     rows, runs = cpu_target.measure_variants(
         variants,
@@ -202,25 +218,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.threads} threads, {args.repeats} interleaved rounds"
         + ("  ** CONTENDED: other processes shared the cores **" if contended else "")
     )
-    print(Table(cpu_target.format_rows(rows)))
-    if acc_info:
-        print(f"accuracy: each recipe on {acc_info['model']}, {acc_info['val_images']} images")
-    ok = [
-        r
-        for r in rows
-        if r["variant"] != "PyTorch eager fp32"
-        and (r.get("drop_points") is None or r["drop_points"] <= MAX_DROP_POINTS)
-    ]
-    best = max(ok, key=lambda r: r["vs_eager"])
-    eager_s = runs["PyTorch eager fp32"].median
-    need = GOAL * flops / eager_s / 1e9
+    label = f"accuracy ({acc_info['model']})" if acc_info else "accuracy"
+    print(Table(cpu_target.format_rows(rows, label)))
+    for r in rows:  # without accuracy every variant qualifies
+        r.setdefault("drop_points", 0.0)
+    best = cpu_target.best_path(rows, MAX_DROP_POINTS)
+    eager_gops = flops / runs["PyTorch eager fp32"].median / 1e9
+    bound = ceilings["int8"] / eager_gops if ceilings.get("int8") else None
     print(
-        f"best path: {best['variant']} at {best['vs_eager']:.2f}x fp32 eager "
-        f"({'meets' if best['vs_eager'] >= GOAL else 'below'} the {GOAL:.0f}x goal). "
-        f"{GOAL:.0f}x eager would need {need:.0f} GOP/s"
+        f"best path within {MAX_DROP_POINTS:g} point(s) of accuracy: {best['variant']} at "
+        f"{best['vs_eager']:.2f}x fp32 eager"
         + (
-            f", {100 * need / ceilings['int8']:.0f}% of this CPU's measured int8 ceiling"
-            if "int8" in ceilings
+            f"; the measured int8 ceiling bounds any path at {bound:.1f}x eager "
+            f"(best path: {best['vs_eager'] / bound:.0%} of it)"
+            if bound
             else ""
         )
     )
@@ -245,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "checks": checks,
         "accuracy_model": acc_info and {k: acc_info[k] for k in ("model", "val_images")},
         "best": best["variant"],
-        "goal": GOAL,
+        "int8_ceiling_bound": bound,
         "times_s": {k: list(getattr(m, "times_s", None) or m.times) for k, m in runs.items()},
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,8 @@ on the page, not here)::
     rep = quantize_onnx("model.onnx", "model_int8.onnx", calib_x)   # quant_pre_process, QDQ
 
 Above the region, plumbing: :func:`check_calibration` (an empty, non-float or non-finite
-calibration set is a clear error, not a silently bad model), :class:`QuantReport` and the
-accepted settings. Accuracy and batch-wise prediction live in :mod:`helpers.workload.predict`.
+calibration set is a clear error, not a silently bad model), :func:`check_settings` (the accepted
+activation types and calibration methods, as ONNX Runtime's enums) and :class:`QuantReport`. Accuracy and batch-wise prediction live in :mod:`helpers.workload.predict`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from helpers.deploy.export import graph_inputs, op_counts
+from helpers.core.checks import check_int
+from helpers.deploy import export
 
 __all__ = [
     "ACTIVATION_TYPES",
     "CALIBRATION_METHODS",
     "check_calibration",
+    "check_settings",
     "QuantReport",
     "ArrayCalibrationReader",
     "quantize_onnx",
@@ -75,6 +77,21 @@ def check_calibration(x: Any, what: str = "calibration set") -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def check_settings(activation: str, method: str) -> tuple[Any, Any]:
+    """ONNX Runtime's activation type and calibration method for ``activation`` and ``method``.
+
+    ``activation`` is ``'uint8'`` or ``'int8'`` (:data:`ACTIVATION_TYPES`), ``method`` one of
+    :data:`CALIBRATION_METHODS`; anything else is a ValueError naming the choices.
+    """
+    if activation not in ACTIVATION_TYPES:
+        raise ValueError(
+            f"activation must be one of {', '.join(ACTIVATION_TYPES)}, got {activation!r}"
+        )
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    return ACTIVATION_TYPES[activation], CALIBRATION_METHODS[method]
+
+
 @dataclass
 class QuantReport:
     """What a quantization produced: the file, the settings and how long it took."""
@@ -87,6 +104,21 @@ class QuantReport:
     seconds: float
     op_counts: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+
+    def as_row(self) -> dict[str, Any]:
+        """One row of a :class:`helpers.show.Table`: the file, its settings, Q/DQ nodes, seconds."""
+        return {
+            "file": self.path.name if self.path else "in memory",
+            "tool": self.tool,
+            "activations": self.activation,
+            "weights": "per-channel" if self.per_channel else "per-tensor",
+            "calibration images": self.calibration_size,
+            "Q/DQ nodes": sum(
+                self.op_counts.get(op, 0)
+                for op in ("QuantizeLinear", "DequantizeLinear", "FakeQuantize")
+            ),
+            "seconds": self.seconds,
+        }
 
     def __str__(self) -> str:
         where = self.path.name if self.path else "in memory"
@@ -104,14 +136,13 @@ class QuantReport:
 
 
 # ---- saved from notebooks/08_int8_quantization.ipynb by tools/save_cells.py: edit it there ----
+# The lesson's listing: a calibration reader and static INT8 quantization to QDQ.
 class ArrayCalibrationReader(CalibrationDataReader):
-    """Feeds a NumPy array of network inputs to ONNX Runtime's calibrator, a batch at a time."""
+    """Feeds NumPy network inputs to ONNX Runtime's calibrator, a batch at a time."""
 
     def __init__(self, x: Any, input_name: str = "input", batch_size: int = 8) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self.x = check_calibration(x)
-        self.input_name, self.batch_size = input_name, batch_size
+        self.x, self.input_name = check_calibration(x), input_name
+        self.batch_size = check_int("batch_size", batch_size)
         self.rewind()
 
     def __len__(self) -> int:
@@ -122,9 +153,9 @@ class ArrayCalibrationReader(CalibrationDataReader):
         return next(self._batches, None)
 
     def rewind(self) -> None:
-        """Start again at the first batch (a calibrator may read the set more than once)."""
-        starts = range(0, len(self.x), self.batch_size)
-        self._batches = iter([{self.input_name: self.x[i : i + self.batch_size]} for i in starts])
+        """Start again at the first batch (a calibrator may read the set twice)."""
+        n, b = len(self.x), self.batch_size
+        self._batches = iter([{self.input_name: self.x[i : i + b]} for i in range(0, n, b)])
 
 
 def quantize_onnx(
@@ -140,52 +171,40 @@ def quantize_onnx(
     preprocess: bool = True,
     input_name: str | None = None,
 ) -> QuantReport:
-    """Static INT8 quantization with ONNX Runtime: QDQ format, int8 weights, calibrated activations.
+    """Static INT8 with ONNX Runtime: QDQ format, int8 weights, calibrated activations.
 
-    ``activation`` is the activations' type, ``'uint8'`` (U8S8 with the int8 weights) or
-    ``'int8'`` (S8S8); ``symmetric=True`` pins their zero point at 0, which TensorRT requires.
-    ``per_channel`` gives each output channel of a weight its own scale. ``method`` reads the
-    activation ranges from the calibration set: ``minmax`` (fast, usually enough for CNNs),
-    ``entropy`` or ``percentile`` (clip rare outliers; slower, they keep histograms).
-    With ``preprocess``, ONNX Runtime's ``quant_pre_process`` runs first.
+    ``activation``: ``'uint8'`` (U8S8 with the int8 weights) or ``'int8'`` (S8S8);
+    ``symmetric=True`` pins the activations' zero point at 0 (TensorRT needs it).
+    ``method`` reads the activation ranges: ``minmax``, ``entropy`` or ``percentile``.
+    ``preprocess`` runs ONNX Runtime's ``quant_pre_process`` first.
     """
     x = check_calibration(calibration)
-    if activation not in ACTIVATION_TYPES:
-        raise ValueError(
-            f"activation must be one of {', '.join(ACTIVATION_TYPES)}, got {activation!r}"
-        )
-    if method not in CALIBRATION_METHODS:
-        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    activation_type, calibrate_method = check_settings(activation, method)
     src, dst = Path(src), Path(dst)
-    name = input_name or graph_inputs(src)[0]  # a missing file fails here, clearly
+    name = input_name or export.graph_inputs(src)[0]  # a missing file fails here
     dst.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    if preprocess:  # shape inference, and BatchNorm folded into the conv: its weights round once
+    if preprocess:  # shape inference; BatchNorm folded into its conv: rounded once
         pre = dst.with_name(dst.stem + ".pre.onnx")
         quant_pre_process(str(src), str(pre))
         src = pre
-    with contextlib.redirect_stdout(io.StringIO()):  # the histogram methods print progress
+    with contextlib.redirect_stdout(io.StringIO()):  # histogram methods print progress
         quantize_static(
             str(src),
             str(dst),
-            ArrayCalibrationReader(x, name, batch_size),
-            quant_format=QuantFormat.QDQ,  # QuantizeLinear/DequantizeLinear pairs around each op
-            per_channel=per_channel,
-            activation_type=ACTIVATION_TYPES[activation],
+            ArrayCalibrationReader(x, name, batch_size),  # the calibration set
+            quant_format=QuantFormat.QDQ,  # QuantizeLinear/DequantizeLinear pairs
+            per_channel=per_channel,  # one weight scale per output channel
+            activation_type=activation_type,  # QUInt8 (U8S8) or QInt8 (S8S8)
             weight_type=QuantType.QInt8,
-            calibrate_method=CALIBRATION_METHODS[method],
+            calibrate_method=calibrate_method,
             extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
         )
-    return QuantReport(
-        path=dst,
-        tool="ONNX Runtime quantize_static (QDQ)",
-        calibration_size=len(x),
-        per_channel=per_channel,
-        activation=activation + (" symmetric" if symmetric else ""),
-        seconds=time.perf_counter() - start,
-        op_counts=op_counts(dst),
-        settings={"method": method, "preprocess": preprocess},
-    )
+    seconds, ops = time.perf_counter() - start, export.op_counts(dst)
+    tool = "ONNX Runtime quantize_static (QDQ)"
+    act = activation + " symmetric" * symmetric
+    settings = {"method": method, "preprocess": preprocess}
+    return QuantReport(dst, tool, len(x), per_channel, act, seconds, ops, settings)
 
 
 # ---- end of cells saved from notebooks/08_int8_quantization.ipynb ----
