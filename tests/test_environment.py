@@ -80,6 +80,8 @@ def test_seed_everything_is_reproducible(torch_mod):
 def test_skip_without_gpu_prints_a_line(capsys):
     assert env.skip_without_gpu("TensorRT INT8") is True
     assert "SKIPPED" in capsys.readouterr().out
+    env.skip_without_gpu("a long description of the step " * 4)  # wrapped to the book's width
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 88
 
 
 def test_environment_report_and_label(capsys):
@@ -91,6 +93,7 @@ def test_environment_report_and_label(capsys):
     env.print_environment_report()
     out = capsys.readouterr().out
     assert "libraries" in out and "sizes" in out and "COURSE_MODE" in out
+    assert max(len(line) for line in out.splitlines()) <= 88  # nothing scrolls in the book
 
 
 def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):

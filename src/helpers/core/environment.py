@@ -282,7 +282,10 @@ def skip_without_gpu(what: str) -> bool:
     """
     if has_cuda():
         return False
-    print(f"SKIPPED on this machine (no CUDA GPU): {what}. With a GPU this cell runs it for real.")
+    import textwrap
+
+    text = f"SKIPPED on this machine (no CUDA GPU): {what}. With a GPU this cell runs it for real."
+    print(textwrap.fill(text, 88))  # the book's 88 columns: nothing scrolls sideways
     return True
 
 
@@ -398,7 +401,7 @@ def print_environment_report() -> None:
     import textwrap
 
     def wrapped(key: str, text: str) -> None:
-        lines = textwrap.wrap(text, 76) or ["-"]
+        lines = textwrap.wrap(text, 88 - width - 1) or ["-"]  # the book's 88 columns
         print(f"{key:<{width}} {lines[0]}")
         for line in lines[1:]:
             print(" " * (width + 1) + line)
