@@ -48,6 +48,7 @@ def test_ratios_and_rows_read_each_variant_against_its_own_eager():
     assert rows["OneFlow", "nn.Graph"]["verdict"] == "slower"
     assert rows["OneFlow", "nn.Graph"]["compile_s"] is None  # a plain Measurement: no compile cost
     assert ch03_static.best_torch_routes(_results())[1]["variant"] == "trace"
+    assert ch03_static.verdict_word(ratios["PyTorch", "script", 1]) == "inconclusive"
     with pytest.raises(KeyError, match="no eager measurement for OneFlow at batch 16"):
         ch03_static.ratios({("OneFlow", "nn.Graph", 16): _m("g", [1.0])})
 

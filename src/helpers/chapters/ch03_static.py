@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # importing helpers.compiling.graphs starts OneFlow: not befo
 __all__ = [
     "ratios",
     "speedup_rows",
+    "verdict_word",
     "best_torch_routes",
     "plot_speedups",
     "deployed_timings",
@@ -83,7 +84,7 @@ def speedup_rows(
             raise KeyError(f"no eager measurement for {fw} at batch {batch}")
         steady = _steady(m)
         ratio = paired.get((fw, variant, batch))
-        verdict = "baseline" if ratio is None else _word(ratio)
+        verdict = "baseline" if ratio is None else verdict_word(ratio)
         compile_s = None if isinstance(m, Measurement) else m.compile_s
         gain_s = _steady(eager).median - steady.median  # per call, when faster
         break_even = (
@@ -107,7 +108,7 @@ def speedup_rows(
     return rows
 
 
-def _word(ratio: RatioSummary) -> str:
+def verdict_word(ratio: RatioSummary) -> str:
     """'faster', 'slower' or 'inconclusive' (the per-round spread holds 1)."""
     if not ratio.conclusive:
         return "inconclusive"
