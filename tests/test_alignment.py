@@ -52,10 +52,11 @@ def test_report_of_aligned_pair(pair, torch_mod):
         assert row.comparison.topk == {1: 1.0}  # 4 classes: top-5 is skipped, top-1 kept
         assert row.abs_errors.shape == (12 * 4,) and row.p99_abs <= row.comparison.max_abs
     rep.assert_close(atol=1e-5, min_cosine=0.999999, min_topk={1: 1.0})
-    text = rep.table()
+    text = str(rep.table())
     assert (
         "12 samples" in text and "torch32" in text and "top1_agree" in text and "top5" not in text
     )
+    assert "<table" in rep._repr_html_()
     assert rep["oneflow"].name == "oneflow"
     with pytest.raises(KeyError, match="no candidate named 'jax'"):
         rep["jax"]
@@ -175,9 +176,61 @@ def test_train_aligned_torch_vs_oneflow(torch_mod, flow, optimizer):
     )  # same init, same batch: the first loss agrees to float32 rounding
     run.assert_within(first_step=1e-5, smoothed_bound=1e-3, window=3, max_accuracy_gap=0.2)
     assert run.prediction_agreement is not None and 0 <= run.prediction_agreement <= 1
-    assert "per-step |loss difference|" in run.table()
+    assert "per-step |loss difference|" in str(run.table()) and "<table" in run._repr_html_()
     fig = run.plot(bound=1e-3, floor=run)
     assert len(fig.axes) == 2
+    assert len(run.plot(bound=1e-3, floor=run, window=3).axes) == 3
+
+
+def test_candidate_changes_plant_an_optimizer_bug(torch_mod, flow):
+    """A learning rate x 1.2 in the candidate only: the first loss still agrees (same forward
+    pass), the later ones do not; an unknown key is refused."""
+    torch_mod.manual_seed(1)
+    x, y = _x(32, seed=1), (np.arange(32) % 4).astype(np.int64)
+    kwargs = dict(steps=4, batch_size=8, optimizer="adam", lr=0.01, progress=False)
+    same = alignment.train_aligned(tiny_net("torch"), tiny_net("oneflow"), x, y, **kwargs)
+    ref = tiny_net("torch")
+    bug = alignment.train_aligned(
+        ref, tiny_net("oneflow"), x, y, candidate_changes={"lr": 0.012}, **kwargs
+    )
+    assert abs(bug.differences[0]) < 1e-5
+    assert np.abs(bug.differences[1:]).max() > 100 * np.abs(same.differences[1:]).max()
+    eps = alignment.train_aligned(
+        ref, tiny_net("oneflow"), x, y, candidate_changes={"eps": 1e-6}, **kwargs
+    )
+    assert eps.candidate.losses[-1] != eps.reference.losses[-1]
+    with pytest.raises(ValueError, match="may change lr, momentum, weight_decay, eps; got betas"):
+        alignment.train_aligned(
+            ref, tiny_net("oneflow"), x, y, candidate_changes={"betas": (0.8, 0.9)}, **kwargs
+        )
+    with pytest.raises(ValueError, match="eps > 0"):
+        alignment.make_train_step(ref, optimizer="adam", lr=0.1, eps=0.0)
+
+
+def test_shares_say_how_much_of_each_bound_was_used():
+    curve = alignment.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
+    other = alignment.TrainingCurve("b", np.array([2.001, 2.2, 2.4, 2.5]), 0.4, None, 1.0)
+    run = alignment.TrainingAlignment(curve, other, np.zeros((4, 1), int))
+    used = run.shares(smoothed_bound=1.8, window=2, first_step=0.01, max_accuracy_gap=0.2)
+    assert used == pytest.approx({"first step": 0.1, "moving averages": 0.5, "accuracy gap": 0.5})
+    assert run.assert_within(smoothed_bound=1.8, window=2, first_step=0.01) == pytest.approx(
+        {"first step": 0.1, "moving averages": 0.5}
+    )
+    assert run.shares(smoothed_bound=0.45, window=2)["moving averages"] == pytest.approx(2.0)
+    assert run.shares(smoothed_bound=1, max_accuracy_gap=0.0)["accuracy gap"] == float("inf")
+
+
+def test_assert_above_chance():
+    line = alignment.assert_above_chance(0.3, 256, 8, "resnet18")
+    assert line == "resnet18: held-out accuracy 30.0% > 18.7% (chance 12.5% + 3 SE)"
+    # 3 standard errors above 1/8 on 256 images: 12.5% + 3 * 2.07% = 18.7%
+    with pytest.raises(AssertionError, match=r"18.0% <= 18.7%.*256 images.*learned too little"):
+        alignment.assert_above_chance(0.18, 256, 8, "resnet18")
+    alignment.assert_above_chance(0.18, 4096, 8)  # more images, a smaller margin
+    with pytest.raises(ValueError, match="fraction"):
+        alignment.assert_above_chance(30.0, 256, 8)
+    with pytest.raises(ValueError, match="classes must be an int >= 2"):
+        alignment.assert_above_chance(0.9, 256, 1)
 
 
 def test_train_aligned_graph_and_reused_reference(flow):

@@ -9,6 +9,7 @@ from helpers.core import precision
 from helpers.core.comparison import (
     assert_outputs_close,
     assert_task_level,
+    bound_used,
     compare,
     to_numpy,
     topk_agreement,
@@ -199,6 +200,26 @@ def test_mode_derived_bound_reports_how_much_of_it_was_used():
         assert_outputs_close(ref, ref, mode="fp32", atol=1e-3)
     with pytest.raises(ValueError, match="give the bound"):
         assert_outputs_close(ref, ref)
+
+
+def test_bound_used_is_what_the_assertion_reports_and_fails_above_one():
+    ref = np.linspace(-2.0, 2.0, 50)
+    tol = precision.tolerance("fp32", network="resnet18", scale=2.0)
+    for error in (0.5, 3.0):  # within the bound, then a planted error of three bounds
+        out = ref + error * tol.atol
+        used = bound_used(out, ref, mode="fp32", network="resnet18")
+        if error < 1:
+            assert used == pytest.approx(
+                assert_outputs_close(out, ref, mode="fp32", network="resnet18").used
+            )
+        else:
+            assert used > 1
+            with pytest.raises(AssertionError):
+                assert_outputs_close(out, ref, mode="fp32", network="resnet18")
+    with pytest.raises(ValueError, match="task level"):
+        bound_used(ref, ref, mode="bf16")
+    with pytest.raises(ValueError, match="different shapes"):
+        bound_used(ref[:3], ref, mode="fp32")
 
 
 @pytest.mark.parametrize("mode", ["tf32", "bf16", "fp16", "int8"])

@@ -95,6 +95,7 @@ def test_environment_report_and_label(capsys):
     env.print_environment_report()
     out = capsys.readouterr().out
     assert "libraries" in out and "sizes" in out and "COURSE_MODE" in out
+    assert max(len(line) for line in out.splitlines()) <= 88  # nothing scrolls in the book
 
 
 def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):

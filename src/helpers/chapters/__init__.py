@@ -2,6 +2,7 @@
 
 - :mod:`~helpers.chapters.ch00_measuring` -- chapter 0's appendix: OneFlow's bundled OpenBLAS, per-thread CPU time
 - :mod:`~helpers.chapters.ch02_alignment` -- alignment reports and aligned training in two frameworks
+- :mod:`~helpers.chapters.ch03_static` -- eager vs static tables and figure, timings in the default math mode
 - :mod:`~helpers.chapters.ch05_pipeline` -- two-stage load/infer pipelines (saved from chapter 5's page)
 - :mod:`~helpers.chapters.ch06_switches` -- OneFlow graph switches (saved from chapter 6's page), MLIR ablation
 - :mod:`~helpers.chapters.ch07_runtimes` -- chapter 7's embedder builder (saved from its page), wait-policy control, 224 px comparison

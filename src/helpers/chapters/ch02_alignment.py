@@ -8,11 +8,14 @@
   identical initial weights, data order, optimizer and hyper-parameters; returns a
   :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
   ``.plot()`` and ``.assert_within(...)``;
-- :func:`train_run`, :func:`make_train_step`, :func:`batch_order`, :func:`perturb_weights`
-  -- its parts: one run over a fixed batch order, the eager (or OneFlow ``nn.Graph``) SGD/Adam
-  step, the seeded per-epoch shuffle and a float32-sized nudge of the weights (to measure how
-  chaotic training itself is). Held-out accuracy and batch-wise prediction come from
-  :mod:`helpers.workload.predict`, the course's one source for them.
+- :func:`train_run`, :func:`make_train_step`, :func:`perturb_weights` -- its parts: one run over
+  a fixed batch order (:func:`helpers.workload.data.batch_order`), the eager (or OneFlow
+  ``nn.Graph``) SGD/Adam step and a float32-sized nudge of the weights (to measure how chaotic
+  training itself is). Chapter 2 writes the aligned loop itself on its page first; these run the
+  long versions. Held-out accuracy and batch-wise prediction come from
+  :mod:`helpers.workload.predict`, the course's one source for them;
+- :func:`assert_above_chance` -- a model must beat guessing before its agreement with another
+  means anything.
 
 Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
 modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
@@ -33,7 +36,7 @@ import numpy as np
 
 from helpers.core.comparison import Comparison, compare, to_numpy
 from helpers.measure.timer import synchronize
-from helpers.show.table import format_table
+from helpers.show.table import Table
 from helpers.workload.data import batch_order
 from helpers.workload.models import (
     framework_of,
@@ -55,6 +58,7 @@ __all__ = [
     "perturb_weights",
     "train_run",
     "train_aligned",
+    "assert_above_chance",
 ]
 
 # ----------------------------------------------------------------------------- inference alignment
@@ -124,25 +128,33 @@ class AlignmentReport:
             c = r.comparison
             row: dict[str, Any] = {
                 "candidate": r.name,
-                "vs": self.reference_name,
-                "max_abs": f"{c.max_abs:.2e}",
-                "mean_abs": f"{c.mean_abs:.2e}",
-                "p99_abs": f"{r.p99_abs:.2e}",
-                "max_rel": f"{c.max_rel:.2e}",
+                "max_abs": c.max_abs,
+                "mean_abs": c.mean_abs,
+                "max_rel": c.max_rel,
                 "cosine": f"{c.cosine:.9f}",
             }
             for k, v in c.topk.items():
-                row[f"top{k}_agree"] = f"{v:.1%}"
+                row[f"top{k}_agree"] = f"{v:.0%}"
             out.append(row)
         return out
 
-    def table(self) -> str:
-        """A text table: one row per candidate (errors against the reference, top-k agreement)."""
-        head = f"{self.samples} samples; largest |{self.reference_name} output| = {self.rows[0].reference_scale:.3g}\n"
-        return head + format_table(self.table_rows())
+    def table(self) -> Table:
+        """One row per candidate: errors against the reference, cosine, top-k agreement."""
+        return Table(
+            self.table_rows(),
+            title=f"against {self.reference_name}, {self.samples} samples; largest "
+            f"|{self.reference_name} output| {self.rows[0].reference_scale:.3g}",
+            floatfmt=".2e",
+        )
 
     def __str__(self) -> str:
-        return self.table()
+        return str(self.table())
+
+    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every error
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
 
     def plot(self, ax: Any = None, title: str = "") -> Any:
         """Histogram of log10 |candidate - reference| per element, one colour per candidate; exact zeros are counted in the legend."""
@@ -239,7 +251,7 @@ def alignment_report(
     inputs: Any,
     *,
     reference_name: str = "reference",
-    topk: Sequence[int] = (1, 5),
+    topk: Sequence[int] = (1,),
     batch_size: int | None = None,
 ) -> AlignmentReport:
     """Run ``reference`` and each candidate on the same ``inputs`` and compare their outputs.
@@ -247,7 +259,9 @@ def alignment_report(
     ``candidates`` is one model or a ``{name: model}`` mapping. ``inputs`` is a NumPy array or
     tensor whose first axis is samples; it is fed ``batch_size`` samples at a time (default:
     all at once; a OneFlow graph needs the batch size it was compiled for). Top-k agreement is
-    computed for 2-D (samples, classes) outputs, for each ``k`` up to the number of classes.
+    computed for 2-D (samples, classes) outputs, for each ``k`` up to the number of classes;
+    the default is top-1 only: top-5 says little unless there are many more than 5 classes
+    (top-5 of 8 classes agrees even between unrelated models most of the time).
     Raises ``ValueError`` naming both shapes when a candidate's output shape differs.
     """
     if not isinstance(candidates, Mapping):
@@ -284,21 +298,28 @@ def make_train_step(
     lr: float,
     momentum: float = 0.9,
     weight_decay: float = 0.0,
+    eps: float = 1e-8,
     use_graph: bool = False,
 ) -> Callable[[np.ndarray, np.ndarray], float]:
     """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss`` (NumPy in, float out).
 
-    ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"`` (default betas and eps, the same
-    in both frameworks). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward
+    ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"`` (default betas, ``eps`` 1e-8 as
+    in both frameworks' defaults). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward
     and update compiled together, see :func:`helpers.compiling.graphs.make_train_graph`).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
-    for label, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+    for label, value in (
+        ("lr", lr),
+        ("momentum", momentum),
+        ("weight_decay", weight_decay),
+        ("eps", eps),
+    ):
         _check_number(label, value)
-    if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0:
+    if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0 or not eps > 0:
         raise ValueError(
-            f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0; got {lr}, {momentum}, {weight_decay}"
+            f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0, eps > 0; got {lr}, {momentum}, "
+            f"{weight_decay}, {eps}"
         )
     fw = framework_of(model)
     if use_graph and fw != "oneflow":
@@ -310,7 +331,7 @@ def make_train_step(
     if optimizer == "sgd":
         opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     else:
-        opt = mod.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+        opt = mod.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, eps=eps)
     model.train()
 
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
@@ -387,77 +408,133 @@ class TrainingAlignment:
             return None
         return float(np.mean(self.reference.predictions == self.candidate.predictions))
 
-    def table(self) -> str:
+    def table(self) -> Table:
+        """Both runs (first loss, mean of the last 10, held-out accuracy, seconds) and how far apart."""
         rows = []
         for c in (self.reference, self.candidate):
             rows.append(
                 {
                     "run": c.name,
-                    "first_loss": f"{c.losses[0]:.6f}",
-                    "last_10_mean": f"{c.losses[-10:].mean():.4f}",
-                    "val_accuracy": "-" if c.accuracy is None else f"{c.accuracy:.1%}",
+                    "first_loss": c.losses[0],
+                    "last_10_mean": float(c.losses[-10:].mean()),
+                    "val_accuracy": None if c.accuracy is None else f"{c.accuracy:.1%}",
                     "seconds": f"{c.seconds:.1f}",
                 }
             )
         diff = np.abs(self.differences)
-        tail = (
-            f"\nper-step |loss difference|: step 1 {diff[0]:.2e}, max {diff.max():.2e} (step {int(diff.argmax()) + 1}); "
-            f"10-step moving average: max {np.abs(self.smoothed_differences()).max():.2e}"
-        )
+        notes = [
+            f"per-step |loss difference|: step 1 {diff[0]:.2e}, "
+            f"max {diff.max():.2e} (step {int(diff.argmax()) + 1})",
+            f"10-step moving averages: largest gap {np.abs(self.smoothed_differences()).max():.2e}",
+        ]
         agree = self.prediction_agreement
         if agree is not None:
-            tail += f"\nheld-out predictions of the two trained models agree on {agree:.1%}"
-        return format_table(rows) + tail
+            notes.append(f"held-out predictions of the two trained models agree on {agree:.1%}")
+        return Table(rows, floatfmt=".4f", formats={"first_loss": ".6f"}, notes=notes)
 
     def __str__(self) -> str:
-        return self.table()
+        return str(self.table())
+
+    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every error
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
 
     def plot(
-        self, bound: float | None = None, floor: TrainingAlignment | None = None, title: str = ""
+        self,
+        bound: float | None = None,
+        floor: TrainingAlignment | None = None,
+        title: str = "",
+        window: int | None = None,
     ) -> Any:
-        """Both loss curves on one chart, and |loss difference| per step (log scale) with ``bound``.
+        """Both loss curves on one chart, and |loss difference| per step (log scale).
 
         ``floor`` (another :class:`TrainingAlignment`, e.g. a run against itself with weights nudged
-        by 1e-6) is drawn in the second panel for scale.
+        by 1e-6) is drawn beside the differences for scale. With ``window``, a third panel shows
+        the difference of the ``window``-step moving averages, with ``bound`` (what
+        :meth:`assert_within` checks); without it, ``bound`` is drawn on the per-step panel.
         """
         import matplotlib.pyplot as plt
 
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.6))
+        panels = 3 if window else 2
+        fig, axes = plt.subplots(1, panels, figsize=(11, 3.4))
+        a1, a2 = axes[0], axes[1]
         steps = np.arange(1, len(self.reference.losses) + 1)
         a1.plot(steps, self.reference.losses, lw=2.2, alpha=0.8, label=self.reference.name)
         a1.plot(steps, self.candidate.losses, lw=1.1, ls="--", label=self.candidate.name)
         a1.set_xlabel("step")
         a1.set_ylabel("training loss")
-        a1.set_title(title or "loss curves: same init, data order, optimizer")
-        a1.legend(fontsize=8)
-        a2.semilogy(
-            steps,
-            np.maximum(np.abs(self.differences), 1e-9),
-            "o-",
-            ms=2.5,
-            lw=1,
-            label=f"{self.candidate.name} vs {self.reference.name}",
-        )
-        if floor is not None:
-            fs = np.arange(1, len(floor.differences) + 1)
+        a1.set_title(title or "loss curves: same init, data order, optimizer", fontsize=9)
+        a1.legend(fontsize=7)
+        runs = [(self, "o-", f"C{0}")] + ([(floor, "s-", "grey")] if floor is not None else [])
+        for run, style, color in runs:
             a2.semilogy(
-                fs,
-                np.maximum(np.abs(floor.differences), 1e-9),
-                "s-",
+                np.arange(1, len(run.differences) + 1),
+                np.maximum(np.abs(run.differences), 1e-9),
+                style,
                 ms=2,
                 lw=0.8,
-                color="grey",
-                alpha=0.8,
-                label=f"{floor.candidate.name} vs {floor.reference.name}",
+                color=color,
+                label=f"{run.candidate.name} vs {run.reference.name}",
             )
-        if bound is not None:
-            a2.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
         a2.set_xlabel("step")
         a2.set_ylabel("|loss difference|")
-        a2.set_title("per-step loss difference (1e-9 = equal)")
-        a2.legend(fontsize=7)
+        a2.set_title("per step (1e-9 = equal)", fontsize=9)
+        target = a2
+        if window:
+            a3 = axes[2]
+            for run, _, color in runs:
+                sm = np.abs(run.smoothed_differences(window))
+                a3.plot(np.arange(window, window + len(sm)), sm, color=color)
+            a3.set_xlabel("step")
+            a3.set_ylabel("|difference of the means|")
+            a3.set_title(f"moving averages over {window} steps", fontsize=9)
+            target = a3
+        if bound is not None:
+            target.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
+        for ax in axes[1:]:
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
         fig.tight_layout()
         return fig
+
+    def shares(
+        self,
+        *,
+        smoothed_bound: float,
+        window: int = 10,
+        first_step: float | None = None,
+        max_accuracy_gap: float | None = None,
+    ) -> dict[str, float]:
+        """How much of each bound of :meth:`assert_within` the two runs use: observed / bound.
+
+        Keys ``"first step"``, ``"moving averages"``, ``"accuracy gap"`` (those bounds given);
+        a value above 1 fails. Bounds must be finite numbers (``ValueError`` otherwise: a NaN
+        bound would never be exceeded); an accuracy gap needs both accuracies.
+        """
+        bounds = {"smoothed_bound": smoothed_bound}
+        if first_step is not None:
+            bounds["first_step"] = first_step
+        for label, value in bounds.items():
+            if _check_number(label, value) <= 0:
+                raise ValueError(f"bounds must be positive, got {label}={value!r}")
+        out = {}
+        if first_step is not None:
+            out["first step"] = abs(float(self.differences[0])) / first_step
+        out["moving averages"] = float(np.abs(self.smoothed_differences(window)).max()) / (
+            smoothed_bound
+        )
+        if max_accuracy_gap is not None:
+            _check_fraction("max_accuracy_gap", max_accuracy_gap)
+            if self.reference.accuracy is None or self.candidate.accuracy is None:
+                raise ValueError("accuracies were not measured (pass val= to train_aligned)")
+            gap = abs(self.reference.accuracy - self.candidate.accuracy)
+            if max_accuracy_gap > 0:
+                out["accuracy gap"] = gap / max_accuracy_gap
+            else:
+                out["accuracy gap"] = math.inf if gap > 0 else 0.0
+        return out
 
     def assert_within(
         self,
@@ -466,43 +543,44 @@ class TrainingAlignment:
         window: int = 10,
         first_step: float | None = None,
         max_accuracy_gap: float | None = None,
-    ) -> None:
+    ) -> dict[str, float]:
         """Assert the runs agree: the ``window``-step moving averages of the two loss curves within
         ``smoothed_bound`` everywhere; optionally the first step's losses within ``first_step`` and the
         final held-out accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite
-        numbers (``ValueError`` otherwise: a NaN bound would never be exceeded)."""
-        bounds = {"smoothed_bound": smoothed_bound}
-        if first_step is not None:
-            bounds["first_step"] = first_step
-        for label, value in bounds.items():
-            if _check_number(label, value) <= 0:
-                raise ValueError(f"bounds must be positive, got {label}={value!r}")
+        numbers (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns
+        :meth:`shares` (how much of each bound was used)."""
         if max_accuracy_gap is not None:
             _check_fraction("max_accuracy_gap", max_accuracy_gap)
+            if self.reference.accuracy is None or self.candidate.accuracy is None:
+                raise AssertionError("accuracies were not measured (pass val= to train_aligned)")
+        used = self.shares(
+            smoothed_bound=smoothed_bound,
+            window=window,
+            first_step=first_step,
+            max_accuracy_gap=max_accuracy_gap,
+        )
         problems = []
-        if first_step is not None and abs(self.differences[0]) > first_step:
+        if used.get("first step", 0.0) > 1:
             problems.append(
                 f"the first step's losses differ by {abs(self.differences[0]):.3g} > {first_step:g}"
             )
-        sm = np.abs(self.smoothed_differences(window))
-        if sm.max() > smoothed_bound:
+        if used["moving averages"] > 1:
+            sm = np.abs(self.smoothed_differences(window))
             problems.append(
                 f"the {window}-step moving averages of the losses differ by {sm.max():.3g} "
                 f"(window ending at step {int(sm.argmax()) + window}) > {smoothed_bound:g}"
             )
-        if max_accuracy_gap is not None:
-            if self.reference.accuracy is None or self.candidate.accuracy is None:
-                problems.append("accuracies were not measured (pass val= to train_aligned)")
-            elif abs(self.reference.accuracy - self.candidate.accuracy) > max_accuracy_gap:
-                problems.append(
-                    f"held-out accuracies {self.reference.accuracy:.1%} and {self.candidate.accuracy:.1%} "
-                    f"differ by more than {max_accuracy_gap:.1%}"
-                )
+        if used.get("accuracy gap", 0.0) > 1:
+            problems.append(
+                f"held-out accuracies {self.reference.accuracy:.1%} and "
+                f"{self.candidate.accuracy:.1%} differ by more than {max_accuracy_gap:.1%}"
+            )
         if problems:
             raise AssertionError(
                 f"training runs {self.reference.name!r} and {self.candidate.name!r} are not aligned: "
                 + "; ".join(problems)
             )
+        return used
 
 
 def _weights(model: Any) -> dict[str, np.ndarray]:
@@ -537,6 +615,7 @@ def train_run(
     lr: float = 0.05,
     momentum: float = 0.9,
     weight_decay: float = 0.0,
+    eps: float = 1e-8,
     val: tuple[np.ndarray, np.ndarray] | None = None,
     use_graph: bool = False,
     progress: bool = True,
@@ -549,6 +628,7 @@ def train_run(
         lr=lr,
         momentum=momentum,
         weight_decay=weight_decay,
+        eps=eps,
         use_graph=use_graph,
     )
     fw = framework_of(model)
@@ -589,6 +669,7 @@ def train_aligned(
     use_graph: tuple[bool, bool] = (False, False),
     copy_init: bool = True,
     perturb: float = 0.0,
+    candidate_changes: Mapping[str, float] | None = None,
     progress: bool = True,
 ) -> TrainingAlignment:
     """Train ``reference`` and ``candidate`` identically and compare them step by step.
@@ -603,6 +684,10 @@ def train_aligned(
     ``reference`` may also be the :class:`TrainingCurve` of an earlier run with the same data and
     settings (e.g. ``earlier.reference``): it is reused instead of training again; the candidate
     must then already hold the same initial weights (``copy_init=False``).
+
+    ``candidate_changes`` plants a difference in the candidate's optimizer only (a bug on purpose,
+    to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``; keys among
+    ``lr``, ``momentum``, ``weight_decay``, ``eps``.
     """
     x = _as_inputs(x)
     y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
@@ -641,6 +726,12 @@ def train_aligned(
             raise RuntimeError("copying the initial weights into the candidate failed")
     if perturb:
         perturb_weights(candidate, perturb, seed=seed + 1)
+    changes = dict(candidate_changes or {})
+    unknown = sorted(set(changes) - set(_CHANGEABLE))
+    if unknown:
+        raise ValueError(
+            f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
+        )
     order = batch_order(len(x), steps, batch_size, seed)
     common = dict(
         optimizer=optimizer,
@@ -657,7 +748,9 @@ def train_aligned(
             reference, x, y, order, name=names[0], use_graph=use_graph[0], **common
         )
         ref_curve.settings = settings
-    cand_curve = train_run(candidate, x, y, order, name=names[1], use_graph=use_graph[1], **common)
+    cand_curve = train_run(
+        candidate, x, y, order, name=names[1], use_graph=use_graph[1], **{**common, **changes}
+    )
     cand_curve.settings = settings
     if ref_curve.name != names[0]:
         ref_curve = TrainingCurve(
@@ -669,6 +762,32 @@ def train_aligned(
             ref_curve.settings,
         )
     return TrainingAlignment(ref_curve, cand_curve, order)
+
+
+_CHANGEABLE = ("lr", "momentum", "weight_decay", "eps")
+
+
+def assert_above_chance(accuracy: float, samples: int, classes: int, name: str = "model") -> str:
+    """Assert ``accuracy`` on ``samples`` held-out samples beats guessing among ``classes``.
+
+    Guessing scores ``1 / classes`` on average, with a standard error (SE) of
+    ``sqrt(p (1 - p) / samples)``; the model must beat it by three standard errors (a guesser
+    does so about once in a thousand runs). Agreement between two models that learned nothing
+    proves nothing: their decisions are near-ties. Returns one printable line.
+    """
+    _check_fraction("accuracy", accuracy)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be a positive int, got {samples!r}")
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
+        raise ValueError(f"classes must be an int >= 2, got {classes!r}")
+    chance = 1.0 / classes
+    need = chance + 3.0 * math.sqrt(chance * (1.0 - chance) / samples)
+    line = f"{name}: held-out accuracy {accuracy:.1%} {{}} {need:.1%} (chance {chance:.1%} + 3 SE)"
+    if not accuracy > need:
+        raise AssertionError(
+            line.format("<=") + f" on {samples} images: it learned too little to compare"
+        )
+    return line.format(">")
 
 
 def _check_no_dropout(model: Any) -> None:

@@ -114,7 +114,7 @@ def torch_static(model: Any, example: Any, route: str) -> Any:
 
 
 def _trace_and_report(model, example):
-    """``torch.jit.trace``, printing each TracerWarning as one line (the code it is about included).
+    """``torch.jit.trace``, printing each TracerWarning once (the code it is about included).
 
     Trace warns when Python control flow reads a tensor: the branch is decided once, while tracing,
     and not recorded. Printed to stdout, the warning stays visible in the rendered book."""
@@ -136,9 +136,9 @@ def _trace_and_report(model, example):
             continue
         seen.add((w.filename, w.lineno))
         code = linecache.getline(w.filename, w.lineno).strip()
-        print(
-            f"trace warned at {Path(w.filename).name}:{w.lineno} `{code}`: {str(w.message).split('. ')[0]}."
-        )
+        # two lines, each narrow enough for the book's 88-column output
+        print(f"trace warned at {Path(w.filename).name}:{w.lineno} `{code}`:")
+        print(f"  {str(w.message).split('. ')[0]}.")
     return traced
 
 
@@ -244,7 +244,7 @@ def _force(out: Any, framework: str) -> None:
 
 # ---- saved from notebooks/03_dynamic_to_static.ipynb by tools/save_cells.py: edit it there ----
 class InferenceGraph(flow.nn.Graph):
-    """An nn.Graph that runs model(x): the module is declared in __init__, the logic is in build."""
+    """An nn.Graph running model(x): the module joins in __init__, logic in build."""
 
     def __init__(self, model):
         super().__init__()
@@ -255,7 +255,7 @@ class InferenceGraph(flow.nn.Graph):
 
 
 class TrainGraph(flow.nn.Graph):
-    """An nn.Graph running one training step: forward, loss, backward and the optimizer update."""
+    """An nn.Graph running one training step: forward, loss, backward, the update."""
 
     def __init__(self, model, optimizer, loss_fn=None):
         super().__init__()

@@ -29,6 +29,7 @@ __all__ = [
     "Comparison",
     "compare",
     "assert_outputs_close",
+    "bound_used",
     "REDUCED",
     "TaskCheck",
     "assert_task_level",
@@ -206,6 +207,36 @@ def assert_outputs_close(
     if problems:
         raise AssertionError(f"{name} are not close: " + "; ".join(problems))
     return cmp
+
+
+def bound_used(
+    actual: Any,
+    expected: Any,
+    *,
+    mode: str,
+    network: str | None = None,
+    accumulation: float | str = "network",
+) -> float:
+    """How much of the precision policy's elementwise bound ``actual`` uses: the largest
+    ``|actual - expected| / (atol + rtol * |expected|)``, the ``used`` that
+    :func:`assert_outputs_close` reports with the same ``mode``; above 1 that check fails.
+
+    For tables of checks and planted bugs, where a failure is a result to show rather than an
+    error. The same refusal as :func:`assert_outputs_close`: no elementwise bound on a whole
+    network in a reduced mode.
+    """
+    if mode in REDUCED and accumulation == "network":
+        raise ValueError(
+            f"an elementwise {mode} bound on a whole network is as large as its outputs and "
+            "cannot fail on a real bug: compare at task level (assert_task_level)"
+        )
+    x, y = to_numpy(actual), to_numpy(expected)
+    if x.shape != y.shape:
+        raise ValueError(f"cannot compare outputs of different shapes: {x.shape} vs {y.shape}")
+    tol = precision.tolerance(
+        mode, accumulation=accumulation, network=network, scale=precision.output_scale(y)
+    )
+    return float(np.max(np.abs(x - y) / (tol.atol + tol.rtol * np.abs(y))))
 
 
 def rowwise_cosine(a: Any, b: Any) -> np.ndarray:

@@ -430,7 +430,7 @@ def print_environment_report() -> None:
     import textwrap
 
     def wrapped(key: str, text: str) -> None:
-        lines = textwrap.wrap(text, 76) or ["-"]
+        lines = textwrap.wrap(text, 88 - width - 1) or ["-"]  # the book's 88 columns
         print(f"{key:<{width}} {lines[0]}")
         for line in lines[1:]:
             print(" " * (width + 1) + line)

@@ -86,10 +86,12 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "inference_max_abs_graph",
         "inference_cosine",
         "fp32_error_ratio_oneflow_vs_torch",
+        "one_step_bound_used",
         "training_first_step_loss_diff",
         "training_max_smoothed_gap",
         "training_val_accuracy_gap",
         "training_step_time_ratio",
+        "planted_bugs_caught",
     ),
     "03_dynamic_to_static": _names(
         "oneflow_graph_speedup_batch{b}",

@@ -1,0 +1,341 @@
+"""Chapter 3's companion: eager vs static results as a table and a figure, and timings as deployed.
+
+- :func:`ratios` -- each static variant's speedup over its framework's eager mode, per round;
+- :func:`speedup_rows` -- one row per measured variant (framework, variant, batch): its steady
+  time, its speedup over eager mode as the median of per-round ratios with their spread and a
+  verdict ("inconclusive" when the spread holds 1), the compile cost paid once and the calls it
+  takes to earn that back;
+- :func:`plot_speedups` -- those speedups as bars with their per-round spread, beside the case
+  study's reported factor where it has one;
+- :func:`deployed_timings` -- eager vs static in the frameworks' *default* math mode (TF32 on an
+  Ampere-or-newer GPU), for a fresh process (:func:`helpers.core.subprocess_run.run_in_subprocess`):
+  the chapter's own process keeps strict float32 for its checks, and OneFlow cannot switch TF32
+  back on once it started;
+- :func:`deployed_rows` -- those timings beside the strict float32 ones, both labelled;
+- :func:`best_torch_routes` -- PyTorch's fastest static route per batch;
+- :func:`ratio_from_dict` -- a :class:`~helpers.measure.measurement.RatioSummary` back from what
+  :func:`deployed_timings` returns.
+
+The chapter's page builds and checks every graph, trace and compiled model itself; this module
+only arranges the numbers it measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+
+if TYPE_CHECKING:  # importing helpers.compiling.graphs starts OneFlow: not before its threads
+    from helpers.compiling.graphs import StaticMeasurement
+
+__all__ = [
+    "ratios",
+    "speedup_rows",
+    "verdict_word",
+    "best_torch_routes",
+    "plot_speedups",
+    "deployed_timings",
+    "deployed_rows",
+    "ratio_from_dict",
+]
+
+
+def _steady(m: Measurement | StaticMeasurement) -> Measurement:
+    """A static variant's steady state (a StaticMeasurement's ``steady``), or the measurement."""
+    return m if isinstance(m, Measurement) else m.steady
+
+
+def ratios(
+    results: Mapping[tuple[str, str, int], Measurement | StaticMeasurement],
+) -> dict[tuple[str, str, int], RatioSummary]:
+    """``{(framework, variant, batch): eager time / variant time per round}`` for every non-eager
+    entry of ``results``, paired with its framework's ``"eager"`` entry at that batch (both from
+    one interleaved run)."""
+    out = {}
+    for (fw, variant, batch), m in results.items():
+        if variant == "eager":
+            continue
+        eager = results.get((fw, "eager", batch))
+        if eager is None:
+            raise KeyError(f"no eager measurement for {fw} at batch {batch}")
+        out[fw, variant, batch] = paired_ratio(_steady(eager), _steady(m))
+    return out
+
+
+def speedup_rows(
+    results: Mapping[tuple[str, str, int], Measurement | StaticMeasurement],
+) -> list[dict[str, Any]]:
+    """One row per ``(framework, variant, batch)`` of ``results``, eager rows included.
+
+    Every variant's steady state must come from the same interleaved run as its framework's
+    ``"eager"`` entry at that batch (the per-round ratios pair their rounds). Columns:
+    framework, variant, batch, p50_ms, speedup (median of per-round ratios, eager time / its
+    time), iqr (the ratios' p25-p75), verdict ('faster', 'slower', or 'inconclusive' when the
+    iqr holds 1), compile_s (paid once, :attr:`StaticMeasurement.compile_s`) and break_even
+    (calls to earn it back, '-' where the variant is not conclusively faster).
+    """
+    paired = ratios(results)
+    rows = []
+    for (fw, variant, batch), m in results.items():
+        eager = results.get((fw, "eager", batch))
+        if eager is None:
+            raise KeyError(f"no eager measurement for {fw} at batch {batch}")
+        steady = _steady(m)
+        ratio = paired.get((fw, variant, batch))
+        verdict = "baseline" if ratio is None else verdict_word(ratio)
+        compile_s = None if isinstance(m, Measurement) else m.compile_s
+        gain_s = _steady(eager).median - steady.median  # per call, when faster
+        break_even = (
+            f"{compile_s / gain_s:.0f}"
+            if compile_s is not None and ratio is not None and ratio.p25 > 1 and gain_s > 0
+            else "-"
+        )
+        rows.append(
+            {
+                "framework": fw,
+                "variant": variant,
+                "batch": batch,
+                "p50_ms": steady.median * 1e3,
+                "speedup": None if ratio is None else ratio.median,
+                "iqr": "-" if ratio is None else f"{ratio.p25:.2f}-{ratio.p75:.2f}",
+                "verdict": verdict,
+                "compile_s": compile_s,
+                "break_even": break_even,
+            }
+        )
+    return rows
+
+
+def verdict_word(ratio: RatioSummary) -> str:
+    """'faster', 'slower' or 'inconclusive' (the per-round spread holds 1)."""
+    if not ratio.conclusive:
+        return "inconclusive"
+    return "faster" if ratio.p25 > 1 else "slower"
+
+
+def best_torch_routes(
+    results: Mapping[tuple[str, str, int], Measurement | StaticMeasurement],
+) -> dict[int, dict[str, Any]]:
+    """``{batch: the speedup_rows row of PyTorch's fastest static route at that batch}``."""
+    best: dict[int, dict[str, Any]] = {}
+    for row in speedup_rows(results):
+        if row["framework"] != "PyTorch" or row["speedup"] is None:
+            continue
+        if row["batch"] not in best or row["speedup"] > best[row["batch"]]["speedup"]:
+            best[row["batch"]] = row
+    return best
+
+
+def plot_speedups(
+    labels: Sequence[str],
+    ratios: Sequence[RatioSummary],
+    reported: Sequence[float | None],
+    *,
+    title: str = "",
+    ax: Any = None,
+) -> Any:
+    """Bars of speedups (per-round medians) with their p25-p75 spread as whiskers, and the case
+    study's factor beside each where it reported one (:func:`helpers.show.plots.plot_speedups`)."""
+    import numpy as np
+
+    from helpers.show.plots import plot_speedups as bars
+
+    if not (len(labels) == len(ratios) == len(reported)):
+        raise ValueError("labels, ratios and reported must have the same length")
+    ax = bars(labels, [r.median for r in ratios], reported, title=title, ax=ax)
+    x = np.arange(len(labels)) - 0.2
+    low = [r.median - r.p25 for r in ratios]
+    high = [r.p75 - r.median for r in ratios]
+    ax.errorbar(x, [r.median for r in ratios], yerr=[low, high], fmt="none", color="k", lw=1)
+    ax.figure.set_size_inches(10, 4)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+    ax.title.set_fontsize(9)
+    return ax
+
+
+def ratio_from_dict(d: Mapping[str, Any]) -> RatioSummary:
+    """A :class:`RatioSummary` from its fields (``median``, ``p25``, ``p75``, ``rounds``, ``ratios``)."""
+    return RatioSummary(
+        median=float(d["median"]),
+        p25=float(d["p25"]),
+        p75=float(d["p75"]),
+        rounds=int(d["rounds"]),
+        ratios=tuple(float(r) for r in d["ratios"]),
+    )
+
+
+def _ratio_dict(r: RatioSummary) -> dict[str, Any]:
+    return {
+        "median": r.median,
+        "p25": r.p25,
+        "p75": r.p75,
+        "rounds": r.rounds,
+        "ratios": list(r.ratios),
+    }
+
+
+def deployed_timings(
+    *,
+    arch: str,
+    image_size: int,
+    num_classes: int,
+    batches: Sequence[int],
+    torch_routes: Mapping[str, str],
+    warmup: int,
+    repeats: int,
+    threads: int,
+    oneflow: bool | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Eager vs static in this process's default math mode; meant for a fresh process.
+
+    PyTorch: eager vs the static route ``torch_routes[str(batch)]`` ('trace', 'script', 'freeze'
+    or 'compile', :func:`helpers.compiling.graphs.torch_static`) at each batch. OneFlow (when
+    ``oneflow``; by default only when OneFlow computes on a GPU, the only place where its default
+    math differs from float32): eager vs ``nn.Graph`` for inference at each batch, and the case
+    study's task (chapter 4's ``original``) at batch 1. Each pair runs in interleaved rounds with
+    the same warm-up and ``threads`` CPU threads for both frameworks.
+
+    Returns JSON values: ``{"math": {framework: mode}, "device": {framework: device},
+    "rows": [{"framework", "variant", "work", "batch", "ratio": {...}}]}`` (``ratio``: see
+    :func:`ratio_from_dict`; eager time / static time per round). ``variant`` is the key of
+    :func:`ratios` for the same pair: the route, ``"nn.Graph"`` or ``"task graph"``.
+    """
+    import numpy as np
+    import torch
+
+    from helpers.core.threads import same_threads
+
+    same_threads(threads)  # PyTorch's now, OneFlow's before it starts (below)
+    from helpers.compiling import graphs
+    from helpers.core import precision
+    from helpers.core.environment import (
+        flow_device,
+        import_oneflow,
+        quiet_native_stderr,
+        seed_everything,
+        torch_device,
+    )
+    from helpers.measure.timer import benchmark_interleaved
+    from helpers.porting import migration
+    from helpers.workload import data, models, team_model
+    from helpers.workload import saliency as st
+
+    flow = import_oneflow()
+    seed_everything(seed)
+    device, fdevice = torch_device(), flow_device()
+    if oneflow is None:
+        oneflow = fdevice.type == "cuda"
+    images = data.normalize(data.make_images(max(batches), image_size, seed=5)[0])
+    model = team_model.BusinessModel(arch, num_classes=num_classes).eval()
+    out: dict[str, Any] = {
+        "math": {"PyTorch": precision.torch_math_mode(device)},
+        "device": {"PyTorch": str(device)},
+        "rows": [],
+    }
+
+    def pair(
+        fw: str, variant: str, work: str, batch: int, eager: Any, static: Any, dev: str
+    ) -> None:
+        timed = benchmark_interleaved(
+            {"eager": eager, "static": static},
+            framework=fw,
+            warmup=warmup,
+            repeats=repeats,
+            items=batch,
+            device=dev,
+        )
+        ratio = paired_ratio(timed["eager"], timed["static"])
+        name = "PyTorch" if fw == "torch" else "OneFlow"
+        out["rows"].append(
+            {
+                "framework": name,
+                "variant": variant,
+                "work": work,
+                "batch": batch,
+                "ratio": _ratio_dict(ratio),
+            }
+        )
+
+    if oneflow:
+        flow_business = migration.import_with_mock_torch(team_model)
+        flow_model = flow_business.BusinessModel(arch, num_classes=num_classes)
+        models.transfer_weights(model, flow_model)
+        flow_model.eval().to(fdevice)
+        out["math"]["OneFlow"] = precision.oneflow_math_mode(fdevice)
+        out["device"]["OneFlow"] = str(fdevice)
+        x1 = flow.tensor(images[:1]).to(fdevice)
+        task_eager = st.make_task(flow_model, "original")
+        task_graph = st.make_graph_task(flow_model, "original", tuple(x1.shape))
+        task_graph(x1)  # compiles
+        pair(
+            "oneflow",
+            "task graph",
+            "the case study's task",
+            1,
+            lambda: task_eager(x1),
+            lambda: task_graph(x1),
+            str(fdevice),
+        )
+        for b in batches:
+            xf = flow.tensor(images[:b]).to(fdevice)
+            with quiet_native_stderr():
+                graph = graphs.make_inference_graph(flow_model)
+            graph(xf)  # compiles
+
+            def eager_call(xf: Any = xf) -> Any:
+                with flow.no_grad():
+                    return flow_model(xf)
+
+            pair(
+                "oneflow",
+                "nn.Graph",
+                "inference",
+                b,
+                eager_call,
+                lambda graph=graph, xf=xf: graph(xf),
+                str(fdevice),
+            )
+    model = model.to(device)
+    with torch.no_grad():
+        for b in batches:
+            route = torch_routes[str(b)]
+            xt = torch.from_numpy(np.ascontiguousarray(images[:b])).to(device)
+            static = graphs.torch_static(model, xt, route)
+            for _ in range(2):  # TorchScript optimises during its first two calls
+                static(xt)
+            pair(
+                "torch",
+                route,
+                f"inference ({route})",
+                b,
+                lambda xt=xt: model(xt),
+                lambda static=static, xt=xt: static(xt),
+                str(device),
+            )
+    return out
+
+
+def deployed_rows(
+    deployed: Mapping[str, Any],
+    strict: Mapping[tuple[str, str, int], RatioSummary],
+    strict_mode: str = "fp32",
+) -> list[dict[str, Any]]:
+    """:func:`deployed_timings`'s pairs beside the same pairs timed in strict float32 (``strict``,
+    keyed like :func:`ratios`): one row each, both speedups labelled with their math mode."""
+    rows = []
+    for r in deployed["rows"]:
+        here = ratio_from_dict(r["ratio"])
+        before = strict.get((r["framework"], r["variant"], r["batch"]))
+        rows.append(
+            {
+                "framework": r["framework"],
+                "work": r["work"],
+                "batch": r["batch"],
+                f"{strict_mode} (above)": "-" if before is None else before.verdict(),
+                "default math": f"{deployed['math'][r['framework']]}: {here.verdict()}",
+            }
+        )
+    return rows

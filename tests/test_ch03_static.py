@@ -1,0 +1,110 @@
+"""helpers.chapters.ch03_static: chapter 3's speedup table and figure, and its timings as deployed."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.chapters import ch03_static
+from helpers.compiling.graphs import StaticMeasurement
+from helpers.measure.measurement import Measurement, paired_ratio
+
+
+def _m(label, times, items=1):
+    return Measurement(label, list(times), items=items)
+
+
+def _results():
+    eager = _m("eager", [10.0, 10.0, 10.0, 10.0])
+    return {
+        ("PyTorch", "eager", 1): eager,
+        # 2x faster in every round; 0.5 s paid once (build 0.6 + first call 4.9 - one call 5)
+        ("PyTorch", "trace", 1): StaticMeasurement("trace", 0.6, 4.9, _m("t", [5.0] * 4)),
+        # faster in two rounds, slower in two: inconclusive, no break-even
+        ("PyTorch", "script", 1): StaticMeasurement("s", 0.1, 10.0, _m("s", [8, 9, 11, 12])),
+        ("OneFlow", "eager", 1): _m("oe", [4.0, 4.0, 4.0, 4.0]),
+        ("OneFlow", "nn.Graph", 1): _m("og", [5.0, 5.0, 5.0, 5.0]),  # slower
+    }
+
+
+def test_ratios_and_rows_read_each_variant_against_its_own_eager():
+    ratios = ch03_static.ratios(_results())
+    assert set(ratios) == {
+        ("PyTorch", "trace", 1),
+        ("PyTorch", "script", 1),
+        ("OneFlow", "nn.Graph", 1),
+    }
+    assert ratios["PyTorch", "trace", 1].median == pytest.approx(2.0)
+    assert ratios["OneFlow", "nn.Graph", 1].median == pytest.approx(0.8)
+    rows = {(r["framework"], r["variant"]): r for r in ch03_static.speedup_rows(_results())}
+    assert (
+        rows["PyTorch", "eager"]["verdict"] == "baseline"
+        and rows["PyTorch", "eager"]["speedup"] is None
+    )
+    trace = rows["PyTorch", "trace"]
+    assert trace["verdict"] == "faster" and trace["compile_s"] == pytest.approx(0.5)
+    assert trace["break_even"] == "0"  # 0.5 s / 5 s saved per call
+    assert rows["PyTorch", "script"]["verdict"] == "inconclusive"
+    assert rows["PyTorch", "script"]["break_even"] == "-"
+    assert rows["OneFlow", "nn.Graph"]["verdict"] == "slower"
+    assert rows["OneFlow", "nn.Graph"]["compile_s"] is None  # a plain Measurement: no compile cost
+    assert ch03_static.best_torch_routes(_results())[1]["variant"] == "trace"
+    assert ch03_static.verdict_word(ratios["PyTorch", "script", 1]) == "inconclusive"
+    with pytest.raises(KeyError, match="no eager measurement for OneFlow at batch 16"):
+        ch03_static.ratios({("OneFlow", "nn.Graph", 16): _m("g", [1.0])})
+
+
+def test_plot_shows_spread_and_reported_factor():
+    ratios = list(ch03_static.ratios(_results()).values())
+    ax = ch03_static.plot_speedups(["a", "b", "c"], ratios, [None, 1.25, None], title="t")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="same length"):
+        ch03_static.plot_speedups(["a"], ratios, [None])
+
+
+def test_deployed_rows_put_both_math_modes_side_by_side():
+    strict = ch03_static.ratios(_results())
+    ratio = paired_ratio(_m("e", [3.0, 3.0, 3.0]), _m("s", [2.0, 2.0, 2.0]))
+    deployed = {
+        "math": {"PyTorch": "tf32"},
+        "rows": [
+            {"framework": "PyTorch", "variant": "trace", "work": "inference (trace)", "batch": 1,
+             "ratio": ch03_static._ratio_dict(ratio)},
+            {"framework": "PyTorch", "variant": "freeze", "work": "inference (freeze)", "batch": 1,
+             "ratio": ch03_static._ratio_dict(ratio)},
+        ],
+    }  # fmt: skip
+    rows = ch03_static.deployed_rows(deployed, strict)
+    assert (
+        rows[0]["fp32 (above)"] == "2.00x faster"
+        and rows[0]["default math"] == "tf32: 1.50x faster"
+    )
+    assert rows[1]["fp32 (above)"] == "-"  # not timed in this process
+    back = ch03_static.ratio_from_dict(ch03_static._ratio_dict(ratio))
+    assert back == ratio
+
+
+@pytest.mark.slow
+def test_deployed_timings_runs_both_frameworks_on_a_cpu(torch_mod):
+    """The GPU-only cell's function, at tiny sizes on the CPU, OneFlow forced on."""
+    out = ch03_static.deployed_timings(
+        arch="resnet18",
+        image_size=32,
+        num_classes=4,
+        batches=[1, 2],
+        torch_routes={"1": "trace", "2": "freeze"},
+        warmup=1,
+        repeats=2,
+        threads=1,
+        oneflow=True,
+    )
+    assert out["math"] == {"PyTorch": "fp32", "OneFlow": "fp32"}
+    got = [(r["framework"], r["variant"], r["batch"]) for r in out["rows"]]
+    assert got == [
+        ("OneFlow", "task graph", 1),
+        ("OneFlow", "nn.Graph", 1),
+        ("OneFlow", "nn.Graph", 2),
+        ("PyTorch", "trace", 1),
+        ("PyTorch", "freeze", 2),
+    ]
+    for r in out["rows"]:
+        assert ch03_static.ratio_from_dict(r["ratio"]).rounds == 2
