@@ -404,7 +404,9 @@ def plot_ladder(
     by_key = {r["key"]: r for r in rows}
     level_r = 1.0
     ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
+    labelled: set[str] = set()
     for i, r in enumerate(rows[1:], start=1):
+        kind = "measured here, kept" if r["kept"] else "measured here, not kept"
         start = by_key[r["over"]]["cumulative"]
         new = r["cumulative"] if r["kept"] else start * r["factor"]
         ax.bar(
@@ -415,8 +417,9 @@ def plot_ladder(
             color="C2" if r["forward_only"] else "C0",
             alpha=0.85 if r["kept"] else 0.3,
             hatch=None if r["kept"] else "//",
-            label="measured here" if i == 1 else None,
+            label=None if kind in labelled else kind,
         )
+        labelled.add(kind)
         if r["kept"]:
             lv = r["level"]
             ax.errorbar(
