@@ -1,48 +1,618 @@
-"""The capstone's speed-up ladder (chapter 10): rung arithmetic, waterfall, decision guide, ledger steps.
+"""The capstone's speed-up ladder (chapter 10): test images, rung arithmetic, waterfall, sentences.
 
-Chapter 10 builds one task, the case study's saliency task on the same images, rung by rung on its
-page, and times every rung in one interleaved run. This module does the arithmetic around it:
-:func:`ladder_rows` turns the times into each rung's factor over the previous *kept* rung (so the
-factors multiply exactly to the direct end-to-end number), :func:`plot_ladder` draws the waterfall
-beside the case study's factors, :func:`explain_gap` and :func:`ladder_guide` write the page's
-sentences from the numbers. The older ledger view follows: each chapter's own factor, multiplied.
+Chapter 10 builds one task, the course's model of case study 1's saliency service, rung by rung
+on its page, and times every rung in one interleaved run. This module does what surrounds that:
 
-Each step of case study 1 is a speedup factor measured by one chapter and stored in the
-ledger. :func:`journey_rows` lines them up beside the reported factors; missing steps are
-reported as missing (and which chapter measures them), never invented. Every row carries the
-device and the math precision its record names (``device=`` / ``precision=`` metadata), or
-:data:`NOT_RECORDED` when the chapter that wrote it did not say: a factor is only meaningful
-together with where and how it was measured.
+- :func:`order_stable_images` picks the test images whose saliency map does not depend on the
+  float32 summation order (the float32 claims of the page hold on them);
+- :func:`ladder_rows` turns the run's :class:`~helpers.measure.measurement.Measurement` objects
+  into each rung's factor over the rung below it, a paired ratio (median of the per-round ratios,
+  with their interquartile range), kept only when that interval lies wholly above 1, and each
+  rung's cumulative factor over the naive task, likewise paired;
+- :func:`end_to_end`, :func:`ladder_table`, :func:`plot_ladder` (the waterfall beside the case
+  study's factors), and the page's generated sentences: :func:`headline`,
+  :func:`static_graph_line`, :func:`explain_gap`, :func:`ladder_guide`.
 
-The record names in :data:`TASK_STEPS` are the ones chapters 3-6 write.
+The older ledger view follows: each chapter's own factor, multiplied (:func:`journey_rows`).
+Each step of case study 1 is a speedup factor measured by one chapter and stored in the ledger;
+missing steps are reported as missing (and which chapter measures them), never invented. Every
+row carries the device and the math precision its record names (``device=`` / ``precision=``
+metadata), or :data:`NOT_RECORDED` when the chapter that wrote it did not say.
+
+The record names in :data:`TASK_STEPS` are the ones chapters 3-6 write
+(:mod:`helpers.record.ledger_names` lists them; a test checks that they exist there).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 from helpers.record.reported import RESNET101_ONEFLOW
 
 __all__ = [
     "NOT_RECORDED",
+    "STATIC_GRAPHS",
+    "ImageChoice",
+    "order_stable_images",
+    "answer",
+    "int8_server",
+    "REPORTED",
     "Rung",
-    "STEP_RUNGS",
+    "keep_rule",
     "ladder_rows",
     "end_to_end",
+    "ladder_table",
     "plot_ladder",
+    "headline",
+    "static_graph_line",
     "explain_gap",
     "ladder_guide",
     "Step",
     "TASK_STEPS",
+    "STEP_RUNGS",
     "index_records",
     "journey_rows",
 ]
 
 
 NOT_RECORDED = "not recorded"  # a record without device / precision metadata
+# Candidate names that are static graphs (a traced, compiled program), for static_graph_line.
+STATIC_GRAPHS = ("torch.compile", "nn.Graph")
+
+
+# ---- the test images ----
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    """Which images of a pool the page tests on, and how many were left out and why."""
+
+    keep: tuple[int, ...]  # indices into the pool, sorted
+    pool: int  # images considered
+    order_dependent: int  # images whose map moved with the summation order (left out)
+    min_margin: float  # the smallest top-2 logit margin among the kept images
+
+    def __str__(self) -> str:
+        return (
+            f"{len(self.keep)} of {self.pool} images kept (top-2 logit margin at least "
+            f"{self.min_margin:.3f});\n{self.order_dependent} have a map that changes with the "
+            "float32 summation order (left out)"
+        )
+
+
+def order_stable_images(
+    task: Callable[[Any], Any],
+    x: Any,
+    n: int,
+    *,
+    batch: int,
+    threads: int,
+    network: str | None = None,
+) -> ImageChoice:
+    """The ``n`` images of ``x`` whose saliency map does not depend on the summation order.
+
+    A saliency map is a gradient through ReLU and max-pooling, which choose a branch wherever
+    their inputs tie (flat regions of a generated JPEG make near-ties): there a float32 summation
+    order (batch size, thread count) can pick another, equally valid map. ``task`` (a saliency
+    task returning ``.logits`` and ``.saliency``) runs on ``x`` in strict float32 one image per
+    call, in batches of ``batch`` with ``threads`` threads, and in batches with one thread; an
+    image is kept when its three maps agree within float32's bound at the maps' scale
+    (:func:`helpers.core.precision.tolerance`, ``mode="fp32"``, ``network``). Of those, the ``n``
+    with the widest top-2 logit margin are chosen. Raises when fewer than ``n`` are stable.
+    """
+    import torch
+
+    from helpers.core import precision
+    from helpers.core.threads import torch_threads
+
+    total = len(x)
+    if not 1 <= n <= total:
+        raise ValueError(f"n must be in 1..{total}, got {n}")
+    with precision.strict_fp32():
+        single = [task(x[i : i + 1]) for i in range(total)]
+        orders = [torch.cat([r.saliency for r in single])]
+        for t in (threads, 1):
+            with torch_threads(t):
+                maps = [task(x[i : i + batch]).saliency for i in range(0, total, batch)]
+            orders.append(torch.cat(maps))
+        logits = torch.cat([r.logits for r in single])
+    ref = orders[0]
+    bound = precision.tolerance(
+        "fp32", network=network, scale=precision.output_scale(ref, floor=0.0)
+    )
+    limit = bound.atol + bound.rtol * ref.abs()
+    stable = torch.ones(total, dtype=torch.bool, device=ref.device)
+    for other in orders[1:]:
+        stable &= ((other - ref).abs() <= limit).flatten(1).all(1)
+    top2 = logits.topk(2, dim=1).values
+    margin = (top2[:, 0] - top2[:, 1]).detach().cpu()
+    stable = stable.cpu()
+    ranked = [i for i in margin.argsort(descending=True).tolist() if stable[i]]
+    if len(ranked) < n:
+        raise AssertionError(
+            f"only {len(ranked)} of {total} images have an order-independent map; need {n} "
+            "(generate a larger pool)"
+        )
+    keep = tuple(sorted(ranked[:n]))
+    return ImageChoice(
+        keep=keep,
+        pool=total,
+        order_dependent=int((~stable).sum()),
+        min_margin=float(margin[list(keep)].min()),
+    )
+
+
+def answer(results: Iterable[Any]) -> tuple[Any, Any]:
+    """All images' saliency maps and logits, in image order, as float32 CPU tensors.
+
+    ``results`` are the task's answers (``.saliency``, ``.logits``: PyTorch or OneFlow tensors,
+    NumPy arrays), one per call; a forward-only answer has ``saliency=None`` and gives ``None``
+    for the maps.
+    """
+    import torch
+
+    from helpers.core.arrays import to_numpy
+
+    results = list(results)
+    if not results:
+        raise ValueError("no results")
+
+    def cat(xs: Iterable[Any]) -> Any:
+        return torch.cat([torch.from_numpy(to_numpy(x)).float() for x in xs])
+
+    maps = None if results[0].saliency is None else cat(r.saliency for r in results)
+    return maps, cat(r.logits for r in results)
+
+
+def int8_server(
+    repository: Any, model_path: Any, image_size: int, classes: int, batch: int, threads: int
+) -> Any:
+    """Chapter 9's served model: ``model_path`` (ONNX) in ONNX Runtime behind Triton, started.
+
+    A Python-backend model ``task_int8`` on the CPU (one instance with ``threads`` intra-op
+    threads) with dynamic batching up to ``batch`` one-image requests, written to
+    ``repository``; returns the started :class:`~helpers.serving.triton_server.TritonServer`
+    (stop it with ``.stop()``).
+    """
+    from helpers.serving import triton_repo, triton_server
+
+    spec = triton_repo.TensorSpec
+    triton_repo.python_runtime_model(
+        repository,
+        "task_int8",
+        model_path,
+        runtime="onnxruntime",
+        inputs=[spec("image", (3, image_size, image_size))],
+        outputs=[spec("logits", (classes,))],
+        max_batch_size=batch,
+        dynamic_batching=True,
+        threads=threads,
+    )
+    return triton_server.TritonServer(repository, models=["task_int8"]).start()
+
+
+# ---- the ladder ----
+
+
+# The case study's factor for each rung (Rung.key), from its article (helpers.record.reported).
+REPORTED: dict[str, float] = {
+    "graph": RESNET101_ONEFLOW["static_graph"],
+    "pruning": RESNET101_ONEFLOW["pruning_total"],
+    "batching": RESNET101_ONEFLOW["batch_1_to_16"],
+    "pipelining": RESNET101_ONEFLOW["pipeline_2proc"],
+    "precision": RESNET101_ONEFLOW["amp"],
+    "compiler": RESNET101_ONEFLOW["compile_total"] / RESNET101_ONEFLOW["amp"],
+}
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of the capstone's ladder.
+
+    Its candidates are the timed variants named ``label`` or ``"label (...)"`` (``"static graph
+    (torch.compile)"`` is a candidate of the rung labelled ``"static graph"``), or the labels in
+    ``candidates`` when given; the one with the largest paired factor is the rung's pick.
+    ``forward_only`` marks the deployment rungs (forward pass only, a different task from the
+    saliency task): they never count in :func:`end_to_end`. ``over`` names the rung whose pick
+    this rung's factor is measured over (default: the last kept rung below it): the forward-only
+    branch leaves the task where it was still float32. ``later`` marks a rung that is measured
+    and shown but never built on, because the ladder applies the technique again further up
+    (the static graph, compiled at the compiler rung). The case study's factor is ``reported``,
+    by default :data:`REPORTED` of the rung's key.
+    """
+
+    key: str
+    label: str
+    forward_only: bool = False
+    over: str | None = None
+    later: bool = False
+    candidates: tuple[str, ...] = ()
+    reported: float | None = None
+
+    def names(self, timed: Iterable[str]) -> list[str]:
+        """The labels among ``timed`` that are candidates for this rung."""
+        if self.candidates:
+            return [c for c in self.candidates if c in set(timed)]
+        return [n for n in timed if n == self.label or n.startswith(self.label + " (")]
+
+    @property
+    def case_study(self) -> float | None:
+        return self.reported if self.reported is not None else REPORTED.get(self.key)
+
+
+def keep_rule(ratio: RatioSummary) -> bool:
+    """A rung is kept only when its per-round interval (p25-p75) lies wholly above 1."""
+    return ratio.p25 > 1.0
+
+
+def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> str:
+    if kept:
+        return "kept"
+    if later:
+        return "measured, not built on"
+    return "not kept (slower)" if ratio.p75 < 1.0 else "not kept (inconclusive)"
+
+
+def ladder_rows(
+    rungs: Sequence[Rung],
+    measurements: Mapping[str, Measurement],
+    keep: Callable[[RatioSummary], bool] = keep_rule,
+) -> list[dict[str, Any]]:
+    """One row per rung: its pick, factor over the rung below, kept or not, cumulative over naive.
+
+    ``measurements`` are one :func:`~helpers.measure.timer.benchmark_interleaved` run (per item,
+    so batch sizes compare fairly). A rung's factor is the paired ratio of the rung it is measured
+    over (``Rung.over``, else the last kept rung) to its pick, round by round; ``keep(ratio)``
+    decides whether it is kept (:func:`keep_rule`: its interval lies above 1). A rung that is not
+    kept leaves the level where it was. The cumulative factor of a kept rung is the paired ratio
+    naive / this rung (the median of the per-round ratios, with their interval); the last kept
+    task rung's is :func:`end_to_end`. A rung none of whose candidates was timed (skipped on this
+    machine) has no row.
+    """
+    if not rungs:
+        raise ValueError("no rungs given")
+    keys = [r.key for r in rungs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"rung keys must be unique, got {keys}")
+    first = rungs[0]
+    if first.forward_only or first.over or len(first.names(measurements)) != 1:
+        raise ValueError("the first rung is the naive task's baseline: one timed candidate")
+    base_name = first.names(measurements)[0]
+    base = measurements[base_name]
+    base_ratio = paired_ratio(base, base)
+    rows = [_row(first, base_name, base, base_ratio, {}, True, base_ratio, 1.0, "")]
+    by_key = {first.key: rows[0]}
+    last, cum_r = rows[0], 1.0
+    for rung in rungs[1:]:
+        names = rung.names(measurements)
+        if not names:
+            continue
+        if rung.over is not None and rung.over not in by_key:
+            raise ValueError(f"rung {rung.key!r} is measured over {rung.over!r}, not a rung below")
+        under = by_key[rung.over] if rung.over is not None else last
+        ratios = {n: paired_ratio(measurements[under["candidate"]], measurements[n]) for n in names}
+        pick = max(ratios, key=lambda n: ratios[n].median)
+        ratio = ratios[pick]
+        kept = bool(keep(ratio)) and not rung.later
+        level = paired_ratio(base, measurements[pick]) if kept else under["level"]
+        if rung.case_study is not None and kept:
+            cum_r *= rung.case_study
+        row = _row(rung, pick, measurements[pick], ratio, ratios, kept, level, cum_r, under["key"])
+        rows.append(row)
+        by_key[rung.key] = row
+        if kept:
+            last = row
+        elif rung.over is not None:
+            last = under
+    return rows
+
+
+def _row(
+    rung: Rung,
+    pick: str,
+    m: Measurement,
+    ratio: RatioSummary,
+    ratios: Mapping[str, RatioSummary],
+    kept: bool,
+    level: RatioSummary,
+    cum_r: float,
+    under: str,
+) -> dict[str, Any]:
+    return {
+        "rung": rung.label,
+        "key": rung.key,
+        "candidate": pick,
+        "ms_per_image": m.median / m.items * 1e3,
+        "factor": ratio.median,
+        "ratio": ratio,
+        "candidates": dict(ratios),
+        "kept": kept,
+        "verdict": _verdict(ratio, kept, rung.later) if under else "baseline",
+        "over": under,
+        "level": level,
+        "cumulative": level.median,
+        "reported": rung.case_study,
+        "cumulative_reported": cum_r,
+        "forward_only": rung.forward_only,
+    }
+
+
+def end_to_end(rows: Sequence[Mapping[str, Any]]) -> RatioSummary:
+    """Naive / the last kept task rung, round by round (forward-only rungs do not count)."""
+    task = [r for r in rows if r["kept"] and not r["forward_only"]]
+    if not task:
+        raise ValueError("no kept task rung")
+    return task[-1]["level"]
+
+
+def _interval(ratio: RatioSummary) -> str:
+    return f"{ratio.p25:.2f}-{ratio.p75:.2f}"
+
+
+def ladder_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
+    """The ladder as a :class:`helpers.show.Table`: each rung's pick, factor, interval, verdict."""
+    from helpers.show import Table
+
+    return Table(
+        [
+            {
+                "rung": ("fwd: " if r["forward_only"] else "") + r["candidate"],
+                "ms/image": r["ms_per_image"],
+                "factor": r["factor"],
+                "IQR": _interval(r["ratio"]) if r["over"] else "-",
+                "verdict": r["verdict"],
+                "cumulative": r["cumulative"],
+                "case study": r["reported"],
+            }
+            for r in rows
+        ],
+        title=title or None,
+        formats={"ms/image": ".2f", "factor": ".2f", "cumulative": ".1f"},
+        notes=[
+            "factor: over the rung below it (the last kept one), the median of per-round ratios "
+            "with their interquartile range (IQR); kept only when the IQR lies above 1",
+            "fwd: forward pass only (no saliency map): a different task, not in the end-to-end "
+            "figure",
+        ],
+    )
+
+
+def plot_ladder(
+    rows: Sequence[Mapping[str, Any]],
+    ax: Any = None,
+    title: str = "",
+    direct: RatioSummary | None = None,
+) -> Any:
+    """The waterfall: each rung's step from the level it is measured over, beside the case study.
+
+    Bars span from the level of the rung below to the new cumulative level (log scale), with the
+    cumulative level's interquartile range as an error bar; a rung that was not kept is hatched
+    and leaves the level where it was; forward-only rungs sit right of a dotted line. ``direct``
+    (the end-to-end factor) is drawn as a dashed line with its interval as a band.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not rows:
+        raise ValueError("nothing to plot")
+    ax = ax or plt.subplots(figsize=(10, 4.5))[1]
+    x = np.arange(len(rows))
+    by_key = {r["key"]: r for r in rows}
+    level_r = 1.0
+    ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
+    labelled: set[str] = set()
+    for i, r in enumerate(rows[1:], start=1):
+        kind = "measured here, kept" if r["kept"] else "measured here, not kept"
+        start = by_key[r["over"]]["cumulative"]
+        new = r["cumulative"] if r["kept"] else start * r["factor"]
+        ax.bar(
+            x[i] - 0.2,
+            abs(new - start),
+            bottom=min(start, new),
+            width=0.38,
+            color="C2" if r["forward_only"] else "C0",
+            alpha=0.85 if r["kept"] else 0.3,
+            hatch=None if r["kept"] else "//",
+            label=None if kind in labelled else kind,
+        )
+        labelled.add(kind)
+        if r["kept"]:
+            lv = r["level"]
+            ax.errorbar(
+                x[i] - 0.2,
+                lv.median,
+                yerr=[[lv.median - lv.p25], [lv.p75 - lv.median]],
+                color="k",
+                lw=1,
+                capsize=2,
+            )
+        ax.text(x[i] - 0.2, max(start, new) * 1.05, f"{r['factor']:.2f}x", ha="center", fontsize=7)
+        if r["reported"] is not None:
+            new_r = level_r * r["reported"]
+            ax.bar(
+                x[i] + 0.2,
+                new_r - level_r,
+                bottom=level_r,
+                width=0.38,
+                color="C1",
+                alpha=0.85,
+                label="case study" if level_r == 1.0 else None,
+            )
+            ax.text(
+                x[i] + 0.2,
+                new_r * 1.05,
+                f"{r['reported']:.2f}x",
+                ha="center",
+                fontsize=7,
+                color="C1",
+            )
+            level_r = new_r
+    first_fwd = next((i for i, r in enumerate(rows) if r["forward_only"]), None)
+    if first_fwd is not None:
+        ax.axvline(first_fwd - 0.5, color="k", ls=":", lw=1)
+    if direct is not None:
+        ax.axhspan(direct.p25, direct.p75, color="C0", alpha=0.12)
+        ax.axhline(direct.median, color="C0", ls="--", lw=1, label=f"end to end {direct}")
+    ax.set_yscale("log")
+    labels = [r["rung"] for r in rows]
+    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("speed-up over naive (x, log)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+# ---- the page's sentences, generated from the numbers ----
+
+
+def _task(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in rows[1:] if not r["forward_only"]]
+
+
+def headline(rows: Sequence[Mapping[str, Any]], where: str, quick: str | None = None) -> str:
+    """The end-to-end sentence: factor with its interval, where it was measured, quick-mode caveat.
+
+    ``where`` names the device, precision and threads; ``quick`` (quick mode only) says what the
+    quick sizes are, in the same sentence, so the figure is never read beside the case study's
+    without it.
+    """
+    e2e = end_to_end(rows)
+    naive = rows[0]["ms_per_image"]
+    final = [r for r in _task(rows) if r["kept"]]
+    last = final[-1]["ms_per_image"] if final else naive
+    caveat = f", a quick-mode figure ({quick})" if quick else ""
+    return (
+        f"End to end on {where}{caveat}, the saliency task runs **{e2e.median:.1f}x** faster than "
+        f"the naive task (per-round IQR {_interval(e2e)} over {e2e.rounds} rounds; "
+        f"{naive:.2f} -> {last:.2f} ms per image)."
+    )
+
+
+def _is_static(name: str) -> bool:
+    return any(s in name for s in STATIC_GRAPHS)
+
+
+def static_graph_line(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Whether the final path contains a static graph, and what each static-graph candidate gave."""
+    task = _task(rows)
+    final = [r for r in task if r["kept"]]
+    static = [r for r in final if _is_static(r["candidate"])]
+    tried = [
+        f"{name} at the {r['rung']} rung, {ratio.verdict()}"
+        for r in task
+        for name, ratio in r["candidates"].items()
+        if _is_static(name)
+    ]
+    if static:
+        head = "The final path contains a static graph: " + ", ".join(
+            f"{r['candidate']} (kept at the {r['rung']} rung)" for r in static
+        )
+    else:
+        picks = ", ".join(f"{r['rung']}: {r['candidate']}" for r in final) or "none"
+        head = f"The final path contains no static graph: every kept rung runs eagerly ({picks})"
+    return head + (". Static graphs measured: " + "; ".join(tried) + "." if tried else ".")
+
+
+def explain_gap(
+    rows: Sequence[Mapping[str, Any]],
+    ledger_rows: Sequence[Mapping[str, Any]],
+    steps: Sequence[Step] | None = None,
+) -> list[str]:
+    """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
+
+    ``rows`` are :func:`ladder_rows`; ``ledger_rows`` are :func:`journey_rows` of ``steps`` (the
+    chapters' factors). Each chapter step is set beside the ladder rungs of :data:`STEP_RUNGS`.
+    """
+    steps = TASK_STEPS if steps is None else steps
+    e2e = end_to_end(rows)
+    task = _task(rows)
+    product = math.prod(r["factor"] for r in task if r["kept"])
+    lines = [
+        f"The ladder's kept factors multiply to {product:.2f}x; the end-to-end figure, the median "
+        f"of the per-round naive/final ratios, is {e2e.median:.2f}x (IQR {_interval(e2e)}): "
+        "medians of ratios multiply only approximately, the interval says by how much."
+    ]
+    measured = [r for r in ledger_rows if r["measured"] is not None]
+    if measured:
+        ledger_product = math.prod(r["measured"] for r in measured)
+        way = "above" if ledger_product > e2e.median else "below"
+        lines.append(
+            f"The chapters' own factors multiply to {ledger_product:.2f}x, {way} the ladder's "
+            f"{e2e.median:.2f}x. Each chapter measured its step against its own baseline "
+            f"({', '.join(sorted({r['device'] + ' ' + r['precision'] for r in measured}))}), "
+            "not on top of the steps before it."
+        )
+    dropped = [r for r in task if not r["kept"]]
+    if dropped:
+        lines.append(
+            "Measured but not kept here: "
+            + ", ".join(f"{r['candidate']} ({r['factor']:.2f}x, {r['verdict']})" for r in dropped)
+            + "; a product of chapter factors counts such steps anyway."
+        )
+    by_key = {r["key"]: r for r in task}
+    diffs = []
+    for step, row in zip(steps, ledger_rows):
+        group = [by_key[k] for k in STEP_RUNGS.get(step.key, ()) if k in by_key]
+        if row["measured"] is None or not group:
+            continue
+        here = math.prod(r["factor"] for r in group if r["kept"])
+        names = " + ".join(r["rung"] for r in group)
+        diffs.append((abs(math.log(row["measured"] / here)), step, row, here))
+        lines.append(
+            f"{step.label}: chapter {step.chapter[:2]} measured {row['measured']:.2f}x "
+            f"({row['device']}, {row['precision']}) on its own baseline; on the ladder, on top "
+            f"of the rungs below, {names} gave {here:.2f}x."
+        )
+    if diffs:
+        _, step, row, here = max(diffs, key=lambda d: d[0])
+        lines.append(
+            f"The largest difference is {step.label} ({row['measured']:.2f}x in its chapter, "
+            f"{here:.2f}x here): a factor depends on what it is measured on top of (framework, "
+            "batch, task variant, the steps already taken)."
+        )
+    return lines
+
+
+def ladder_guide(rows: Sequence[Mapping[str, Any]], device: str) -> list[str]:
+    """Decision-guide lines from this machine's ladder: what paid, what did not, deployment."""
+    task = _task(rows)
+    if not task:
+        raise ValueError("no rungs above the baseline")
+    kept = sorted((r for r in task if r["kept"]), key=lambda r: -r["factor"])
+    lines = [
+        f"on {device}, the steps that paid, largest first: "
+        + (
+            ", ".join(
+                f"{r['candidate']} {r['factor']:.2f}x ({_interval(r['ratio'])})" for r in kept
+            )
+            or "none"
+        )
+    ]
+    flat = [r for r in task if not r["kept"]]
+    if flat:
+        lines.append(
+            "not kept here: "
+            + ", ".join(f"{r['candidate']} {r['factor']:.2f}x ({r['verdict']})" for r in flat)
+        )
+    lines.append(static_graph_line(rows))
+    e2e = end_to_end(rows)
+    lines.append(f"the saliency task end to end: {e2e} over the naive task")
+    fwd = [r for r in rows if r["forward_only"]]
+    if fwd:
+        best = min(fwd, key=lambda r: r["ms_per_image"])
+        lines.append(
+            f"forward-only deployment: fastest was {best['candidate']} at "
+            f"{best['ms_per_image']:.2f} ms per image (it computes less: no backward pass, so no "
+            "saliency map)"
+        )
+    return lines
+
+
+# ---- the chapters' own factors (the ledger view) ----
 
 
 def _meta(record: Mapping[str, Any] | None, key: str) -> str:
@@ -93,250 +663,6 @@ TASK_STEPS: tuple[Step, ...] = (
         RESNET101_ONEFLOW["compile_total"],
     ),
 )
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One rung of the capstone's ladder: a ledger key, a label, the case study's factor for it.
-
-    ``forward_only`` marks the deployment rungs (forward pass only, a different task from the
-    saliency task): their factor is over the last task rung, and they never count in
-    :func:`end_to_end`.
-    """
-
-    key: str
-    label: str
-    reported: float | None = None
-    forward_only: bool = False
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
-
-
-def ladder_rows(
-    rungs: Sequence[Rung],
-    seconds_per_image: Mapping[str, float],
-    kept: Mapping[str, bool] | None = None,
-) -> list[dict[str, Any]]:
-    """One row per rung: ms per image, factor over the previous kept rung, cumulative over the first.
-
-    The first rung is the baseline (always kept). A rung with ``kept[key] is False`` was measured
-    but not adopted (it did not pay here): its factor is shown, the next rung is measured against
-    the rung before it, and it does not move the cumulative level. Because every factor divides
-    two times of the same run, the kept task rungs' factors multiply exactly to
-    :func:`end_to_end` (the times telescope).
-    """
-    if not rungs:
-        raise ValueError("no rungs given")
-    keys = [r.key for r in rungs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"rung keys must be unique, got {keys}")
-    if rungs[0].forward_only:
-        raise ValueError("the first rung is the naive task's baseline: it cannot be forward-only")
-    missing = [k for k in keys if k not in seconds_per_image]
-    if missing:
-        raise ValueError(f"no time for rung(s) {missing}")
-    kept = dict(kept or {})
-    if kept.get(keys[0]) is False:
-        raise ValueError("the baseline rung is always kept")
-    base = _positive(keys[0], seconds_per_image[keys[0]])
-    rows: list[dict[str, Any]] = []
-    prev, cum_r = base, 1.0
-    for i, r in enumerate(rungs):
-        t = _positive(r.key, seconds_per_image[r.key])
-        keep = bool(kept.get(r.key, True))
-        factor = prev / t if i else 1.0
-        if r.reported is not None and keep:
-            cum_r *= r.reported
-        rows.append(
-            {
-                "rung": r.label,
-                "key": r.key,
-                "ms_per_image": t * 1e3,
-                "factor": factor,
-                "kept": keep,
-                "cumulative": base / (t if keep else prev),
-                "reported": r.reported,
-                "cumulative_reported": cum_r,
-                "forward_only": r.forward_only,
-            }
-        )
-        if keep:
-            prev = t
-    return rows
-
-
-def end_to_end(rows: Sequence[Mapping[str, Any]]) -> float:
-    """Naive time / the last kept task rung's time (forward-only rungs do not count)."""
-    task = [r for r in rows if r["kept"] and not r["forward_only"]]
-    if not task:
-        raise ValueError("no kept task rung")
-    return rows[0]["ms_per_image"] / task[-1]["ms_per_image"]
-
-
-def plot_ladder(
-    rows: Sequence[Mapping[str, Any]], ax: Any = None, title: str = "", direct: float | None = None
-) -> Any:
-    """The waterfall: each rung's factor over the previous kept rung, measured beside reported.
-
-    Bars span from the previous level to the new one (log scale); a rung that was not kept is
-    hatched and leaves the level where it was; forward-only rungs sit right of a dotted line.
-    ``direct`` (the direct end-to-end factor) is drawn as a horizontal line.
-    """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    if not rows:
-        raise ValueError("nothing to plot")
-    ax = ax or plt.subplots(figsize=(10, 4.5))[1]
-    x = np.arange(len(rows))
-    level = level_r = 1.0
-    for i, r in enumerate(rows):
-        if i == 0:
-            ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
-            continue
-        new = level * r["factor"]
-        ax.bar(
-            x[i] - 0.2,
-            abs(new - level),
-            bottom=min(level, new),
-            width=0.38,
-            color="C0" if not r["forward_only"] else "C2",
-            alpha=0.85 if r["kept"] else 0.3,
-            hatch=None if r["kept"] else "//",
-            label="measured here" if i == 1 else None,
-        )
-        ax.text(
-            x[i] - 0.2, max(level, new), f"{r['factor']:.2f}x", ha="center", va="bottom", fontsize=7
-        )
-        if r["reported"] is not None:
-            new_r = level_r * r["reported"]
-            ax.bar(
-                x[i] + 0.2,
-                new_r - level_r,
-                bottom=level_r,
-                width=0.38,
-                color="C1",
-                alpha=0.85,
-                label="case study" if level_r == 1.0 else None,
-            )
-            ax.text(
-                x[i] + 0.2,
-                new_r,
-                f"{r['reported']:.2f}x",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color="C1",
-            )
-            level_r = new_r
-        if r["kept"]:
-            level = new
-    first_fwd = next((i for i, r in enumerate(rows) if r["forward_only"]), None)
-    if first_fwd is not None:
-        ax.axvline(first_fwd - 0.5, color="k", ls=":", lw=1)
-    if direct is not None:
-        ax.axhline(direct, color="C0", ls="--", lw=1, label=f"direct end to end {direct:.1f}x")
-    ax.set_yscale("log")
-    ax.set_xticks(x, [r["rung"] for r in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("speed-up over naive (x, log)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return ax
-
-
-def explain_gap(
-    rows: Sequence[Mapping[str, Any]],
-    ledger_rows: Sequence[Mapping[str, Any]],
-    steps: Sequence[Step] = TASK_STEPS,
-) -> list[str]:
-    """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
-
-    ``rows`` are :func:`ladder_rows`; ``ledger_rows`` are :func:`journey_rows` of ``steps`` (the
-    chapters' factors). Each chapter step is set beside the ladder rungs of :data:`STEP_RUNGS`.
-    """
-    direct = end_to_end(rows)
-    task = [r for r in rows[1:] if not r["forward_only"]]
-    product = math.prod(r["factor"] for r in task if r["kept"])
-    lines = [
-        f"The ladder's kept factors multiply to {product:.2f}x, the direct end-to-end number "
-        f"{direct:.2f}x: each rung is timed against the one below it in the same run, so the "
-        "times telescope."
-    ]
-    measured = [r for r in ledger_rows if r["measured"] is not None]
-    if measured:
-        ledger_product = math.prod(r["measured"] for r in measured)
-        way = "above" if ledger_product > direct else "below"
-        lines.append(
-            f"The chapters' own factors multiply to {ledger_product:.2f}x, {way} the ladder's "
-            f"{direct:.2f}x. Each chapter measured its step against its own baseline "
-            f"({', '.join(sorted({r['device'] + ' ' + r['precision'] for r in measured}))}), "
-            "not on top of the steps before it."
-        )
-    dropped = [r for r in task if not r["kept"]]
-    if dropped:
-        lines.append(
-            "Measured but not kept here (no gain on top of the rungs below): "
-            + ", ".join(f"{r['rung']} ({r['factor']:.2f}x)" for r in dropped)
-            + "; a product of chapter factors counts such steps anyway."
-        )
-    by_key = {r["key"]: r for r in task}
-    diffs = []
-    for step, row in zip(steps, ledger_rows):
-        group = [by_key[k] for k in STEP_RUNGS.get(step.key, ()) if k in by_key]
-        if row["measured"] is None or not group:
-            continue
-        here = math.prod(r["factor"] for r in group if r["kept"])
-        names = " + ".join(r["rung"] for r in group)
-        diffs.append((abs(math.log(row["measured"] / here)), step, row, here, names))
-        lines.append(
-            f"{step.label}: chapter {step.chapter[:2]} measured {row['measured']:.2f}x "
-            f"({row['device']}, {row['precision']}) on its own baseline; on the ladder, on top "
-            f"of the rungs below, {names} gave {here:.2f}x."
-        )
-    if diffs:
-        _, step, row, here, _ = max(diffs, key=lambda d: d[0])
-        lines.append(
-            f"The largest difference is {step.label} ({row['measured']:.2f}x in its chapter, "
-            f"{here:.2f}x here): a factor depends on what it is measured on top of (framework, "
-            "batch, task variant, the steps already taken), so only the ladder's factors multiply "
-            "to the end-to-end number."
-        )
-    return lines
-
-
-def ladder_guide(rows: Sequence[Mapping[str, Any]], device: str) -> list[str]:
-    """Decision-guide lines from this machine's ladder: what paid most, what did not, deployment."""
-    task = [r for r in rows[1:] if not r["forward_only"]]
-    if not task:
-        raise ValueError("no rungs above the baseline")
-    ranked = sorted(task, key=lambda r: -r["factor"])
-    lines = [
-        f"on {device}, the steps that paid most, in order: "
-        + ", ".join(f"{r['rung']} {r['factor']:.2f}x" for r in ranked if r["kept"])
-    ]
-    flat = [r for r in task if not r["kept"] or r["factor"] < 1.05]
-    if flat:
-        lines.append(
-            "hardly worth it here (under 5% or not kept): "
-            + ", ".join(f"{r['rung']} {r['factor']:.2f}x" for r in flat)
-        )
-    lines.append(f"the saliency task end to end: {end_to_end(rows):.1f}x over the naive task")
-    fwd = [r for r in rows if r["forward_only"]]
-    if fwd:
-        best = min(fwd, key=lambda r: r["ms_per_image"])
-        lines.append(
-            f"forward-only deployment: fastest was {best['rung']} at {best['ms_per_image']:.2f} ms "
-            f"per image, {best['cumulative']:.1f}x the naive saliency task's time (it computes "
-            "less: no backward pass, so no saliency map)"
-        )
-    return lines
-
 
 # Which ladder rungs (Rung.key) make up each chapter step of TASK_STEPS (Step.key).
 STEP_RUNGS: dict[str, tuple[str, ...]] = {
