@@ -24,6 +24,21 @@ def test_journey_rows_multiply_measured_and_reported():
     assert 20 < expected < 23  # the case study's "about 21x"
 
 
+def test_reported_cumulative_is_the_articles_21_beside_its_factors_22():
+    """Both figures are the article's: its "about 21x" and its step factors' product, 22.0x."""
+    from helpers.record.reported import RESNET101_ONEFLOW as R
+
+    expected = math.prod(s.reported for s in ladder.TASK_STEPS)
+    assert R["cumulative"] == 21.0 and R["cumulative_of_factors"] == round(expected, 1) == 22.0
+    # 21x fits the article's other two wordings of the compile total, 1.56x and about 1.6x
+    for other in (R["compile_total_vs_best"], R["compile_total_summary"]):
+        assert round(expected / R["compile_total"] * other) == 21
+    line = ladder.article_line()
+    for figure in ("22.0x", '"about 21x"', "+64% (1.64x)", '"1.56 倍"', '"约 1.6 倍"', "20.9x"):
+        assert figure in line, (figure, line)
+    assert "the course uses 1.64x" in line and "more than 25x" in line
+
+
 def test_missing_step_is_named_not_invented():
     rows = ladder.journey_rows(FULL[1:])
     assert rows[0]["measured"] is None

@@ -3,7 +3,7 @@
 A CUDA library carries machine code (SASS) for a list of GPU architectures, and optionally PTX
 that the driver can compile for newer ones. OneFlow 0.9.0's cu117 wheel ships SASS for
 compute capability 6.0-8.6 and no PTX, so it cannot run on Hopper (H100/H200, 9.0) or newer
-GPUs; PyTorch 2.10's cu12 wheel starts at 7.0. The course's GPU chapters therefore need a GPU of
+GPUs; PyTorch 2.10's cu128 wheel starts at 7.0. The course's GPU chapters therefore need a GPU of
 compute capability 7.0-8.9 (V100, T4, A100, A10G, L4, L40S, RTX 30xx/40xx) for OneFlow to use it;
 on other GPUs :func:`helpers.core.environment.flow_device` keeps OneFlow on the CPU and says why.
 

@@ -492,7 +492,9 @@ def oneflow_serving_model(
     """The OneFlow-Serving layout: ``backend: "oneflow"``, ``INPUT_0``/``OUTPUT_0``, ``<version>/model/``.
 
     ``saved_graph`` is the folder ``flow.save(graph, folder)`` wrote; ``xrt`` switches on OneFlow's
-    TensorRT (GPU) or OpenVINO (CPU) execution.
+    TensorRT (GPU) or OpenVINO (CPU) execution in ``config.pbtxt``. That is the course's alternative:
+    case study 1's article changes the server's start command instead (OneFlow-Serving's
+    ``--enable-tensorrt`` / ``--enable-openvino``, ignored when a ``config.pbtxt`` exists).
     """
     if xrt not in (None, "tensorrt", "openvino"):
         raise ConfigError(f"xrt must be None, 'tensorrt' or 'openvino', got {xrt!r}")

@@ -1,10 +1,12 @@
-"""The case study's deployed task, forward -> backward -> forward, and its pruned variants.
+"""The course's model of case study 1's task, forward -> backward -> forward, and its variants.
 
-The service needs the gradient of the top class score with respect to the *input image*
-(a saliency map), not a weight update. The team's first version (``"original"``) was
-written like a training step: every parameter requires grad, an optimizer step is left
-in (with a learning rate of 0, so the weights never change and nobody noticed), and a
-second forward pass runs whose result is never used. Chapter 4 prunes it step by step:
+The article says only that the deployment needs a backward pass without a model update. The
+course's model of the task: the gradient of the top class score with respect to the *input
+image* (a saliency map). The team's first version (``"original"``) was written like a training
+step: every parameter requires grad, an optimizer step is left in (the article: the user kept the
+parameter-update logic by mistake; the course's model is SGD with momentum and a learning rate of
+0, so the weights never change), and a second forward pass runs whose result is never used.
+Chapter 4 prunes it step by step:
 
 ====================  =================================================================
 variant               what changes (cumulative)
