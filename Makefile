@@ -143,15 +143,17 @@ setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(T
 # Four pytest processes, each run once. The unit tests without OneFlow, then the OneFlow tests in a
 # process of their own, then the notebooks: nbval executes each once and its outputs go to the book's
 # execution cache (conftest.py), so the book test that follows renders them without executing again,
-# then checks every page in Chromium. The OneFlow split is not a crash guard (the native crashes in
-# nn.Graph runs were a race in OneFlow 0.9.0's launcher, fixed before OneFlow starts by
+# then checks every page in Chromium. Each notebook starts cold (COURSE_COLD_START=1: an empty ledger
+# folder of its own, no notebooks/artifacts), as for a participant who opens one chapter of a fresh
+# clone; nbval records each one's wall time and peak memory in _build/nbval_times/ (conftest.py).
+# The OneFlow split is not a crash guard (the native crashes in nn.Graph runs were a race in OneFlow 0.9.0's launcher, fixed before OneFlow starts by
 # helpers/core/oneflow_fix.py); it keeps OneFlow's runtime threads (its VM scheduler spins between
 # instructions) off the cores of the PyTorch tests, and it shows those tests need no OneFlow at all.
 UNIT := $(PY) -m pytest -q tests --ignore=tests/book
 test: setup
 	$(RUN_ENV) COURSE_TEST_GROUP=no-oneflow $(UNIT)
 	$(RUN_ENV) COURSE_TEST_GROUP=oneflow $(UNIT)
-	$(RUN_ENV) $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
+	$(RUN_ENV) COURSE_COLD_START=1 $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
 	$(RUN_ENV) $(PY) -m pytest -q tests/book
 
 test-unit: setup

@@ -12,6 +12,7 @@ executed in the other.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,16 +33,61 @@ _runs: dict[str, dict[str, Any]] = {}
 _starts: dict[str, float] = {}
 
 
+class _PeakMemory:
+    """The peak resident memory of this process's children (the kernel, its servers and workers).
+
+    Sampled every half second in a thread while a notebook runs: the sum of the RSS of every
+    descendant process (shared pages counted once per process, so an upper bound), and the
+    largest single process. ``book/workshop.md`` sizes a shared hub from these peaks.
+    """
+
+    def __init__(self) -> None:
+        self.tree = self.largest = 0
+        self._stop: Any = None
+
+    def start(self) -> None:
+        import threading
+
+        self.tree = self.largest = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, args=(self._stop,), daemon=True).start()
+
+    def stop(self) -> tuple[float, float]:
+        """Stop sampling; (peak of the tree, peak of one process), in MB."""
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+        return round(self.tree / 2**20), round(self.largest / 2**20)
+
+    def _sample(self, stop: Any) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not stop.wait(0.5):
+            sizes = []
+            for p in me.children(recursive=True):
+                try:
+                    sizes.append(p.memory_info().rss)
+                except psutil.Error:  # it ended between the listing and the reading
+                    pass
+            self.tree = max(self.tree, sum(sizes))
+            self.largest = max(self.largest, max(sizes, default=0))
+
+
+_peak = _PeakMemory()
+
+
 def _record_time(path: Path, seconds: float, ok: bool) -> None:
-    """Append the notebook's wall time under nbval to ``_build/nbval_times/<mode>.json``.
+    """Append the notebook's wall time and peak memory under nbval to
+    ``_build/nbval_times/<mode>.json``.
 
     ``tools/chapter_times.py`` turns a quiet run's times into each chapter's "Time" line.
     """
     import json
-    import os
 
     from helpers.core.environment import get_mode
 
+    tree, largest = _peak.stop()
     out = ROOT / "_build" / "nbval_times" / f"{get_mode()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(out.read_text()) if out.exists() else []
@@ -52,6 +98,9 @@ def _record_time(path: Path, seconds: float, ok: bool) -> None:
             "passed": ok,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "loadavg": os.getloadavg()[0],
+            "peak_tree_mb": tree,
+            "peak_process_mb": largest,
+            "cold_start": os.environ.get(COLD_ENV) == "1",
         }
     )
     out.write_text(json.dumps(runs, indent=1))
@@ -104,8 +153,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any):  # noqa: ANN201 - p
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if _is_nb_cell(item):  # the notebook's clock starts with its first cell (kernel start included)
-        _starts.setdefault(str(item.parent.fspath), time.time())
+    key = str(getattr(item, "parent", None) and item.parent.fspath)
+    if _is_nb_cell(item) and key not in _starts:
+        # the notebook's clock starts with its first cell (kernel start included)
+        _starts[key] = time.time()
+        _peak.start()
+        if os.environ.get(COLD_ENV) == "1":
+            _start_cold(Path(key))
+
+
+COLD_ENV = "COURSE_COLD_START"
+
+
+def _start_cold(path: Path) -> None:
+    """``COURSE_COLD_START=1``: the notebook starts as from a fresh clone.
+
+    Before its kernel starts (this hook runs before nbval's setup), the notebook gets an empty
+    ledger folder of its own and ``notebooks/artifacts`` is removed, so no chapter can lean on
+    what an earlier one wrote (``make test`` runs every chapter this way; chapter 10 then shows
+    only its own rungs, without the journey of the chapters before it).
+    """
+    import shutil
+
+    from helpers.record.ledger import RESULTS_ENV
+
+    fresh = ROOT / "_build" / "cold" / path.stem
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    os.environ[RESULTS_ENV] = str(fresh)
+    shutil.rmtree(path.parent / "artifacts", ignore_errors=True)
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -115,7 +191,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if key in _starts:
         _record_time(Path(key), time.time() - _starts.pop(key), _runs.get(key, {}).get("ok", False))
     run = _runs.pop(str(item.parent.fspath), None)
-    if run and run["ok"] and not item.config.getoption("-k") and not item.config.getoption("-m"):
+    partial = item.config.getoption("-k") or item.config.getoption("-m")
+    if run and run["ok"] and not partial:
         # A mismatch raises: the book would otherwise execute every notebook a second time, silently.
         _cache_executed(Path(str(item.parent.fspath)), run)
 

@@ -34,7 +34,16 @@ MIN_PER_EXERCISE = 7
 HIDDEN = {"remove-input", "remove-cell", "hide-cell", "hide-input"}
 _TIME_PARA = re.compile(r"\*\*Time:\*\*.*?(?=\n\n|\Z)", re.S)
 
-__all__ = ["page_size", "time_line", "chapters", "write", "check", "record"]
+__all__ = [
+    "page_size",
+    "time_line",
+    "chapters",
+    "write",
+    "check",
+    "record",
+    "room_minutes",
+    "workshop_block",
+]
 
 
 def chapters(root: Path = ROOT) -> list[Path]:
@@ -107,6 +116,118 @@ def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
     return "\n".join(textwrap.wrap(text, 100, break_on_hyphens=False))
 
 
+WORKSHOP = ROOT / "book" / "workshop.md"
+_BLOCK = re.compile(r"(<!-- chapter-times:start.*?-->\n).*?(<!-- chapter-times:end -->)", re.S)
+DISCUSSION_MIN = 10  # per chapter in a room: the teacher's demonstration and questions
+# The plans: (session, [(chapter, exercises done in the room)]), in order. A day is 6 hours of
+# contact time in two halves; `workshop_block` says how long each session takes from the
+# measured times, and tests/test_chapter_times.py fails when a session does not fit its length.
+SESSION_MIN = 165  # a half day: 2 h 45 min between breaks
+PLANS: dict[str, list[tuple[str, list[tuple[str, int]]]]] = {
+    "One day": [
+        (
+            "morning",
+            [("00_measuring", 1), ("03_dynamic_to_static", 1), ("06_compile_optimisations", 1)],
+        ),
+        (
+            "afternoon",
+            [("07_onnx_runtimes", 1), ("08_int8_quantization", 1), ("09_triton_serving", 1)],
+        ),
+    ],
+    "Two days": [
+        (
+            "day 1 morning",
+            [("00_measuring", 2), ("01_migration", 1), ("02_precision_alignment", 1)],
+        ),
+        (
+            "day 1 afternoon",
+            [("03_dynamic_to_static", 2), ("04_pruning", 1), ("05_parallelism", 1)],
+        ),
+        (
+            "day 2 morning",
+            [("06_compile_optimisations", 1), ("07_onnx_runtimes", 2), ("08_int8_quantization", 1)],
+        ),
+        (
+            "day 2 afternoon",
+            [("09_triton_serving", 1), ("09b_production_front", 1), ("10_capstone", 1)],
+        ),
+    ],
+}
+
+
+def room_minutes(stem: str, exercises: int, times: dict[str, Any], root: Path = ROOT) -> int:
+    """Minutes a chapter takes in a room: participants read while it runs (the longer of the two),
+    then do ``exercises`` of its exercises, plus the teacher's discussion."""
+    size = page_size(root / "notebooks" / f"{stem}.ipynb")
+    read = size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN
+    run = times["quick"].get(stem, 0) / 60
+    return math.ceil(max(read, run) + exercises * MIN_PER_EXERCISE + DISCUSSION_MIN)
+
+
+def _title(nb: Path) -> str:
+    first = "".join(_cells(nb)[0]["source"]).splitlines()[0]
+    return first.lstrip("# ").split(":")[0]
+
+
+def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
+    """The generated part of ``book/workshop.md``: per-chapter times and peaks, and the plans."""
+    rows = [
+        "| chapter | runs in (quick, measured) | full size on the CPU (measured) | reading "
+        "(estimate) | exercises (estimate) | peak memory, process tree (measured) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for nb in chapters(root):
+        size = page_size(nb)
+        quick = times["quick"].get(nb.stem)
+        full = times.get("full_cpu", {}).get(nb.stem)
+        peak = times.get("quick_peak_mb", {}).get(nb.stem)
+        read = math.ceil(size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN)
+        rows.append(
+            f"| {_title(nb)} | {_minutes(quick) if quick else 'not measured'} | "
+            f"{_minutes(full) if full else 'not measured'} | {read} min | "
+            f"{size['exercises']} x {MIN_PER_EXERCISE} min | "
+            f"{f'{peak[0] / 1024:.1f} GB' if peak else 'not measured'} |"
+        )
+    out = "\n".join(rows) + "\n\n"
+    machine = times["machine"]
+    out += (
+        f"Measured on {machine['cpu']} ({machine['cores']} cores), {times['quick_date']}, quick "
+        f"mode under nbval (the busiest minute's load average: {times['quick_loadavg_max']:.1f}).\n"
+    )
+    peaks = times.get("quick_peak_mb", {})
+    if peaks:
+        stem = max(peaks, key=lambda k: peaks[k][0])
+        gb = peaks[stem][0] / 1024
+        out += (
+            f"\nThe heaviest chapter, {_title(root / 'notebooks' / f'{stem}.ipynb')}, peaked at "
+            f"{gb:.1f} GB for its whole process tree (kernel, servers, workers; the sum of their "
+            f"resident memory, an upper bound): give each participant at least "
+            f"{math.ceil(gb * 1.25)} GB, one chapter's kernel at a time.\n"
+        )
+    for plan, sessions in PLANS.items():
+        out += f"\n### {plan}\n\n| session | chapters (exercises in the room) | minutes |\n"
+        out += "|---|---|---|\n"
+        for name, items in sessions:
+            total = sum(room_minutes(st, n, times, root) for st, n in items)
+            chs = ", ".join(
+                f"{_title(root / 'notebooks' / f'{st}.ipynb').split('.')[0]} ({n})"
+                for st, n in items
+            )
+            out += f"| {name} | {chs} | {total} of {SESSION_MIN} |\n"
+    return out
+
+
+def _workshop(times: dict[str, Any], root: Path, dry: bool) -> bool:
+    path = root / WORKSHOP.relative_to(ROOT)
+    text = path.read_text(encoding="utf-8")
+    if not _BLOCK.search(text):
+        raise ValueError(f"{path}: no '<!-- chapter-times:start -->' block")
+    new = _BLOCK.sub(lambda m: m.group(1) + workshop_block(times, root) + m.group(2), text)
+    if new != text and not dry:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
 def _load_times(path: Path = TIMES) -> dict[str, Any]:
     return json.loads(path.read_text())
 
@@ -129,26 +250,31 @@ def _rewrite(nb: Path, times: dict[str, Any], dry: bool) -> bool:
 def write(root: Path = ROOT) -> list[str]:
     """Rewrite every chapter's Time line from the times file; the chapters that changed."""
     times = _load_times(root / TIMES.relative_to(ROOT))
-    return [nb.stem for nb in chapters(root) if _rewrite(nb, times, dry=False)]
+    changed = [nb.stem for nb in chapters(root) if _rewrite(nb, times, dry=False)]
+    return changed + (["workshop"] if _workshop(times, root, dry=False) else [])
 
 
 def check(root: Path = ROOT) -> list[str]:
     """The chapters whose Time line differs from what the times file gives."""
     times = _load_times(root / TIMES.relative_to(ROOT))
-    return [nb.stem for nb in chapters(root) if _rewrite(nb, times, dry=True)]
+    stale = [nb.stem for nb in chapters(root) if _rewrite(nb, times, dry=True)]
+    return stale + (["workshop"] if _workshop(times, root, dry=True) else [])
 
 
 def record(runs_file: Path, machine: dict[str, Any], out: Path = TIMES) -> dict[str, Any]:
     """Put the last passing quick-mode time of each chapter from ``runs_file`` into the times file."""
     runs = json.loads(Path(runs_file).read_text())
-    quick = {}
+    quick, peaks = {}, {}
     for r in runs:
         if r["passed"]:
             quick[r["notebook"]] = r["seconds"]
+            if r.get("peak_tree_mb"):
+                peaks[r["notebook"]] = [r["peak_tree_mb"], r["peak_process_mb"]]
     times = _load_times(out) if out.exists() else {}
     times.update(
         machine=machine,
         quick={k: quick[k] for k in sorted(quick) if k[:2].isdigit()},
+        quick_peak_mb={k: peaks[k] for k in sorted(peaks)},
         quick_date=max(r["time"] for r in runs)[:10],
         quick_loadavg_max=max(r["loadavg"] for r in runs),
     )
