@@ -146,8 +146,8 @@ setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(T
 # then checks every page in Chromium. Each notebook starts cold (COURSE_COLD_START=1: an empty ledger
 # folder of its own, no notebooks/artifacts), as for a participant who opens one chapter of a fresh
 # clone; nbval records each one's wall time and peak memory in _build/nbval_times/ (conftest.py).
-# The OneFlow split is not a crash guard (the native crashes in nn.Graph runs were a race in OneFlow 0.9.0's launcher, fixed before OneFlow starts by
-# helpers/core/oneflow_fix.py); it keeps OneFlow's runtime threads (its VM scheduler spins between
+# The OneFlow split is not a crash guard (the native crashes in nn.Graph runs were a race in
+# OneFlow 0.9.0's launcher, fixed before OneFlow starts by helpers/core/oneflow_fix.py); it keeps OneFlow's runtime threads (its VM scheduler spins between
 # instructions) off the cores of the PyTorch tests, and it shows those tests need no OneFlow at all.
 UNIT := $(PY) -m pytest -q tests --ignore=tests/book
 test: setup
