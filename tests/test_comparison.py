@@ -264,3 +264,16 @@ def test_task_level_keeps_the_decisions_the_precision_cannot_flip():
     flipped[0] = ref[0][::-1]  # one confident decision reversed, the row still nearest its own
     with pytest.raises(AssertionError, match="top-1 changed on 1 of 6"):
         assert_task_level(flipped, ref, mode="bf16", logits=True, network="resnet18")
+
+
+def test_an_actual_below_the_expected_fails_like_one_above():
+    """Both directions count: without the abs() of the difference only a too-large actual failed
+    (the mutation sample caught that only indirectly)."""
+    y = np.ones((2, 3), dtype=np.float32)
+    for sign in (1, -1):
+        x = y + np.float32(sign * 1e-2)
+        with pytest.raises(AssertionError, match="not close"):
+            assert_outputs_close(x, y, mode="fp32")
+        assert compare(x, y).max_abs == pytest.approx(1e-2, rel=1e-3)
+    # a negative reference: the relative part of the bound scales with its magnitude
+    assert_outputs_close(-y * np.float32(1 + 1e-7), -y, mode="fp32")
