@@ -92,6 +92,13 @@ def book_config(env: dict[str, str] | None = None, base: Path = ROOT / "_config.
     # One execution cache per mode: Jupyter Book keys cached outputs on the code alone, so a quick-mode
     # cache must never be rendered in a full-mode build (conftest.py writes nbval's runs to the same folder).
     config.setdefault("execute", {})["cache"] = f"_build/.jupyter_cache/{_mode(env)}"
+    # Sphinx reads html_static_path relative to the configuration's folder, and this configuration
+    # is written to _build/: point it at the repository's _static/ (course.css), or the book builds
+    # without the course's styles (and its 88-column code blocks scroll sideways).
+    sphinx = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx["html_static_path"] = [
+        str(ROOT / p) for p in sphinx.get("html_static_path", ["_static"])
+    ]
     html = config.setdefault("html", {})
 
     given = env.get("COURSE_REPO_URL", "").strip()
