@@ -264,3 +264,30 @@ def test_task_level_keeps_the_decisions_the_precision_cannot_flip():
     flipped[0] = ref[0][::-1]  # one confident decision reversed, the row still nearest its own
     with pytest.raises(AssertionError, match="top-1 changed on 1 of 6"):
         assert_task_level(flipped, ref, mode="bf16", logits=True, network="resnet18")
+
+
+def test_task_level_refuses_when_a_control_passes_too():
+    """Catches M04 (the control refusal compares ``v > min_nearest_own`` instead of ``>=``):
+    half the rows sign-flipped reach min_nearest_own=0.5, and so does the negated control."""
+    ref = np.eye(4) + 0.01 * _rows(4, 4)
+    half_flipped = ref * np.array([[1.0], [1.0], [-1.0], [-1.0]])
+    with pytest.raises(AssertionError, match="control"):
+        assert_task_level(half_flipped, ref, mode="bf16", min_nearest_own=0.5)
+
+
+def test_task_level_shifted_control_pairs_each_row_with_another_image():
+    """Catches M05 (the "shifted rows" control rolls the columns, not the rows): each row
+    paired with the previous image's reference is never nearest its own."""
+    ref = _rows()
+    check = assert_task_level(ref + 0.05 * _rows(seed=1), ref, mode="bf16")
+    assert check.controls == {"negated": 0.0, "shifted rows": 0.0}
+
+
+@pytest.mark.parametrize("mode", ["tf32", "bf16", "fp16", "int8"])
+def test_bound_used_refuses_every_reduced_mode_on_a_whole_network(mode):
+    """Catches M09 (``bound_used`` refuses bf16/fp16/int8 but lets TF32 through, whose
+    whole-network bound passes planted bugs); one layer's bound is still given."""
+    ref = np.ones(4)
+    with pytest.raises(ValueError, match="task level"):
+        bound_used(ref, ref, mode=mode)
+    assert bound_used(ref, ref, mode=mode, accumulation="op") == 0.0
