@@ -444,3 +444,19 @@ def test_training_settings_reject_non_finite_values(torch_mod):
             alignment.make_train_step(model, **kwargs)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         alignment.perturb_weights(model, float("inf"))
+
+
+def test_assert_close_bounds_the_worst_element_not_the_mean(pair):
+    """Catches M19 (``assert_close`` compares the mean |error| with the bound): one element off
+    by 1e-2 among exact ones fails atol=2e-3 although the mean error is far below it."""
+    ref, _ = pair
+
+    def spiked(a):
+        out = np.array(predict.predict_batched(ref, a), copy=True)
+        out[0, 0] += 1e-2
+        return out
+
+    rep = alignment.alignment_report(ref, spiked, _x(4))
+    assert rep.rows[0].comparison.mean_abs < 2e-3
+    with pytest.raises(AssertionError, match="max abs error"):
+        rep.assert_close(atol=2e-3)

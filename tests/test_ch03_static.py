@@ -6,7 +6,7 @@ import pytest
 
 from helpers.chapters import ch03_static
 from helpers.compiling.graphs import StaticMeasurement
-from helpers.measure.measurement import Measurement, paired_ratio
+from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 
 
 def _m(label, times, items=1):
@@ -108,3 +108,14 @@ def test_deployed_timings_runs_both_frameworks_on_a_cpu(torch_mod):
     ]
     for r in out["rows"]:
         assert ch03_static.ratio_from_dict(r["ratio"]).rounds == 2
+
+
+def test_verdict_word_reads_the_interval_not_the_median():
+    """Catches M28 (the verdict from ``|median - 1| < 5%``): a 1.3x median whose per-round
+    interval holds 1 is inconclusive; a 1.02x one whose interval lies above 1 is faster."""
+    wide = RatioSummary(median=1.3, p25=0.9, p75=1.6, rounds=4, ratios=(0.9, 1.2, 1.4, 1.6))
+    tight = RatioSummary(
+        median=1.02, p25=1.01, p75=1.03, rounds=4, ratios=(1.01,) * 2 + (1.03,) * 2
+    )
+    assert ch03_static.verdict_word(wide) == "inconclusive"
+    assert ch03_static.verdict_word(tight) == "faster"

@@ -277,3 +277,30 @@ def test_an_actual_below_the_expected_fails_like_one_above():
         assert compare(x, y).max_abs == pytest.approx(1e-2, rel=1e-3)
     # a negative reference: the relative part of the bound scales with its magnitude
     assert_outputs_close(-y * np.float32(1 + 1e-7), -y, mode="fp32")
+
+
+def test_task_level_refuses_when_a_control_passes_too():
+    """Catches M04 (the control refusal compares ``v > min_nearest_own`` instead of ``>=``):
+    half the rows sign-flipped reach min_nearest_own=0.5, and so does the negated control."""
+    ref = np.eye(4) + 0.01 * _rows(4, 4)
+    half_flipped = ref * np.array([[1.0], [1.0], [-1.0], [-1.0]])
+    with pytest.raises(AssertionError, match="control"):
+        assert_task_level(half_flipped, ref, mode="bf16", min_nearest_own=0.5)
+
+
+def test_task_level_shifted_control_pairs_each_row_with_another_image():
+    """Catches M05 (the "shifted rows" control rolls the columns, not the rows): each row
+    paired with the previous image's reference is never nearest its own."""
+    ref = _rows()
+    check = assert_task_level(ref + 0.05 * _rows(seed=1), ref, mode="bf16")
+    assert check.controls == {"negated": 0.0, "shifted rows": 0.0}
+
+
+@pytest.mark.parametrize("mode", ["tf32", "bf16", "fp16", "int8"])
+def test_bound_used_refuses_every_reduced_mode_on_a_whole_network(mode):
+    """Catches M09 (``bound_used`` refuses bf16/fp16/int8 but lets TF32 through, whose
+    whole-network bound passes planted bugs); one layer's bound is still given."""
+    ref = np.ones(4)
+    with pytest.raises(ValueError, match="task level"):
+        bound_used(ref, ref, mode=mode)
+    assert bound_used(ref, ref, mode=mode, accumulation="op") == 0.0

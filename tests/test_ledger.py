@@ -190,3 +190,13 @@ def test_makefile_bench_publishes_only_after_check_quiet():
     assert (
         "&& \\\n\t$(PY) -m helpers.record.ledger check-quiet" in recipe
     )  # chained: a failure stops
+
+
+def test_a_quiet_and_an_unknown_measurement_are_unknown_not_quiet(results_dir):
+    """Catches M15 (``_verdict`` calls a mix of quiet and unknown loads quiet): one figure whose
+    measurements are quiet and unknown is recorded as unknown (None)."""
+    from helpers.measure.measurement import Measurement
+
+    unknown = Measurement("u", [0.01] * 4, threads=2, device="cpu")
+    assert unknown.contended is None
+    assert ledger.on_machine(_measurement("a", False), unknown)["contended"] is None

@@ -7,6 +7,7 @@ import pytest
 from helpers.measure.measurement import (
     SPREAD_WARNING,
     Measurement,
+    RatioSummary,
     paired_ratio,
     percentile,
     speedup,
@@ -127,3 +128,19 @@ def test_a_ratio_whose_interval_holds_one_is_inconclusive():
     assert not r.conclusive and r.verdict().startswith("inconclusive")
     assert paired_ratio(base, fast).verdict() == "2.00x faster"
     assert paired_ratio(fast, base).verdict() == "0.50x slower"
+
+
+def test_an_interval_that_reaches_one_holds_one():
+    """Catches M12 (``conclusive`` with ``>=``/``<=``): a per-round interval that starts or ends
+    exactly at 1.00 holds 1, so the ratio is inconclusive."""
+    up = RatioSummary(median=1.2, p25=1.0, p75=1.4, rounds=4, ratios=(1.0, 1.0, 1.4, 1.4))
+    down = RatioSummary(median=0.8, p25=0.6, p75=1.0, rounds=4, ratios=(0.6, 0.6, 1.0, 1.0))
+    for r in (up, down):
+        assert not r.conclusive and r.verdict().startswith("inconclusive")
+
+
+def test_a_measurement_without_a_load_is_unknown_not_quiet():
+    """Catches M14 (``Measurement.contended`` as ``bool(...)``): with no load probe the load is
+    unknown (None), not quiet (False)."""
+    m = Measurement("m", [0.01, 0.01], items=1)
+    assert m.load is None and m.contended is None and m.as_dict()["contended"] is None

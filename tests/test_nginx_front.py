@@ -476,3 +476,26 @@ def test_a_front_with_no_server_answers_502_as_json():
         refused = triton_client.http_request(front.http_url, "GET", "/v2/repository/index")
     assert resp.status == 502 and "no server could answer" in resp.error_message()
     assert refused.status == 403 and "not an allowed endpoint" in refused.error_message()
+
+
+def test_no_admin_path_matches_an_allowed_http_location():
+    """Catches M22 (the served model's location also allows ``/config``) without a server: each
+    administrative path of ADMIN_HTTP, normalised as nginx does, matches no location that passes
+    requests on, while the allowed endpoints do (the control)."""
+    block = nginx_front.server_blocks(_config())["http server"][0]
+    passing = re.findall(r"location ~ (\S+) \{", block)
+    assert len(passing) == 3
+
+    def passed_on(path):
+        path = os.path.normpath(re.sub(r"/+", "/", path))
+        return [rx for rx in passing if re.search(rx, path)]
+
+    for what, _method, path, _body in nginx_front.ADMIN_HTTP:
+        assert not passed_on(path.format(m="tiny")), what
+    for path in (
+        "/v2/health/ready",
+        "/v2/models/tiny",
+        "/v2/models/tiny/ready",
+        "/v2/models/tiny/infer",
+    ):
+        assert passed_on(path), path

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -92,3 +94,37 @@ def test_watchdog_stops_a_group_that_ignores_sigterm_when_its_parent_is_killed(t
     assert proc.returncode == -9, proc.stderr[-1500:]
     stubborn, watchdog = json.loads(proc.stdout.splitlines()[-1])
     assert _wait_gone([stubborn, watchdog], timeout=20) == []
+
+
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('up', flush=True); time.sleep(300)",
+]
+
+
+class Stubborn(Sleeper):
+    """A managed process that ignores SIGTERM."""
+
+    grace_s = 0.3
+
+    def start(self):
+        self.make_workdir("stubborn-")
+        self.launch(STUBBORN, output=self.workdir / "out.log")
+        deadline = time.monotonic() + 20
+        while "up" not in self.kept("out.log") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self
+
+
+def test_stop_kills_a_group_that_ignores_sigterm():
+    """Catches M26 (``kill_group`` without its SIGKILL after the grace period): ``stop()`` of a
+    live parent must not leave a process that ignores SIGTERM running."""
+    with Stubborn() as s:
+        pids = s.processes()
+        assert pids
+    left = _wait_gone(pids, timeout=3)
+    for pid in left:  # the check failed: do not leak the process
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -131,3 +131,24 @@ def test_check_settings_and_report_rows(tiny, tmp_path):
     row = q.quantize_onnx(path, tmp_path / "q.onnx", calib).as_row()
     assert row["file"] == "q.onnx" and row["calibration images"] == 16
     assert row["weights"] == "per-channel" and row["Q/DQ nodes"] > 0
+
+
+def test_quantize_onnx_per_tensor_weights_have_one_scale(tiny, tmp_path):
+    """Catches M21 (``per_channel`` not passed on to quantize_static): per-channel convolution
+    weights get one scale per output channel, per-tensor ones a single scale."""
+    import onnx
+    from onnx import numpy_helper
+
+    _, path, calib = tiny
+    for per_channel in (True, False):
+        rep = q.quantize_onnx(
+            path, tmp_path / f"pc{per_channel}.onnx", calib, per_channel=per_channel
+        )
+        proto = onnx.load(str(rep.path))
+        inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+        sizes = [
+            inits[n.input[1]].size
+            for n in proto.graph.node
+            if n.op_type == "DequantizeLinear" and getattr(inits.get(n.input[0]), "ndim", 0) == 4
+        ]
+        assert len(sizes) == 2 and all((s > 1) == per_channel for s in sizes), sizes
