@@ -59,6 +59,7 @@ def page_size(nb: Path) -> dict[str, int]:
     """Words of prose, lines of code shown (hidden and solution cells excluded), exercises."""
     words = lines = 0
     exercises = 0
+    in_exercises = False  # exercises may go on in the cells after the heading, one per cell
     for c in _cells(nb):
         src = "".join(c["source"])
         tags = set(c.get("metadata", {}).get("tags", []))
@@ -68,7 +69,12 @@ def page_size(nb: Path) -> dict[str, int]:
             words += len(re.findall(r"[A-Za-z0-9][\w'-]*", src))
             block = re.search(r"^## Exercises\s*$(.*?)(?=^#{1,2} |\Z)", src, re.M | re.S)
             if block:
+                in_exercises = not re.search(r"^#{1,2} ", block.group(1), re.M)
                 exercises += len(re.findall(r"^\d+\. ", block.group(1), re.M))
+            elif in_exercises and re.search(r"^#{1,2} ", src, re.M):
+                in_exercises = False
+            elif in_exercises:
+                exercises += len(re.findall(r"^\d+\. ", src, re.M))
         elif c["cell_type"] == "code" and not tags & HIDDEN:
             lines += sum(1 for line in src.splitlines() if line.strip())
     return {"words": words, "code_lines": lines, "exercises": exercises}
@@ -80,15 +86,41 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
 
 
+def _machine(machine: dict[str, Any]) -> str:
+    """ "Intel(R) Xeon(R) Processor, 2 cores, AVX-512 VNNI, AMX": the CPU behind a figure."""
+    flags = set(machine.get("flags") or ())
+    named = [
+        label
+        for flag, label in (
+            ("avx512_vnni", "AVX-512 VNNI"),
+            ("avx512f", "AVX-512"),
+            ("avx2", "AVX2"),
+            ("amx_int8", "AMX"),
+        )
+        if flag in flags
+    ]
+    if "AVX-512 VNNI" in named or "AVX-512" in named:  # name the widest only
+        wider = "AVX-512 VNNI" if "AVX-512 VNNI" in named else "AVX-512"
+        named = [n for n in named if n not in ("AVX-512", "AVX2") or n == wider]
+    return ", ".join([machine["cpu"], f"{machine['cores']} cores", *named])
+
+
 def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
     """The "**Time:**" paragraph of one chapter (wrapped at 100 characters)."""
     machine = times["machine"]
     quick = times["quick"].get(stem)
     parts = []
     if quick is not None:
+        load = times.get("quick_loadavg_max", 0.0)
+        busy = (
+            f"; shared with other jobs, load average up to {load:.1f}: expect less on a quiet "
+            "machine"
+            if load > machine["cores"]
+            else ""
+        )
         parts.append(
             f"running it takes {_minutes(quick)} in quick mode (measured: nbval, "
-            f"{machine['cpu']}, {machine['cores']} cores, {times['quick_date']})"
+            f"{_machine(machine)}, {times['quick_date']}{busy})"
         )
     full = times.get("full_cpu", {}).get(stem)
     if full is not None:
@@ -191,7 +223,7 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
     out = "\n".join(rows) + "\n\n"
     machine = times["machine"]
     out += (
-        f"Measured on {machine['cpu']} ({machine['cores']} cores), {times['quick_date']}, quick "
+        f"Measured on {_machine(machine)}, {times['quick_date']}, quick "
         f"mode under nbval (the busiest minute's load average: {times['quick_loadavg_max']:.1f}).\n"
     )
     peaks = times.get("quick_peak_mb", {})

@@ -1,0 +1,61 @@
+"""Each chapter's "Time" line and the workshop plans come from measured times (issue 22)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("chapter_times", ROOT / "tools" / "chapter_times.py")
+ct = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ct)
+
+
+def test_pages_and_workshop_state_the_measured_times():
+    stale = ct.check()
+    assert not stale, f"run `python tools/chapter_times.py write`: these differ: {stale}"
+
+
+@pytest.fixture
+def copy_of_course(tmp_path: Path) -> Path:
+    shutil.copytree(
+        ROOT / "notebooks", tmp_path / "notebooks", ignore=shutil.ignore_patterns("artifacts")
+    )
+    (tmp_path / "book").mkdir()
+    shutil.copy(ROOT / "book" / "workshop.md", tmp_path / "book" / "workshop.md")
+    (tmp_path / "results" / "reference").mkdir(parents=True)
+    shutil.copy(ct.TIMES, tmp_path / "results" / "reference" / ct.TIMES.name)
+    return tmp_path
+
+
+def test_a_time_typed_by_hand_is_caught(copy_of_course: Path):
+    """The control: edit one page's Time line or the workshop's table and the check names it."""
+    assert ct.check(copy_of_course) == []
+    nb = copy_of_course / "notebooks" / "04_pruning.ipynb"
+    text = nb.read_text(encoding="utf-8")
+    nb.write_text(text.replace("**Time:** ", "**Time:** about 15 minutes. ", 1), encoding="utf-8")
+    ws = copy_of_course / "book" / "workshop.md"
+    ws.write_text(
+        ws.read_text(encoding="utf-8").replace(" min |", " minutes |", 1), encoding="utf-8"
+    )
+    assert ct.check(copy_of_course) == ["04_pruning", "workshop"]
+    ct.write(copy_of_course)
+    assert ct.check(copy_of_course) == []
+
+
+def test_every_session_of_both_plans_fits():
+    times = ct._load_times()
+    for plan, sessions in ct.PLANS.items():
+        for name, items in sessions:
+            minutes = sum(ct.room_minutes(stem, n, times) for stem, n in items)
+            assert minutes <= ct.SESSION_MIN, f"{plan}, {name}: {minutes} min"
+    two_days = {stem for _, items in ct.PLANS["Two days"] for stem, _ in items}
+    assert two_days >= {nb.stem for nb in ct.chapters() if nb.stem != "07a_oneflow_to_onnx"}
+
+
+def test_every_chapter_has_a_measured_run_time():
+    times = ct._load_times()
+    assert {nb.stem for nb in ct.chapters()} <= set(times["quick"])
