@@ -124,6 +124,7 @@ def graph_inputs(model_or_path: Any) -> list[str]:
 
 
 # ---- saved from notebooks/07_onnx_runtimes.ipynb by tools/save_cells.py: edit it there ----
+# The lesson's listing: export to ONNX, then check what was written.
 def export_onnx(
     model: torch.nn.Module,
     example_input: torch.Tensor,
