@@ -1,0 +1,144 @@
+"""tools/full_cpu_run.py (`make fullcpu`): what it reads from nbval's files and the table it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("full_cpu_run", ROOT / "tools" / "full_cpu_run.py")
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+
+
+def _nb(path: Path, cells: list[tuple[str, list[dict]]]) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {"cell_type": "code", "source": src, "outputs": outs, "metadata": {}}
+                    for src, outs in cells
+                ]
+            }
+        )
+    )
+    return path
+
+
+def test_gpu_skips_are_found_across_wrapped_lines(tmp_path):
+    line = (
+        "SKIPPED on this machine (no CUDA GPU): TensorRT INT8 at batch 16 on the\n"
+        "    GPU. With a GPU this cell runs it for real.\n"
+    )
+    nb = _nb(
+        tmp_path / "x.ipynb",
+        [
+            ("import x", [{"output_type": "stream", "text": "hello\n"}]),
+            ("y()\nz()", [{"output_type": "stream", "text": line}]),
+        ],
+    )
+    assert run.gpu_skips(nb) == [{"cell": 1, "what": "TensorRT INT8 at batch 16 on the GPU"}]
+    assert run.code_heads(nb) == ["import x", "y()"]
+    assert run.gpu_skips(tmp_path / "absent.ipynb") == []
+
+
+def test_junit_cells_and_the_error_line(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase classname="nb" name="Cell 0" time="1.25"/>'
+        '<testcase name="Cell 1" time="30"><failure message="nbval">Traceback\n'
+        "  File x\nAssertionError: 3 != 4\n</failure></testcase>"
+        '<testcase name="Cell 2" time="0"><skipped message="Triton cannot run here"/>'
+        "</testcase></testsuite></testsuites>"
+    )
+    cells = run.junit_cells(junit)
+    assert [c["outcome"] for c in cells] == ["passed", "failed", "skipped"]
+    assert cells[1] == {
+        "cell": 1,
+        "seconds": 30.0,
+        "outcome": "failed",
+        "message": "AssertionError: 3 != 4",
+    }
+    assert cells[2]["message"] == "Triton cannot run here"
+
+
+def test_tree_memory_counts_child_processes():
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'x = bytearray(200 << 20); import time; time.sleep(2)'])"
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    with run.TreeMemory(proc.pid, every=0.1) as mem:
+        proc.wait()
+    assert mem.peak_children > 150 * 2**20  # the grandchild's 200 MiB
+    assert mem.peak >= mem.peak_children
+
+
+def test_table_rows_and_failures():
+    row = {
+        "notebook": "04_pruning",
+        "passed": False,
+        "rc": 1,
+        "wall_s": 600.0,
+        "peak_rss_mib": 3072,
+        "peak_kernel_rss_mib": 2900,
+        "load_max": 2.1,
+        "cells": 20,
+        "failed": [{"cell": 7, "head": "f()", "message": "ValueError: x", "seconds": 1}],
+        "nbval_skipped": [],
+        "gpu_skips": [{"cell": 3, "what": "CUDA graphs", "head": "g()"}],
+        "slowest": [{"cell": 9, "seconds": 120.0, "head": "h()"}],
+        "started": "2026-12-01T23:00:00Z",
+    }
+    sizes = {
+        "arch": "resnet101", "image_size": 224, "batch_size": 16, "batch_sweep": [1, 16],
+        "train_images": 4096, "warmup": 2, "repeats": 5, "train_steps": 30,
+    }  # fmt: skip
+    data = {
+        "machine": {
+            "cpu": "X",
+            "cores": 2,
+            "cpu_features": ["avx2"],
+            "memory_gib": 8,
+            "sizes": sizes,
+        },
+        "chapters": {"04_pruning": row},
+        "finished": "2026-12-01T23:10:00Z",
+    }
+    text = run.table(data)
+    assert (
+        "| 04_pruning | FAILED (rc 1) | 10.0 min | 3.0 GiB | cell 3: CUDA graphs | cell 9, 2.0 min |"
+        in text
+    )
+    assert "- 04_pruning, cell 7 (`f()`): ValueError: x" in text
+
+
+def test_notebooks_by_prefix():
+    assert [p.stem for p in run.notebooks(["07"])] == ["07_onnx_runtimes", "07a_oneflow_to_onnx"]
+    with pytest.raises(SystemExit, match="99"):
+        run.notebooks(["99"])
+
+
+def test_slug_names_the_cpu_features(monkeypatch):
+    from helpers.record import ledger
+
+    assert (
+        ledger.cpu_features_tag(["avx2", "avx512f", "avx512_vnni", "amx_int8"]) == "avx512-vnni-amx"
+    )
+    assert ledger.cpu_features_tag(["avx2"]) == "avx2"
+    assert ledger.cpu_features_tag([]) == "no-avx2"
+    monkeypatch.setenv("COURSE_MODE", "full")
+    from helpers.core import environment
+
+    environment.environment_report.cache_clear()
+    try:
+        env = environment.environment_report()
+        slug = ledger.machine_slug(features=True)
+        if env["gpu"]:  # a GPU names the machine: the CPU's features add nothing
+            assert slug == ledger.machine_slug()
+        else:
+            assert slug.endswith(ledger.cpu_features_tag(env["cpu_features"]) + "-full")
+    finally:
+        environment.environment_report.cache_clear()
