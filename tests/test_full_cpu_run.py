@@ -142,3 +142,43 @@ def test_slug_names_the_cpu_features(monkeypatch):
             assert slug.endswith(ledger.cpu_features_tag(env["cpu_features"]) + "-full")
     finally:
         environment.environment_report.cache_clear()
+
+
+_gspec = importlib.util.spec_from_file_location("gpu_estimate", ROOT / "tools" / "gpu_estimate.py")
+gpu = importlib.util.module_from_spec(_gspec)
+_gspec.loader.exec_module(gpu)
+
+
+def test_pass_time_is_the_slower_roof_plus_launches():
+    c = {"flops": 1e12, "bytes": 1e9, "ops": 100}
+    a100 = gpu.GPUS["A100"]
+    compute = 1e12 / (gpu.COMPUTE_EFF * a100["tf32"] * 1e12)
+    assert gpu.pass_seconds(c, "A100") == pytest.approx(compute + 100 * gpu.LAUNCH_S)
+    memory_bound = {"flops": 1e6, "bytes": 1e10, "ops": 0}
+    expected = 1e10 / (gpu.MEMORY_EFF * gpu.GPUS["L4"]["tb_s"] * 1e12)
+    assert gpu.pass_seconds(memory_bound, "L4") == pytest.approx(expected)
+
+
+def test_estimate_moves_cells_to_the_gpu_and_keeps_oneflow_on_an_h100(monkeypatch):
+    monkeypatch.setitem(
+        gpu.WORK,
+        "99_x",
+        [((1,), "torch", ("matmul", 1024), 10), ((2,), "oneflow", ("matmul", 1024), 10)],
+    )
+    row = {
+        "wall_s": 100.0,
+        "cells_timed": [{"cell": n, "seconds": 30.0, "outcome": "passed"} for n in range(3)],
+    }
+    one = gpu.device_seconds(("matmul", 1024), "A100")
+    a100 = gpu.estimate("99_x", row, "A100")
+    assert a100["host_s"] == pytest.approx(40.0)  # cells 1 and 2 move to the GPU
+    assert a100["device_s"] == pytest.approx(20 * one)
+    h100 = gpu.estimate("99_x", row, "H100")  # OneFlow 0.9.0 has no Hopper kernels
+    assert h100["host_s"] == pytest.approx(70.0)
+    assert h100["device_s"] == pytest.approx(10 * gpu.device_seconds(("matmul", 1024), "H100"))
+
+
+def test_a_resnet101_forward_costs_what_torchvision_counts():
+    c = gpu.cost(("resnet101", "fwd", 1, 224))
+    assert 15e9 < c["flops"] < 16e9  # 7.8 GMACs: torchvision's 7.8 GFLOPS counts MACs
+    assert c["ops"] > 300 and c["bytes"] > 1e8

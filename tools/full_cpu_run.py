@@ -21,7 +21,7 @@ The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json
 not reference timings (a tenth of the repeats); they say how long a full-size run takes on
 this CPU. ``--only 04 05`` reruns some notebooks and merges them into the existing table.
 
-    python tools/full_cpu_run.py [--only STEM ...] [--out DIR] [--cell-timeout S]
+    python tools/full_cpu_run.py [--only STEM ...] [--out DIR] [--cell-timeout S] [--refresh]
 """
 
 from __future__ import annotations
@@ -197,20 +197,30 @@ def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> d
         with TreeMemory(proc.pid) as mem:
             rc = proc.wait()
     wall = time.time() - start
-    cells = junit_cells(junit)
-    heads = code_heads(nb)
-    head = lambda n: heads[n] if 0 <= n < len(heads) else ""  # noqa: E731
-    failed = [c for c in cells if c["outcome"] == "failed"]
-    skipped = [c for c in cells if c["outcome"] == "skipped"]
-    slow = sorted(cells, key=lambda c: -c["seconds"])[:3]
-    return {
+    row = {
         "notebook": nb.stem,
-        "passed": rc == 0 and not failed and bool(cells) and len(skipped) < len(cells),
         "rc": rc,
         "wall_s": round(wall, 1),
         "peak_rss_mib": round(mem.peak / 2**20),
         "peak_kernel_rss_mib": round(mem.peak_children / 2**20),
         "load_max": round(mem.load_max, 2),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+    }
+    return cell_results(nb, row)
+
+
+def cell_results(nb: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with what nbval's junit file and the executed notebook say about the cells."""
+    cells = junit_cells(WORK / "junit" / f"{nb.stem}.xml")
+    heads = code_heads(nb)
+    head = lambda n: heads[n] if 0 <= n < len(heads) else ""  # noqa: E731
+    failed = [c for c in cells if c["outcome"] == "failed"]
+    skipped = [c for c in cells if c["outcome"] == "skipped"]
+    slow = sorted(cells, key=lambda c: -c["seconds"])[:3]
+    executed = WORK / "executed" / nb.name
+    return {
+        **row,
+        "passed": row["rc"] == 0 and not failed and bool(cells) and len(skipped) < len(cells),
         "cells": len(cells),
         "failed": [{**c, "head": head(c["cell"])} for c in failed],
         "nbval_skipped": sorted({c["message"] for c in skipped}) if skipped else [],
@@ -218,7 +228,7 @@ def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> d
         "slowest": [
             {"cell": c["cell"], "seconds": c["seconds"], "head": head(c["cell"])} for c in slow
         ],
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        "cells_timed": [{k: c[k] for k in ("cell", "seconds", "outcome")} for c in cells],
     }
 
 
@@ -309,9 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="notebook name prefixes (default: all)")
     parser.add_argument("--out", type=Path, help="results folder (default: by the CPU)")
     parser.add_argument("--cell-timeout", type=int, default=3600)
+    parser.add_argument(
+        "--refresh", action="store_true", help="rewrite the table from the saved nbval files"
+    )
     args = parser.parse_args(argv)
     out = args.out or default_out()
     path = out / "full_cpu.json"
+    if args.refresh:
+        data = json.loads(path.read_text())
+        for stem, row in data["chapters"].items():
+            data["chapters"][stem] = cell_results(ROOT / "notebooks" / f"{stem}.ipynb", row)
+        write(out, data)
+        return 0
     data = json.loads(path.read_text()) if path.exists() and args.only else {"chapters": {}}
     data["machine"] = machine()
     data["command"] = "make fullcpu (python tools/full_cpu_run.py)"
