@@ -162,6 +162,9 @@ def test_fewest_keeps_the_sizes_and_cuts_only_the_repeats(monkeypatch):
     full = env.sizes("full")
     assert (full.warmup, full.repeats, full.train_steps) == (2, 5, 30)  # a tenth of 20, 50, 300
     assert env.sizes("quick").train_steps == env.SIZES["quick"].train_steps  # must still learn
+    # a page's own repeat counts: a tenth, at least `least`; unchanged without COURSE_FEWEST
+    assert (full.few(1000), full.few(15, least=5), full.few(2)) == (100, 5, 2)
+    assert env.SIZES["full"].few(1000) == 1000
     # OneFlow's CPU work in full mode: quick sizes, cut the same way
     assert env.sizes_on("cpu", "full") == env.sizes("quick")
     monkeypatch.setenv(env.FEWEST_ENV, "0")

@@ -73,6 +73,11 @@ class Sizes:
     embed_width: float  # MobileNetV2 width multiplier
     fewest: bool = False  # repeats cut by COURSE_FEWEST=1 (see fewest())
 
+    def few(self, n: int, least: int = 3) -> int:
+        """A page's own repeat count ``n``, cut like the others under ``COURSE_FEWEST=1``:
+        a tenth of it, at least ``least`` (never more than ``n``). Unchanged otherwise."""
+        return min(n, max(least, -(-n // 10))) if self.fewest else n
+
 
 SIZES: dict[str, Sizes] = {
     "quick": Sizes(
