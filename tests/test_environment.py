@@ -160,7 +160,7 @@ def test_fewest_keeps_the_sizes_and_cuts_only_the_repeats(monkeypatch):
         assert all(getattr(cut, k) == getattr(base, k) for k in same)
         assert 1 <= cut.warmup < base.warmup and 3 <= cut.repeats < base.repeats
     full = env.sizes("full")
-    assert (full.warmup, full.repeats, full.train_steps) == (2, 5, 30)  # a tenth of 20, 50, 300
+    assert (full.warmup, full.repeats, full.train_steps) == (1, 3, 30)  # steps: a tenth of 300
     assert env.sizes("quick").train_steps == env.SIZES["quick"].train_steps  # must still learn
     # a page's own repeat counts: a tenth, at least `least`; unchanged without COURSE_FEWEST
     assert (full.few(1000), full.few(15, least=5), full.few(2)) == (100, 5, 2)

@@ -2,8 +2,8 @@
 
 Full mode (ResNet-101, 224x224, batch 16) is what readers on rented GPUs run. This executes every
 notebook under nbval (``--nbval-lax``) with ``COURSE_MODE=full COURSE_FEWEST=1``: the full-mode
-sizes and code paths, warm-up and timed calls cut to a tenth, full mode's training steps to a
-tenth (``helpers.core.environment.fewest``), so that every branch and every assert runs on a CPU
+sizes and code paths, one warm-up call and three timed calls, full mode's training steps cut to
+a tenth (``helpers.core.environment.fewest``), so that every branch and every assert runs on a CPU
 in about an hour. Each notebook runs in a pytest process of its own, so that its figures are its
 own:
 
@@ -18,7 +18,7 @@ own:
 
 The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json`` and
 ``README.md``), named by ``helpers.record.ledger.machine_slug(features=True)``. Its times are
-not reference timings (a tenth of the repeats); they say how long a full-size run takes on
+not reference timings (a few repeats); they say how long a full-size run takes on
 this CPU. ``--only 04 05`` reruns some notebooks and merges them into the existing table.
 
     python tools/full_cpu_run.py [--only STEM ...] [--out DIR] [--cell-timeout S] [--refresh]

@@ -6,8 +6,8 @@ with a CUDA GPU and ``quick`` otherwise.  The same code path runs in both modes.
 
 A second one, ``COURSE_FEWEST=1``, keeps the mode's sizes (model, image size, batch
 sizes, data) and cuts its repeat counts to the fewest that still execute every branch
-and every assert: warm-up and timed calls to a tenth (at least 1 and 3), full mode's
-training steps to a tenth. ``make fullcpu`` uses it to run full mode end to end on a
+and every assert: one warm-up call and three timed calls (a median and its spread), full
+mode's training steps to a tenth. ``make fullcpu`` uses it to run full mode end to end on a
 CPU within an hour (``tools/full_cpu_run.py``); its timings are not reference figures.
 """
 
@@ -136,13 +136,11 @@ def fewest() -> bool:
 
 
 def _fewest(s: Sizes) -> Sizes:
-    """``s`` with its repeat counts cut: warm-up and timed calls to a tenth (at least 1 and 3);
-    full mode's training steps to a tenth (quick mode's stay: its training must still learn)."""
-    tenth = lambda n, least: max(least, -(-n // 10))  # noqa: E731 - ceil(n / 10), at least least
-    steps = tenth(s.train_steps, 1) if s.mode == "full" else s.train_steps
-    return replace(
-        s, warmup=tenth(s.warmup, 1), repeats=tenth(s.repeats, 3), train_steps=steps, fewest=True
-    )
+    """``s`` with its repeat counts cut: one warm-up call, three timed calls (rounds, in the
+    interleaved benchmarks); full mode's training steps to a tenth (quick mode's stay: its
+    training must still learn)."""
+    steps = max(1, -(-s.train_steps // 10)) if s.mode == "full" else s.train_steps
+    return replace(s, warmup=1, repeats=3, train_steps=steps, fewest=True)
 
 
 def sizes(mode: str | None = None) -> Sizes:
