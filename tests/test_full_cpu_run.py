@@ -117,6 +117,7 @@ def test_table_rows_and_failures():
 
 def test_notebooks_by_prefix():
     assert [p.stem for p in run.notebooks(["07"])] == ["07_onnx_runtimes", "07a_oneflow_to_onnx"]
+    assert [p.stem[:3] for p in run.notebooks(["07a", "00", "07"])] == ["07a", "00_", "07_"]
     with pytest.raises(SystemExit, match="99"):
         run.notebooks(["99"])
 
