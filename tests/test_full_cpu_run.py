@@ -35,15 +35,23 @@ def test_gpu_skips_are_found_across_wrapped_lines(tmp_path):
         "SKIPPED on this machine (no CUDA GPU): TensorRT INT8 at batch 16 on the\n"
         "    GPU. With a GPU this cell runs it for real.\n"
     )
+    wrapped = (
+        "SKIPPED on this machine (no CUDA GPU): CUDA events: the model on the GPU's clock. "
+        "With a\n  GPU this cell runs it for real.\n"
+    )
     nb = _nb(
         tmp_path / "x.ipynb",
         [
             ("import x", [{"output_type": "stream", "text": "hello\n"}]),
             ("y()\nz()", [{"output_type": "stream", "text": line}]),
+            ("w()", [{"output_type": "stream", "text": wrapped}]),
         ],
     )
-    assert run.gpu_skips(nb) == [{"cell": 1, "what": "TensorRT INT8 at batch 16 on the GPU"}]
-    assert run.code_heads(nb) == ["import x", "y()"]
+    assert run.gpu_skips(nb) == [
+        {"cell": 1, "what": "TensorRT INT8 at batch 16 on the GPU"},
+        {"cell": 2, "what": "CUDA events: the model on the GPU's clock"},
+    ]
+    assert run.code_heads(nb) == ["import x", "y()", "w()"]
     assert run.gpu_skips(tmp_path / "absent.ipynb") == []
 
 
@@ -52,7 +60,7 @@ def test_junit_cells_and_the_error_line(tmp_path):
     junit.write_text(
         '<testsuites><testsuite><testcase classname="nb" name="Cell 0" time="1.25"/>'
         '<testcase name="Cell 1" time="30"><failure message="nbval">Traceback\n'
-        "  File x\nAssertionError: 3 != 4\n</failure></testcase>"
+        "  File x\n#x1B[0;31mAssertionError#x1B[0m: 3 != 4\n</failure></testcase>"
         '<testcase name="Cell 2" time="0"><skipped message="Triton cannot run here"/>'
         "</testcase></testsuite></testsuites>"
     )

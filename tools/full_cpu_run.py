@@ -40,7 +40,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "results" / "local" / "fullcpu"  # executed notebooks, junit files, the ledger
-SKIP_RE = re.compile(r"SKIPPED on this machine \(no CUDA GPU\):\s*(.*?)\.\s+With a GPU", re.S)
+SKIP_RE = re.compile(
+    r"SKIPPED\s+on\s+this\s+machine\s+\(no\s+CUDA\s+GPU\):\s*(.*?)\.\s+With\s+a\s+GPU", re.S
+)
 RUN_ENV = {
     "COURSE_MODE": "full",
     "COURSE_FEWEST": "1",
@@ -166,7 +168,9 @@ def junit_cells(junit: Path) -> list[dict[str, Any]]:
 
 def _first_error_line(text: str) -> str:
     """The line of an nbval failure that names the exception, else its first line."""
-    lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if ln.strip()]
+    lines = [
+        ln.strip() for ln in re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text).splitlines() if ln.strip()
+    ]
     for ln in reversed(lines):
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", ln):
             return ln[:300]
