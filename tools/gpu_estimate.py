@@ -337,6 +337,9 @@ def _minutes(s: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, help="the make fullcpu results folder")
+    parser.add_argument(
+        "--setup-table", action="store_true", help="also print book/setup.md's table"
+    )
     args = parser.parse_args(argv)
     folder = args.folder
     if folder is None:
@@ -406,7 +409,28 @@ def main(argv: list[str] | None = None) -> int:
         )
     (folder / "GPU_ESTIMATE.md").write_text("\n".join(lines) + "\n")
     print(f"GPU estimate: {folder / 'GPU_ESTIMATE.md'}")
+    if args.setup_table:
+        print(setup_table(run, out))
     return 0
+
+
+def setup_table(run: dict[str, Any], est: dict[str, Any]) -> str:
+    """The per-chapter table of book/setup.md: measured CPU time and memory, GPU estimates."""
+    rows = [
+        "| chapter | 2-core CPU, full size (measured) | peak memory | "
+        + " | ".join(f"{g} (estimate)" for g in GPUS)
+        + " |",
+        "|---|---|---|" + "---|" * len(GPUS),
+    ]
+    for stem, r in sorted(run["chapters"].items()):
+        e = est["chapters"][stem]
+        cpu = _minutes(r["wall_s"]) + ("" if r["passed"] else " (failed)")
+        rows.append(
+            f"| {stem} | {cpu} | {r['peak_rss_mib'] / 1024:.1f} GiB | "
+            + " | ".join(_minutes(e[g]["total_s"]) for g in GPUS)
+            + " |"
+        )
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
