@@ -45,13 +45,15 @@ def test_gpu_skips_are_found_across_wrapped_lines(tmp_path):
             ("import x", [{"output_type": "stream", "text": "hello\n"}]),
             ("y()\nz()", [{"output_type": "stream", "text": line}]),
             ("w()", [{"output_type": "stream", "text": wrapped}]),
+            ("v()", [{"output_type": "stream", "text": "SKIPPED here: TensorRT INT8.\nwhy\n"}]),
         ],
     )
     assert run.gpu_skips(nb) == [
         {"cell": 1, "what": "TensorRT INT8 at batch 16 on the GPU"},
         {"cell": 2, "what": "CUDA events: the model on the GPU's clock"},
+        {"cell": 3, "what": "TensorRT INT8."},
     ]
-    assert run.code_heads(nb) == ["import x", "y()", "w()"]
+    assert run.code_heads(nb) == ["import x", "y()", "w()", "v()"]
     assert run.gpu_skips(tmp_path / "absent.ipynb") == []
 
 

@@ -13,7 +13,8 @@ own:
   0.5 s with psutil (a sum of RSS counts shared pages once per process: an upper bound);
   ``peak_kernel_rss_mib`` the same without the pytest process;
 - ``gpu_skips``: the cells that printed ``SKIPPED on this machine (no CUDA GPU): ...``
-  (``environment.skip_without_gpu``) and what they would have measured;
+  (``environment.skip_without_gpu``) or a skip line of their own (``SKIPPED here: ...``), and
+  what they would have measured;
 - ``passed``, the failing cells with their first error line, and the slowest cells.
 
 The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json`` and
@@ -43,6 +44,8 @@ WORK = ROOT / "results" / "local" / "fullcpu"  # executed notebooks, junit files
 SKIP_RE = re.compile(
     r"SKIPPED\s+on\s+this\s+machine\s+\(no\s+CUDA\s+GPU\):\s*(.*?)\.\s+With\s+a\s+GPU", re.S
 )
+# A chapter's own skip line for a GPU-only step ("SKIPPED here: TensorRT INT8 ...", "SKIPPED: ...")
+OTHER_SKIP_RE = re.compile(r"SKIPPED(?: here)?:[ \t]*([^\n]+)")
 RUN_ENV = {
     "COURSE_MODE": "full",
     "COURSE_FEWEST": "1",
@@ -133,8 +136,8 @@ def gpu_skips(executed: Path) -> list[dict[str, Any]]:
                 text += "".join(out.get("text", ""))
             elif "data" in out:
                 text += "".join(out["data"].get("text/plain", ""))
-        for what in SKIP_RE.findall(text):
-            found.append({"cell": n, "what": " ".join(what.split())})
+        whats = SKIP_RE.findall(text) + OTHER_SKIP_RE.findall(text)
+        found += [{"cell": n, "what": " ".join(w.split())[:120]} for w in whats]
     return found
 
 
