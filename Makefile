@@ -192,7 +192,7 @@ bench: setup
 # steps that run every branch and assert), one pytest process per notebook, into
 # results/reference/<cpu>-<flags>-full-cpu/ (per chapter: wall time, peak memory of the process tree,
 # GPU-only skips, pass/fail), then the GPU estimate beside it (tools/gpu_estimate.py). Not part of
-# make test. CHAPTERS="04 05" reruns some notebooks and merges them into the table.
+# make test. CHAPTERS="04 05" runs only those notebooks, in that order, into the same table.
 fullcpu: setup
 	$(PY) tools/full_cpu_run.py $(if $(CHAPTERS),--only $(CHAPTERS))
 	$(PY) tools/gpu_estimate.py

@@ -193,3 +193,13 @@ def test_a_resnet101_forward_costs_what_torchvision_counts():
     c = gpu.cost(("resnet101", "fwd", 1, 224))
     assert 15e9 < c["flops"] < 16e9  # 7.8 GMACs: torchvision's 7.8 GFLOPS counts MACs
     assert c["ops"] > 300 and c["bytes"] > 1e8
+
+
+def test_full_cpu_folders_are_not_reference_ledgers(tmp_path):
+    from helpers.record import ledger
+
+    (tmp_path / "x-quick").mkdir()
+    (tmp_path / "x-quick" / "00_measuring.json").write_text("[]")
+    (tmp_path / "cpu-full-cpu").mkdir()
+    (tmp_path / "cpu-full-cpu" / "full_cpu.json").write_text("{}")
+    assert ledger.reference_runs(tmp_path) == {"x-quick": []}

@@ -92,14 +92,17 @@ def cpu_features_tag(flags: list[str] | set[str]) -> str:
 
 
 def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``."""
+    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``.
+
+    ``*-full-cpu`` folders (``make fullcpu``: how long each chapter ran, not what it measured)
+    hold no ledger and are left out."""
     base = Path(root) if root is not None else repo_root() / "results" / "reference"
     if not base.is_dir():
         return {}
     return {
         d.name: load(folder=d)
         for d in sorted(base.iterdir())
-        if d.is_dir() and any(d.glob("*.json"))
+        if d.is_dir() and not d.name.endswith("-full-cpu") and any(d.glob("*.json"))
     }
 
 
