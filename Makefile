@@ -10,6 +10,7 @@
 #   make wheelhouse  download every pinned package once into WHEELHOUSE (default wheelhouse/)
 #   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
+#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (~1 h)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
 # VENV=dir (a conda environment: VENV=$CONDA_PREFIX) given once to make setup is remembered.
@@ -58,11 +59,11 @@ RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=P
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help setup book test test-unit test-notebooks lab bench clean distclean check doctor wheelhouse kernel \
-  restore audit
+.PHONY: help setup book test test-unit test-notebooks lab bench fullcpu clean distclean check doctor \
+  wheelhouse kernel restore audit
 
 help:
-	@sed -n '2,15p' Makefile | sed 's/^# //'
+	@sed -n '2,16p' Makefile | sed 's/^# //'
 
 # The doctor runs before anything is installed, so with the course's Python if it exists, else the system's.
 # It is told where `make kernel` registered the kernel (KERNEL_SPEC, remembered in $(LOCAL_MK)).
@@ -187,6 +188,16 @@ bench: setup
 	  --json $$stage/benchmarks/cpu_deploy_resnet101_b16.json && \
 	rm -rf results/reference/$$slug && mkdir -p results/reference && mv $$stage results/reference/$$slug
 	@echo "Commit results/reference/ to publish these figures in the book."
+
+# Full mode executed end to end on a CPU, before any GPU: every notebook under nbval with
+# COURSE_MODE=full COURSE_FEWEST=1 (full-mode sizes and code paths, the fewest repeats and training
+# steps that run every branch and assert), one pytest process per notebook, into
+# results/reference/<cpu>-<flags>-full-cpu/ (per chapter: wall time, peak memory of the process tree,
+# GPU-only skips, pass/fail), then the GPU estimate beside it (tools/gpu_estimate.py). Not part of
+# make test. CHAPTERS="04 05" runs only those notebooks, in that order, into the same table.
+fullcpu: setup
+	$(PY) tools/full_cpu_run.py $(if $(CHAPTERS),--only $(CHAPTERS))
+	$(PY) tools/gpu_estimate.py
 
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.

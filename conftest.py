@@ -7,7 +7,11 @@ renders those outputs instead of executing the notebooks a second time.
 
 Jupyter Book keys its cache on the code cells only, so each mode has its own cache folder
 (`_build/.jupyter_cache/quick`, `.../full`): a book built in one mode never shows outputs
-executed in the other.
+executed in the other. A run with `COURSE_FEWEST=1` (`make fullcpu`: the fewest repeats) never
+feeds the cache, and its times go to `_build/nbval_times/<mode>-fewest.json`.
+
+`COURSE_NBVAL_OUTPUTS=dir` also writes each executed notebook, with the outputs nbval
+collected (passed or not), to `dir/<name>.ipynb` (`tools/full_cpu_run.py` reads its skip lines).
 """
 
 from __future__ import annotations
@@ -85,10 +89,11 @@ def _record_time(path: Path, seconds: float, ok: bool) -> None:
     """
     import json
 
-    from helpers.core.environment import get_mode
+    from helpers.core.environment import fewest, get_mode
 
     tree, largest = _peak.stop()
-    out = ROOT / "_build" / "nbval_times" / f"{get_mode()}.json"
+    name = get_mode() + ("-fewest" if fewest() else "")
+    out = ROOT / "_build" / "nbval_times" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(out.read_text()) if out.exists() else []
     runs.append(
@@ -191,10 +196,31 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if key in _starts:
         _record_time(Path(key), time.time() - _starts.pop(key), _runs.get(key, {}).get("ok", False))
     run = _runs.pop(str(item.parent.fspath), None)
+    if run and os.environ.get(OUTPUTS_ENV):
+        _save_executed(Path(key), run, Path(os.environ[OUTPUTS_ENV]))
+    from helpers.core.environment import fewest
+
     partial = item.config.getoption("-k") or item.config.getoption("-m")
-    if run and run["ok"] and not partial:
+    if run and run["ok"] and not partial and not fewest():
         # A mismatch raises: the book would otherwise execute every notebook a second time, silently.
         _cache_executed(Path(str(item.parent.fspath)), run)
+
+
+OUTPUTS_ENV = "COURSE_NBVAL_OUTPUTS"
+
+
+def _save_executed(path: Path, run: dict[str, Any], folder: Path) -> None:
+    """Write the notebook with the outputs nbval collected to ``folder/<name>.ipynb``."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        outputs = run["outputs"].get(cell.get("id"))
+        if outputs is not None:
+            cell.outputs = [nbformat.from_dict(o) for o in outputs]
+            cell.execution_count = n + 1
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(folder / path.name))
 
 
 def _cache_executed(path: Path, run: dict[str, Any]) -> None:

@@ -145,3 +145,40 @@ def test_cpu_work_uses_quick_sizes_in_full_mode(capsys):
     assert "quick sizes" in capsys.readouterr().out
     assert env.sizes_on("cuda", "full") == env.SIZES["full"]
     assert env.sizes_on("cpu", "quick") == env.SIZES["quick"]
+
+
+def test_fewest_keeps_the_sizes_and_cuts_only_the_repeats(monkeypatch):
+    """COURSE_FEWEST=1 (make fullcpu): the same models, images and batches, fewer calls."""
+    monkeypatch.delenv(env.FEWEST_ENV, raising=False)
+    assert not env.fewest() and env.sizes("full") == env.SIZES["full"]
+    monkeypatch.setenv(env.FEWEST_ENV, "1")
+    assert env.fewest()
+    for mode in env.MODES:
+        base, cut = env.SIZES[mode], env.sizes(mode)
+        assert cut.fewest and not base.fewest
+        same = ("arch", "image_size", "batch_size", "batch_sweep", "num_classes", "train_images")
+        assert all(getattr(cut, k) == getattr(base, k) for k in same)
+        assert 1 <= cut.warmup < base.warmup and 3 <= cut.repeats < base.repeats
+    full = env.sizes("full")
+    assert (full.warmup, full.repeats, full.train_steps) == (1, 3, 30)  # steps: a tenth of 300
+    assert env.sizes("quick").train_steps == env.SIZES["quick"].train_steps  # must still learn
+    # a page's own repeat counts: a tenth, at least `least`; unchanged without COURSE_FEWEST
+    assert (full.few(1000), full.few(15, least=5), full.few(2)) == (100, 5, 2)
+    assert env.SIZES["full"].few(1000) == 1000
+    # OneFlow's CPU work in full mode: quick sizes, cut the same way
+    assert env.sizes_on("cpu", "full") == env.sizes("quick")
+    monkeypatch.setenv(env.FEWEST_ENV, "0")
+    assert not env.fewest() and env.sizes("quick") == env.SIZES["quick"]
+    monkeypatch.setenv(env.FEWEST_ENV, "yes")
+    with pytest.raises(ValueError, match="COURSE_FEWEST"):
+        env.sizes("full")
+
+
+def test_environment_report_says_when_repeats_are_cut(monkeypatch, capsys):
+    monkeypatch.setenv(env.FEWEST_ENV, "1")
+    env.print_environment_report()
+    out = capsys.readouterr().out
+    assert "fewest=True" in out and "not reference figures" in out
+    monkeypatch.delenv(env.FEWEST_ENV)
+    env.print_environment_report()
+    assert "fewest" not in capsys.readouterr().out

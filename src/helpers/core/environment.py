@@ -3,6 +3,12 @@
 One environment variable, ``COURSE_MODE`` (``quick`` or ``full``), picks the
 problem sizes of every chapter.  Without it, the mode is ``full`` on a machine
 with a CUDA GPU and ``quick`` otherwise.  The same code path runs in both modes.
+
+A second one, ``COURSE_FEWEST=1``, keeps the mode's sizes (model, image size, batch
+sizes, data) and cuts its repeat counts to the fewest that still execute every branch
+and every assert: one warm-up call and three timed calls (a median and its spread), full
+mode's training steps to a tenth. ``make fullcpu`` uses it to run full mode end to end on a
+CPU within an hour (``tools/full_cpu_run.py``); its timings are not reference figures.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache, lru_cache
 from importlib import metadata
 from typing import Any
@@ -21,6 +27,8 @@ from typing import Any
 __all__ = [
     "MODE_ENV",
     "MODES",
+    "FEWEST_ENV",
+    "fewest",
     "Sizes",
     "SIZES",
     "get_mode",
@@ -43,6 +51,7 @@ __all__ = [
 
 MODE_ENV = "COURSE_MODE"
 MODES = ("quick", "full")
+FEWEST_ENV = "COURSE_FEWEST"
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,12 @@ class Sizes:
     train_steps: int  # optimisation steps for training demos
     embed_dim: int  # MobileNetV2 embedder output size
     embed_width: float  # MobileNetV2 width multiplier
+    fewest: bool = False  # repeats cut by COURSE_FEWEST=1 (see fewest())
+
+    def few(self, n: int, least: int = 3) -> int:
+        """A page's own repeat count ``n``, cut like the others under ``COURSE_FEWEST=1``:
+        a tenth of it, at least ``least`` (never more than ``n``). Unchanged otherwise."""
+        return min(n, max(least, -(-n // 10))) if self.fewest else n
 
 
 SIZES: dict[str, Sizes] = {
@@ -108,12 +123,32 @@ def get_mode() -> str:
     return value
 
 
+def fewest() -> bool:
+    """True when ``$COURSE_FEWEST`` is ``1``: repeats cut to the fewest that still run everything.
+
+    ``make fullcpu`` sets it to run full mode end to end on a CPU (``tools/full_cpu_run.py``).
+    Unset, ``0`` or empty: the mode's own repeat counts. Anything else is an error.
+    """
+    value = os.environ.get(FEWEST_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{FEWEST_ENV}={value!r}: use 1 (fewest repeats) or 0 (the mode's own)")
+    return value == "1"
+
+
+def _fewest(s: Sizes) -> Sizes:
+    """``s`` with its repeat counts cut: one warm-up call, three timed calls (rounds, in the
+    interleaved benchmarks); full mode's training steps to a tenth (quick mode's stay: its
+    training must still learn)."""
+    steps = max(1, -(-s.train_steps // 10)) if s.mode == "full" else s.train_steps
+    return replace(s, warmup=1, repeats=3, train_steps=steps, fewest=True)
+
+
 def sizes(mode: str | None = None) -> Sizes:
-    """Problem sizes for ``mode`` (default: the current mode)."""
+    """Problem sizes for ``mode`` (default: the current mode), repeats cut under ``COURSE_FEWEST=1``."""
     mode = get_mode() if mode is None else mode
     if mode not in SIZES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-    return SIZES[mode]
+    return _fewest(SIZES[mode]) if fewest() else SIZES[mode]
 
 
 def sizes_on(device: Any, mode: str | None = None) -> Sizes:
@@ -128,7 +163,7 @@ def sizes_on(device: Any, mode: str | None = None) -> Sizes:
     current = sizes(mode)
     kind = device if isinstance(device, str) else getattr(device, "type", str(device))
     if current.mode == "full" and kind == "cpu":
-        q = SIZES["quick"]
+        q = sizes("quick")
         _say_once(
             f"work on the CPU uses quick sizes ({q.arch}, {q.image_size} px, batch {q.batch_size}) "
             "in full mode too: at full sizes it would take tens of minutes"
@@ -444,5 +479,12 @@ def print_environment_report() -> None:
         pass
     wrapped("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
     s = asdict(sizes(rep["mode"]))
-    wrapped("sizes", ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode"))
+    shown = {k: v for k, v in s.items() if k != "mode" and (k != "fewest" or v)}
+    wrapped("sizes", ", ".join(f"{k}={v}" for k, v in shown.items()))
+    if s["fewest"]:
+        wrapped(
+            "fewest",
+            f"{FEWEST_ENV}=1: the fewest repeats that run every step (make fullcpu); "
+            "these timings are not reference figures",
+        )
     print(f"(set {MODE_ENV}=quick or {MODE_ENV}=full to choose the mode)")

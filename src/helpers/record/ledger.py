@@ -26,6 +26,7 @@ __all__ = [
     "repo_root",
     "ledger_dir",
     "machine_slug",
+    "cpu_features_tag",
     "reference_runs",
     "record",
     "load",
@@ -59,27 +60,49 @@ def ledger_dir() -> Path:
     return path
 
 
-def machine_slug() -> str:
-    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full`` or ``amd-epyc-2core-quick``."""
+def machine_slug(features: bool = False) -> str:
+    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full`` or ``amd-epyc-2core-quick``.
+
+    ``features=True`` adds the CPU's vector and matrix extensions the report lists (e.g.
+    ``intel-r-xeon-r-processor-2core-avx512-vnni-bf16-amx-full``): for a CPU-only figure, where a
+    virtual machine's model name alone ("Intel(R) Xeon(R) Processor") does not say what ran it.
+    """
     import re
 
     from helpers.core.environment import environment_report
 
     env = environment_report()
     base = env["gpu"].split("(")[0] if env["gpu"] else f"{env['cpu']} {env['cores']}core"
+    if features and not env["gpu"]:
+        base += " " + cpu_features_tag(env["cpu_features"])
     slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
     return f"{slug}-{env['mode']}"
 
 
+def cpu_features_tag(flags: list[str] | set[str]) -> str:
+    """The CPU features that decide the course's CPU speeds, short: ``avx512-vnni-bf16-amx``."""
+    flags = set(flags)
+    if "avx512f" in flags:
+        tag = ["avx512"] + [f for f in ("vnni", "bf16") if f"avx512_{f}" in flags]
+    else:
+        tag = ["avx2"] if "avx2" in flags else ["no-avx2"]
+    if flags & {"amx_bf16", "amx_int8"}:
+        tag.append("amx")
+    return "-".join(tag)
+
+
 def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``."""
+    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``.
+
+    ``*-full-cpu`` folders (``make fullcpu``: how long each chapter ran, not what it measured)
+    hold no ledger and are left out."""
     base = Path(root) if root is not None else repo_root() / "results" / "reference"
     if not base.is_dir():
         return {}
     return {
         d.name: load(folder=d)
         for d in sorted(base.iterdir())
-        if d.is_dir() and any(d.glob("*.json"))
+        if d.is_dir() and not d.name.endswith("-full-cpu") and any(d.glob("*.json"))
     }
 
 
@@ -254,6 +277,8 @@ if (
 
     if sys.argv[1:] == ["slug"]:
         print(machine_slug())
+    elif sys.argv[1:] == ["slug", "--features"]:
+        print(machine_slug(features=True))
     elif len(sys.argv) == 3 and sys.argv[1] == "check-quiet":
         if not any(Path(sys.argv[2]).glob("*.json")):
             raise SystemExit(f"check-quiet: no ledger files in {sys.argv[2]}")
@@ -263,4 +288,6 @@ if (
             raise SystemExit(1)
         print(f"check-quiet: no contended record in {sys.argv[2]}")
     else:
-        raise SystemExit("usage: python -m helpers.record.ledger slug | check-quiet DIR")
+        raise SystemExit(
+            "usage: python -m helpers.record.ledger slug [--features] | check-quiet DIR"
+        )

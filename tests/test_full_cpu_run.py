@@ -1,0 +1,205 @@
+"""tools/full_cpu_run.py (`make fullcpu`): what it reads from nbval's files and the table it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("full_cpu_run", ROOT / "tools" / "full_cpu_run.py")
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+
+
+def _nb(path: Path, cells: list[tuple[str, list[dict]]]) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {"cell_type": "code", "source": src, "outputs": outs, "metadata": {}}
+                    for src, outs in cells
+                ]
+            }
+        )
+    )
+    return path
+
+
+def test_gpu_skips_are_found_across_wrapped_lines(tmp_path):
+    line = (
+        "SKIPPED on this machine (no CUDA GPU): TensorRT INT8 at batch 16 on the\n"
+        "    GPU. With a GPU this cell runs it for real.\n"
+    )
+    wrapped = (
+        "SKIPPED on this machine (no CUDA GPU): CUDA events: the model on the GPU's clock. "
+        "With a\n  GPU this cell runs it for real.\n"
+    )
+    nb = _nb(
+        tmp_path / "x.ipynb",
+        [
+            ("import x", [{"output_type": "stream", "text": "hello\n"}]),
+            ("y()\nz()", [{"output_type": "stream", "text": line}]),
+            ("w()", [{"output_type": "stream", "text": wrapped}]),
+            ("v()", [{"output_type": "stream", "text": "SKIPPED here: TensorRT INT8.\nwhy\n"}]),
+        ],
+    )
+    assert run.gpu_skips(nb) == [
+        {"cell": 1, "what": "TensorRT INT8 at batch 16 on the GPU"},
+        {"cell": 2, "what": "CUDA events: the model on the GPU's clock"},
+        {"cell": 3, "what": "TensorRT INT8."},
+    ]
+    assert run.code_heads(nb) == ["import x", "y()", "w()", "v()"]
+    assert run.gpu_skips(tmp_path / "absent.ipynb") == []
+
+
+def test_junit_cells_and_the_error_line(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase classname="nb" name="Cell 0" time="1.25"/>'
+        '<testcase name="Cell 1" time="30"><failure message="nbval">Traceback\n'
+        "  File x\n#x1B[0;31mAssertionError#x1B[0m: 3 != 4\n</failure></testcase>"
+        '<testcase name="Cell 2" time="0"><skipped message="Triton cannot run here"/>'
+        "</testcase></testsuite></testsuites>"
+    )
+    cells = run.junit_cells(junit)
+    assert [c["outcome"] for c in cells] == ["passed", "failed", "skipped"]
+    assert cells[1] == {
+        "cell": 1,
+        "seconds": 30.0,
+        "outcome": "failed",
+        "message": "AssertionError: 3 != 4",
+    }
+    assert cells[2]["message"] == "Triton cannot run here"
+
+
+def test_tree_memory_counts_child_processes():
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'x = bytearray(200 << 20); import time; time.sleep(2)'])"
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    with run.TreeMemory(proc.pid, every=0.1) as mem:
+        proc.wait()
+    assert mem.peak_children > 150 * 2**20  # the grandchild's 200 MiB
+    assert mem.peak >= mem.peak_children
+
+
+def test_table_rows_and_failures():
+    row = {
+        "notebook": "04_pruning",
+        "passed": False,
+        "rc": 1,
+        "wall_s": 600.0,
+        "peak_rss_mib": 3072,
+        "peak_kernel_rss_mib": 2900,
+        "load_max": 2.1,
+        "cells": 20,
+        "failed": [{"cell": 7, "head": "f()", "message": "ValueError: x", "seconds": 1}],
+        "nbval_skipped": [],
+        "gpu_skips": [{"cell": 3, "what": "CUDA graphs", "head": "g()"}],
+        "slowest": [{"cell": 9, "seconds": 120.0, "head": "h()"}],
+        "started": "2026-12-01T23:00:00Z",
+    }
+    sizes = {
+        "arch": "resnet101", "image_size": 224, "batch_size": 16, "batch_sweep": [1, 16],
+        "train_images": 4096, "warmup": 2, "repeats": 5, "train_steps": 30,
+    }  # fmt: skip
+    data = {
+        "machine": {
+            "cpu": "X",
+            "cores": 2,
+            "cpu_features": ["avx2"],
+            "memory_gib": 8,
+            "sizes": sizes,
+        },
+        "chapters": {"04_pruning": row},
+        "finished": "2026-12-01T23:10:00Z",
+    }
+    text = run.table(data)
+    assert (
+        "| 04_pruning | FAILED (rc 1) | 10.0 min | 3.0 GiB | cell 3: CUDA graphs | cell 9, 2.0 min |"
+        in text
+    )
+    assert "- 04_pruning, cell 7 (`f()`): ValueError: x" in text
+
+
+def test_notebooks_by_prefix():
+    assert [p.stem for p in run.notebooks(["07"])] == ["07_onnx_runtimes", "07a_oneflow_to_onnx"]
+    assert [p.stem[:3] for p in run.notebooks(["07a", "00", "07"])] == ["07a", "00_", "07_"]
+    with pytest.raises(SystemExit, match="99"):
+        run.notebooks(["99"])
+
+
+def test_slug_names_the_cpu_features(monkeypatch):
+    from helpers.record import ledger
+
+    assert (
+        ledger.cpu_features_tag(["avx2", "avx512f", "avx512_vnni", "amx_int8"]) == "avx512-vnni-amx"
+    )
+    assert ledger.cpu_features_tag(["avx2"]) == "avx2"
+    assert ledger.cpu_features_tag([]) == "no-avx2"
+    monkeypatch.setenv("COURSE_MODE", "full")
+    from helpers.core import environment
+
+    environment.environment_report.cache_clear()
+    try:
+        env = environment.environment_report()
+        slug = ledger.machine_slug(features=True)
+        if env["gpu"]:  # a GPU names the machine: the CPU's features add nothing
+            assert slug == ledger.machine_slug()
+        else:
+            assert slug.endswith(ledger.cpu_features_tag(env["cpu_features"]) + "-full")
+    finally:
+        environment.environment_report.cache_clear()
+
+
+_gspec = importlib.util.spec_from_file_location("gpu_estimate", ROOT / "tools" / "gpu_estimate.py")
+gpu = importlib.util.module_from_spec(_gspec)
+_gspec.loader.exec_module(gpu)
+
+
+def test_pass_time_is_the_slower_roof_plus_launches():
+    c = {"flops": 1e12, "bytes": 1e9, "ops": 100}
+    a100 = gpu.GPUS["A100"]
+    compute = 1e12 / (gpu.COMPUTE_EFF * a100["tf32"] * 1e12)
+    assert gpu.pass_seconds(c, "A100") == pytest.approx(compute + 100 * gpu.LAUNCH_S)
+    memory_bound = {"flops": 1e6, "bytes": 1e10, "ops": 0}
+    expected = 1e10 / (gpu.MEMORY_EFF * gpu.GPUS["L4"]["tb_s"] * 1e12)
+    assert gpu.pass_seconds(memory_bound, "L4") == pytest.approx(expected)
+
+
+def test_estimate_moves_cells_to_the_gpu_and_keeps_oneflow_on_an_h100(monkeypatch):
+    monkeypatch.setitem(
+        gpu.WORK,
+        "99_x",
+        [((1,), "torch", ("matmul", 1024), 10), ((2,), "oneflow", ("matmul", 1024), 10)],
+    )
+    row = {
+        "wall_s": 100.0,
+        "cells_timed": [{"cell": n, "seconds": 30.0, "outcome": "passed"} for n in range(3)],
+    }
+    one = gpu.device_seconds(("matmul", 1024), "A100")
+    a100 = gpu.estimate("99_x", row, "A100")
+    assert a100["host_s"] == pytest.approx(40.0)  # cells 1 and 2 move to the GPU
+    assert a100["device_s"] == pytest.approx(20 * one)
+    h100 = gpu.estimate("99_x", row, "H100")  # OneFlow 0.9.0 has no Hopper kernels
+    assert h100["host_s"] == pytest.approx(70.0)
+    assert h100["device_s"] == pytest.approx(10 * gpu.device_seconds(("matmul", 1024), "H100"))
+
+
+def test_a_resnet101_forward_costs_what_torchvision_counts():
+    c = gpu.cost(("resnet101", "fwd", 1, 224))
+    assert 15e9 < c["flops"] < 16e9  # 7.8 GMACs: torchvision's 7.8 GFLOPS counts MACs
+    assert c["ops"] > 300 and c["bytes"] > 1e8
+
+
+def test_full_cpu_folders_are_not_reference_ledgers(tmp_path):
+    from helpers.record import ledger
+
+    (tmp_path / "x-quick").mkdir()
+    (tmp_path / "x-quick" / "00_measuring.json").write_text("[]")
+    (tmp_path / "cpu-full-cpu").mkdir()
+    (tmp_path / "cpu-full-cpu" / "full_cpu.json").write_text("{}")
+    assert ledger.reference_runs(tmp_path) == {"x-quick": []}

@@ -1,0 +1,364 @@
+"""`make fullcpu`: every notebook at full-mode sizes on this CPU, with the fewest repeats.
+
+Full mode (ResNet-101, 224x224, batch 16) is what readers on rented GPUs run. This executes every
+notebook under nbval (``--nbval-lax``) with ``COURSE_MODE=full COURSE_FEWEST=1``: the full-mode
+sizes and code paths, one warm-up call and three timed calls, full mode's training steps cut to
+a tenth (``helpers.core.environment.fewest``), so that every branch and every assert runs on a CPU
+in about an hour. Each notebook runs in a pytest process of its own, so that its figures are its
+own:
+
+- ``wall_s``: the pytest process's wall time (kernel start, every cell, shutdown);
+- ``peak_rss_mib``: the largest sum of resident memory over the process tree (pytest, the
+  kernel, the kernel's children: OneFlow's and the serving chapters' processes), sampled every
+  0.5 s with psutil (a sum of RSS counts shared pages once per process: an upper bound);
+  ``peak_kernel_rss_mib`` the same without the pytest process;
+- ``gpu_skips``: the cells that printed ``SKIPPED on this machine (no CUDA GPU): ...``
+  (``environment.skip_without_gpu``) or a skip line of their own (``SKIPPED here: ...``), and
+  what they would have measured;
+- ``passed``, the failing cells with their first error line, and the slowest cells.
+
+The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json`` and
+``README.md``), named by ``helpers.record.ledger.machine_slug(features=True)``. Its times are
+not reference timings (a few repeats); they say how long a full-size run takes on
+this CPU. ``--only 04 05`` reruns some notebooks and merges them into the existing table.
+
+    python tools/full_cpu_run.py [--only STEM ...] [--out DIR] [--cell-timeout S] [--refresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "results" / "local" / "fullcpu"  # executed notebooks, junit files, the ledger
+SKIP_RE = re.compile(
+    r"SKIPPED\s+on\s+this\s+machine\s+\(no\s+CUDA\s+GPU\):\s*(.*?)\.\s+With\s+a\s+GPU", re.S
+)
+# A chapter's own skip line for a GPU-only step ("SKIPPED here: TensorRT INT8 ...", "SKIPPED: ...")
+OTHER_SKIP_RE = re.compile(r"SKIPPED(?: here)?:[ \t]*([^\n]+)")
+RUN_ENV = {
+    "COURSE_MODE": "full",
+    "COURSE_FEWEST": "1",
+    "PYTHONHASHSEED": "0",
+    "OMP_WAIT_POLICY": "PASSIVE",
+}
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    """Every notebook, or those whose name starts with one of ``only`` (``04``, ``07a_``...),
+    in the order given."""
+    every = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if not only:
+        return every
+    chosen = []  # in the order given: the slowest last, where time may run out
+    for o in only:
+        chosen += [p for p in every if p.stem.startswith(o) and p not in chosen]
+    missing = [o for o in only if not any(p.stem.startswith(o) for p in every)]
+    if missing:
+        raise SystemExit(f"no notebook starts with: {', '.join(missing)}")
+    return chosen
+
+
+class TreeMemory:
+    """Peak resident memory of a process and its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, every: float = 0.5) -> None:
+        self.pid, self.every = pid, every
+        self.peak = self.peak_children = 0
+        self.load_max = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = {}
+        for p in procs:
+            try:
+                rss[p.pid] = p.memory_info().rss
+            except psutil.Error:
+                pass
+        total = sum(rss.values())
+        self.peak = max(self.peak, total)
+        self.peak_children = max(self.peak_children, total - rss.get(self.pid, 0))
+        self.load_max = max(self.load_max, os.getloadavg()[0])
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def code_heads(nb: Path) -> list[str]:
+    """The first line of each code cell, in order (nbval's ``Cell N`` counts code cells from 0)."""
+    cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+    heads = []
+    for c in cells:
+        if c["cell_type"] == "code":
+            lines = "".join(c["source"]).strip().splitlines()
+            heads.append(lines[0][:80] if lines else "")
+    return heads
+
+
+def gpu_skips(executed: Path) -> list[dict[str, Any]]:
+    """The code cells of an executed notebook that printed a GPU-only skip line, and what."""
+    if not executed.exists():
+        return []
+    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+    found = []
+    for n, c in enumerate(cells):
+        text = ""
+        for out in c.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text += "".join(out.get("text", ""))
+            elif "data" in out:
+                text += "".join(out["data"].get("text/plain", ""))
+        whats = SKIP_RE.findall(text) + OTHER_SKIP_RE.findall(text)
+        found += [{"cell": n, "what": " ".join(w.split())[:120]} for w in whats]
+    return found
+
+
+def junit_cells(junit: Path) -> list[dict[str, Any]]:
+    """nbval's per-cell results from a junit file: cell number, seconds, outcome, first line."""
+    if not junit.exists():
+        return []
+    cells = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        m = re.search(r"Cell (\d+)", case.get("name", ""))
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            el = case.find(tag)
+            if el is not None:
+                outcome = "skipped" if tag == "skipped" else "failed"
+                if tag == "skipped":
+                    message = (el.get("message") or el.text or "").strip()
+                else:  # the traceback, else the one-line message
+                    message = _first_error_line(f"{el.get('message') or ''}\n{el.text or ''}")
+                break
+        cells.append(
+            {
+                "cell": int(m.group(1)) if m else -1,
+                "seconds": round(float(case.get("time", 0) or 0), 1),
+                "outcome": outcome,
+                "message": message,
+            }
+        )
+    return cells
+
+
+def _first_error_line(text: str) -> str:
+    """The line of an nbval failure that names the exception, else its first line."""
+    lines = [
+        ln.strip() for ln in re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text).splitlines() if ln.strip()
+    ]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", ln):
+            return ln[:300]
+    return lines[0][:300] if lines else ""
+
+
+def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> dict[str, Any]:
+    """Execute one notebook under nbval in a pytest process of its own; its row of the table."""
+    import psutil  # noqa: F401 - fail here, not in the sampling thread
+
+    junit = WORK / "junit" / f"{nb.stem}.xml"
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
+    executed = WORK / "executed" / nb.name
+    executed.unlink(missing_ok=True)
+    env = dict(os.environ, **RUN_ENV)
+    env["COURSE_NBVAL_OUTPUTS"] = str(executed.parent)
+    env["COURSE_RESULTS_DIR"] = str(WORK / "ledger")  # chapter 10 reads the earlier chapters
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    cmd = [
+        python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(nb.relative_to(ROOT)),
+        "--nbval-lax", f"--nbval-cell-timeout={cell_timeout}", f"--junitxml={junit}",
+    ]  # fmt: skip
+    log = WORK / "logs" / f"{nb.stem}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        with TreeMemory(proc.pid) as mem:
+            rc = proc.wait()
+    wall = time.time() - start
+    row = {
+        "notebook": nb.stem,
+        "rc": rc,
+        "wall_s": round(wall, 1),
+        "peak_rss_mib": round(mem.peak / 2**20),
+        "peak_kernel_rss_mib": round(mem.peak_children / 2**20),
+        "load_max": round(mem.load_max, 2),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+    }
+    return cell_results(nb, row)
+
+
+def cell_results(nb: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with what nbval's junit file and the executed notebook say about the cells."""
+    cells = junit_cells(WORK / "junit" / f"{nb.stem}.xml")
+    heads = code_heads(nb)
+    head = lambda n: heads[n] if 0 <= n < len(heads) else ""  # noqa: E731
+    failed = [c for c in cells if c["outcome"] == "failed"]
+    skipped = [c for c in cells if c["outcome"] == "skipped"]
+    slow = sorted(cells, key=lambda c: -c["seconds"])[:3]
+    executed = WORK / "executed" / nb.name
+    return {
+        **row,
+        "passed": row["rc"] == 0 and not failed and bool(cells) and len(skipped) < len(cells),
+        "cells": len(cells),
+        "failed": [{**c, "head": head(c["cell"])} for c in failed],
+        "nbval_skipped": sorted({c["message"] for c in skipped}) if skipped else [],
+        "gpu_skips": [{**s, "head": head(s["cell"])} for s in gpu_skips(executed)],
+        "slowest": [
+            {"cell": c["cell"], "seconds": c["seconds"], "head": head(c["cell"])} for c in slow
+        ],
+        "cells_timed": [{k: c[k] for k in ("cell", "seconds", "outcome")} for c in cells],
+    }
+
+
+def machine() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from helpers.core.environment import environment_report, sizes
+
+    os.environ.update(RUN_ENV)
+    env = environment_report()
+    s = sizes()
+    return {
+        "cpu": env["cpu"],
+        "cores": env["cores"],
+        "cpu_features": env["cpu_features"],
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "libraries": {k: v for k, v in env["libraries"].items() if v},
+        "sizes": {k: v for k, v in vars(s).items() if k != "fewest"},
+    }
+
+
+def default_out() -> Path:
+    sys.path.insert(0, str(ROOT / "src"))
+    os.environ.update(RUN_ENV)
+    from helpers.record.ledger import machine_slug
+
+    return ROOT / "results" / "reference" / f"{machine_slug(features=True)}-cpu"
+
+
+def _minutes(s: float) -> str:
+    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def table(data: dict[str, Any]) -> str:
+    """The markdown page of the folder: what ran, then one row per notebook."""
+    m = data["machine"]
+    rows = [data["chapters"][k] for k in sorted(data["chapters"])]
+    total = sum(r["wall_s"] for r in rows)
+    s = m["sizes"]
+    lines = [
+        "# Full-size run on a CPU (`make fullcpu`)",
+        "",
+        f"Every notebook executed by nbval (`--nbval-lax`) with `COURSE_MODE=full "
+        f"COURSE_FEWEST=1` on a {m['cores']}-core {m['cpu']} "
+        f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU. "
+        f"Full-mode sizes ({s['arch']}, {s['image_size']} px, batch {s['batch_size']}, "
+        f"sweep {', '.join(map(str, s['batch_sweep']))}, {s['train_images']} training images); "
+        f"repeats cut to the fewest that run every step (warm-up {s['warmup']}, timed calls "
+        f"{s['repeats']}, training steps {s['train_steps']}). Work that runs OneFlow on a CPU "
+        "uses quick sizes in full mode too (`environment.sizes_on`). These wall times say how "
+        "long a full-size run takes on this CPU; they are not reference timings.",
+        "",
+        f"Total: {_minutes(total)} for {len(rows)} notebooks; "
+        f"{sum(r['passed'] for r in rows)} passed. Peak memory: the largest sum of resident "
+        "memory over the process tree (pytest, kernel, the kernel's child processes), sampled "
+        "every 0.5 s. Run from "
+        f"{min(r['started'] for r in rows)} to {data.get('finished', '?')}; highest 1-minute "
+        f"load average seen: {max(r.get('load_max', 0) for r in rows):.1f}.",
+        "",
+        "| notebook | result | wall time | peak memory | GPU-only skips | slowest cell |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        result = "passed" if r["passed"] else f"FAILED (rc {r['rc']})"
+        if r["nbval_skipped"]:
+            result = "skipped: " + "; ".join(r["nbval_skipped"])[:120]
+        skips = "; ".join(f"cell {s['cell']}: {s['what']}" for s in r["gpu_skips"]) or "none"
+        slow = r["slowest"][0] if r["slowest"] else None
+        slow_text = f"cell {slow['cell']}, {_minutes(slow['seconds'])}" if slow else ""
+        lines.append(
+            f"| {r['notebook']} | {result} | {_minutes(r['wall_s'])} | "
+            f"{r['peak_rss_mib'] / 1024:.1f} GiB | {skips.replace('|', '/')} | {slow_text} |"
+        )
+    fails = [(r["notebook"], f) for r in rows for f in r["failed"]]
+    if fails:
+        lines += ["", "## Failures", ""]
+        lines += [f"- {nb}, cell {f['cell']} (`{f['head']}`): {f['message']}" for nb, f in fails]
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, data: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "full_cpu.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / "README.md").write_text(table(data))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="notebook name prefixes (default: all)")
+    parser.add_argument("--out", type=Path, help="results folder (default: by the CPU)")
+    parser.add_argument("--cell-timeout", type=int, default=3600)
+    parser.add_argument(
+        "--refresh", action="store_true", help="rewrite the table from the saved nbval files"
+    )
+    args = parser.parse_args(argv)
+    out = args.out or default_out()
+    path = out / "full_cpu.json"
+    if args.refresh:
+        data = json.loads(path.read_text())
+        for stem, row in data["chapters"].items():
+            data["chapters"][stem] = cell_results(ROOT / "notebooks" / f"{stem}.ipynb", row)
+        write(out, data)
+        return 0
+    data = json.loads(path.read_text()) if path.exists() and args.only else {"chapters": {}}
+    data["machine"] = machine()
+    data["command"] = "make fullcpu (python tools/full_cpu_run.py)"
+    for nb in notebooks(args.only):
+        print(f"{time.strftime('%H:%M:%S')} {nb.stem} ...", flush=True)
+        row = run_notebook(nb, args.cell_timeout)
+        data["chapters"][nb.stem] = row
+        data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write(out, data)  # after every notebook: an interrupted run keeps what it measured
+        state = "passed" if row["passed"] else f"FAILED {[f['cell'] for f in row['failed']]}"
+        print(
+            f"  {state}, {_minutes(row['wall_s'])}, peak {row['peak_rss_mib']} MiB, "
+            f"{len(row['gpu_skips'])} GPU-only skips",
+            flush=True,
+        )
+    print(f"table: {out / 'README.md'}")
+    return 0 if all(r["passed"] or r["nbval_skipped"] for r in data["chapters"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

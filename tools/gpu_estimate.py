@@ -1,0 +1,435 @@
+"""A GPU estimate per chapter: its full-size passes against published peaks, until a GPU run.
+
+No GPU has run the course's full mode yet. Until one does, each chapter's time on an A100, an
+L4 and an H100 is estimated here, and labelled an estimate wherever it is shown:
+
+    estimate = host part + device part
+
+- **device part**: the full-size PyTorch passes the chapter runs on the GPU in full mode (with
+  full mode's repeats, not ``make fullcpu``'s tenth), counted by reading each chapter
+  (:data:`WORK`: which cells, what pass, how many). Each pass is measured once on PyTorch's
+  ``meta`` device (no data, no compute): its floating-point operations
+  (``torch.utils.flop_counter.FlopCounterMode``), the bytes its ATen operators read and write
+  (every operator's tensor inputs plus outputs, unfused: an upper bound on memory traffic) and
+  its operator count. One pass takes
+
+      max(FLOPs / (COMPUTE_EFF x peak), bytes / (MEMORY_EFF x bandwidth)) + ops x LAUNCH_S
+
+  with the peak of the math mode it runs in: TF32 tensor cores for the float32 model (PyTorch's
+  default for convolutions on Ampere and newer), BF16 for the chapters' low-precision rows.
+  ``COMPUTE_EFF``, ``MEMORY_EFF`` and ``LAUNCH_S`` (a fixed cost per operator: PyTorch's eager
+  dispatch and the kernel launch) are assumptions, stated beside every estimate.
+- **host part**: everything else the chapter does, which a GPU does not speed up (kernel start,
+  imports, data, OneFlow on a CPU at quick sizes, exports, ONNX Runtime and OpenVINO on the CPU,
+  plots): the chapter's measured wall time in the full-size CPU run (``make fullcpu``) minus the
+  cells :data:`WORK` moves to the GPU. That run made a tenth of the repeats; where the host part
+  repeats work (chapters 7 and 8 time CPU runtimes at full size) a full-mode run takes longer:
+  the host part is a lower bound there, and a 2-core host is slower than a rental's.
+
+Peaks (dense, no sparsity; NVIDIA's datasheets, which print the sparse figure for tensor cores
+with an asterisk, "1/2 lower without sparsity"):
+
+| GPU | FP64 | FP32 | TF32 | BF16 | memory bandwidth |
+|---|---|---|---|---|---|
+| A100 SXM 80 GB | 9.7 | 19.5 | 156 | 312 TFLOP/s | 2.04 TB/s |
+| L4 | 0.49 | 30.3 | 60 | 121 TFLOP/s | 0.30 TB/s |
+| H100 SXM | 34 | 67 | 495 | 989 TFLOP/s | 3.35 TB/s |
+
+FP64 (chapter 2's float64 reference) is the non-tensor-core rate (L4: 1/64 of FP32).
+Sources: NVIDIA A100 Tensor Core GPU datasheet (FP64 9.7, FP32 19.5, TF32 156 / 312 sparse, BF16 312 / 624
+sparse, 2,039 GB/s for the 80 GB SXM); NVIDIA L4 datasheet (FP32 30.3, TF32 120 and BF16 242 with
+sparsity, 300 GB/s); NVIDIA H100 datasheet (SXM: FP32 67, TF32 989 and BF16 1,979 with sparsity,
+3.35 TB/s).
+
+    python tools/gpu_estimate.py [--folder results/reference/<cpu>-full-cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GPUS = {  # TFLOP/s dense and TB/s, from the datasheets named above
+    "A100": {"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "tb_s": 2.039},
+    "L4": {"fp64": 0.49, "fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "tb_s": 0.300},
+    "H100": {"fp64": 34.0, "fp32": 67.0, "tf32": 495.0, "bf16": 989.0, "tb_s": 3.35},
+}
+COMPUTE_EFF = 0.5  # assumed: a ResNet's convolutions reach half the tensor-core peak
+MEMORY_EFF = 0.7  # assumed: 70% of the datasheet bandwidth
+LAUNCH_S = 5e-6  # assumed: 5 us of eager dispatch + launch per ATen operator
+
+# A pass: (model, kind, batch, image size). Kinds: "fwd" inference forward; "input_grad" the
+# pruned task (forward, backward to the input only); "task" the original task (forward,
+# backward with weight gradients, SGD step at lr 0, second forward); "train" a training step
+# (forward, backward, optimizer step). Models: "resnet101", "resnet18", "mobilenetv2".
+Pass = tuple[str, str, int, int]
+
+
+def _cost(p: Pass) -> dict[str, float]:
+    """FLOPs, bytes and operator count of one pass, measured on the meta device."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from helpers.workload import models
+
+    arch, kind, batch, size = p
+
+    class Traffic(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bytes = self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            flat = torch.utils._pytree.tree_leaves((args, kwargs, out))
+            self.bytes += sum(t.nbytes for t in flat if isinstance(t, torch.Tensor))
+            self.ops += 1
+            return out
+
+    with torch.device("meta"):
+        if arch == "mobilenetv2":
+            net = models.build_embedder("torch", 512, 1.0)
+        else:
+            net = models.build_resnet("torch", arch, num_classes=8)
+    x = torch.empty(batch, 3, size, size, device="meta")
+    flops, traffic = FlopCounterMode(display=False), Traffic()
+    opt = torch.optim.SGD(net.parameters(), lr=0.0) if kind in ("task", "train") else None
+    with flops, traffic:
+        if kind == "fwd":
+            with torch.inference_mode():
+                net.eval()(x)
+        elif kind == "input_grad":
+            net.eval().requires_grad_(False)
+            xi = x.clone().requires_grad_(True)
+            net(xi).max(1).values.sum().backward()
+        else:
+            net.train(kind == "train")
+            xi = x.clone().requires_grad_(kind == "task")
+            net(xi).max(1).values.sum().backward()
+            opt.step()
+            if kind == "task":
+                with torch.no_grad():
+                    net(x)
+    return {"flops": flops.get_total_flops(), "bytes": traffic.bytes, "ops": traffic.ops}
+
+
+def pass_seconds(cost: dict[str, float], gpu: str, math: str = "tf32") -> float:
+    """One pass on ``gpu``: the slower of compute and memory, plus a launch cost per operator."""
+    g = GPUS[gpu]
+    compute = cost["flops"] / (COMPUTE_EFF * g[math] * 1e12)
+    memory = cost["bytes"] / (MEMORY_EFF * g["tb_s"] * 1e12)
+    return max(compute, memory) + cost["ops"] * LAUNCH_S
+
+
+# Fixed costs that are not passes (assumptions, stated with every estimate): building a
+# torch.compile'd ResNet-101 on a GPU (inductor, default mode; max-autotune benchmarks kernel
+# candidates), and a TensorRT engine build. Only for the GPU-only steps: a compile that runs on
+# the CPU too is host work measured there (its cell stays in the host part).
+FIXED_S = {"compile": 60.0, "compile_autotune": 300.0, "tensorrt": 120.0}
+
+# What each chapter runs on the GPU in full mode, read from its cells: (cells, framework,
+# pass, count). Cells are nbval's numbers (code cells from 0). Framework "torch": PyTorch on the
+# GPU at full sizes; "torch~flow": PyTorch at the sizes of OneFlow's device (full where OneFlow
+# has the GPU, A100 and L4; quick sizes on an H100, where OneFlow 0.9.0 runs on the CPU);
+# "oneflow": OneFlow on the GPU on an A100 or L4, on the CPU at quick sizes on an H100 (there
+# its cells' measured time stays in the host part). Passes are (model, kind, batch, image
+# size) as in :data:`Pass`, or a key of FIXED_S, or ("matmul", n). The counts are full mode's:
+# warm-up 20, timed calls 50, 300 training steps, the batch sweep 1-64. Approximate where a
+# helper decides (thread-count candidates: 2; OneFlow subprocess configurations: read off the
+# page); a few passes of a check are left out.
+R101, MNV2 = "resnet101", "mobilenetv2"
+WORK: dict[str, list[tuple[tuple[int, ...], str, Any, int]]] = {
+    "00_measuring": [
+        ((4, 6, 7), "torch", (R101, "fwd", 16, 224), 270),
+        ((8,), "torch", (R101, "fwd", 16, 224), 220),
+        ((14,), "torch", (R101, "fwd", 16, 224), 30),
+        ((14,), "torch", ("matmul", 8192), 30),
+        ((17,), "torch", (R101, "fwd", 1, 224), 2040),
+        *[((19,), "torch", (R101, "fwd", b, 224), 70) for b in (1, 2, 4, 8, 16, 32, 64)],
+        ((21, 24, 25), "torch", (R101, "fwd", 16, 224), 53),
+        ((22, 23), "torch", ("matmul", 4096), 20),
+        ((27, 30), "torch", (MNV2, "fwd", 1, 224), 250),
+        ((32,), "torch", (R101, "fwd", 1, 224), 53),
+        ((32,), "torch", (R101, "fwd", 64, 224), 53),
+    ],
+    "01_migration": [
+        ((4,), "torch~flow", (R101, "train", 16, 224), 20),
+        ((7, 9, 12, 13), "oneflow", (R101, "fwd", 16, 224), 8),
+        ((16,), "oneflow", (R101, "train", 16, 224), 3),
+        ((19,), "torch~flow", (R101, "fwd", 1, 224), 70),
+        ((19,), "torch~flow", (R101, "fwd", 16, 224), 70),
+        ((19,), "oneflow", (R101, "fwd", 1, 224), 70),
+        ((19,), "oneflow", (R101, "fwd", 16, 224), 70),
+    ],
+    "02_precision_alignment": [
+        ((5,), "torch~flow", (R101, "train", 32, 224), 300),
+        ((5,), "torch~flow", (R101, "fwd", 32, 224), 32),
+        ((6,), "oneflow", (R101, "fwd", 64, 224), 1),
+        ((8, 9), "torch~flow", (R101, "fwd64", 16, 224), 8),
+        ((8, 9), "oneflow", (R101, "fwd", 16, 224), 8),
+        ((19,), "torch~flow", ("resnet18", "train", 16, 112), 300),
+        ((19,), "oneflow", ("resnet18", "train", 16, 112), 300),
+        ((20,), "torch~flow", ("resnet18", "train", 16, 112), 300),
+        ((25, 26), "oneflow", ("resnet18", "train", 16, 112), 600),
+        ((28, 29), "torch~flow", ("resnet18", "train", 16, 112), 70),
+        ((28, 29), "oneflow", ("resnet18", "train", 16, 112), 70),
+    ],
+    "03_dynamic_to_static": [
+        ((5, 9, 10, 11, 13, 15, 16), "oneflow", (R101, "train", 1, 224), 140),
+        ((5, 9, 10, 11, 13, 15, 16), "oneflow", (R101, "task", 1, 224), 140),
+        ((5, 9, 10, 11, 13, 15, 16), "oneflow", (R101, "fwd", 1, 224), 280),
+        ((10, 13), "oneflow", (R101, "train", 16, 112), 32),
+        ((20, 28), "oneflow", (R101, "fwd", 1, 224), 140),
+        ((20, 28), "oneflow", (R101, "fwd", 16, 224), 140),
+        ((18,), "torch", (R101, "fwd", 16, 224), 20),
+        ((19,), "torch", (R101, "fwd", 1, 224), 350),
+        ((19,), "torch", (R101, "fwd", 16, 224), 350),
+        ((24,), "torch", "compile", 1),
+        ((24,), "torch", (R101, "fwd", 1, 224), 140),
+        ((25,), "torch", "compile", 1),
+        ((25,), "torch", (R101, "fwd", 1, 224), 140),
+        ((25,), "torch", (R101, "fwd", 16, 224), 140),
+    ],
+    "04_pruning": [
+        ((10,), "torch", (R101, "task", 1, 224), 104),
+        ((20, 21, 22, 23, 24, 25, 26, 27), "torch", (R101, "task", 1, 224), 20),
+        ((28,), "torch", (R101, "task", 1, 224), 210),
+        ((28,), "torch", (R101, "input_grad", 1, 224), 70),
+        ((28,), "oneflow", (R101, "task", 1, 224), 420),
+        ((28,), "oneflow", (R101, "input_grad", 1, 224), 140),
+        ((34,), "torch", (R101, "task", 16, 224), 52),
+        ((34,), "torch", (R101, "input_grad", 16, 224), 52),
+    ],
+    "05_parallelism": [
+        ((9,), "torch", (R101, "fwd", 1, 224), 256),
+        ((9,), "torch", (R101, "fwd", 16, 224), 24),
+        ((9,), "torch", (R101, "input_grad", 1, 224), 128),
+        ((9,), "torch", (R101, "input_grad", 16, 224), 12),
+        *[((15,), "torch", (R101, "input_grad", b, 224), 140) for b in (1, 2, 4, 8, 16, 32, 64)],
+        ((15,), "torch", (R101, "fwd", 1, 224), 140),
+        ((15,), "torch", (R101, "fwd", 16, 224), 140),
+        *[
+            ((19,), "torch", (R101, "input_grad", b, 224), max(20, 400 // b))
+            for b in (1, 2, 4, 8, 16, 32, 64)
+        ],
+        ((20, 21, 22), "oneflow", (R101, "fwd", 1, 224), 70),
+        ((20, 21, 22), "oneflow", (R101, "fwd", 16, 224), 70),
+        ((24,), "torch", (R101, "input_grad", 16, 224), 50),
+        ((25, 26, 27, 28, 29, 30, 31), "torch", (R101, "input_grad", 16, 224), 350),
+    ],
+    "06_compile_optimisations": [
+        ((4,), "torch", (R101, "train", 32, 224), 300),
+        ((4,), "torch", (R101, "fwd", 32, 224), 32),
+        ((5, 7, 10), "torch", (R101, "fwd", 16, 224), 111),
+        ((12, 13), "oneflow", (R101, "fwd", 16, 224), 720),
+        ((35,), "torch", (R101, "fwd", 16, 224), 630),
+        ((36,), "torch", "compile", 1),  # reduce-overhead (default: measured here)
+        ((36,), "torch", "compile_autotune", 1),
+        ((37,), "torch", (R101, "fwd", 16, 224), 280),
+        ((39, 40), "torch", "tensorrt", 1),
+        ((39, 40), "torch", (R101, "fwd_bf16", 16, 224), 100),
+        ((44,), "torch", (R101, "fwd", 16, 224), 212),
+        ((45,), "torch", (R101, "fwd", 16, 224), 106),
+    ],
+    "07_onnx_runtimes": [
+        ((7,), "torch", (MNV2, "fwd", 1, 224), 220),
+        ((20,), "torch", (MNV2, "fwd", 1, 224), 220),
+        ((20,), "torch", (MNV2, "fwd", 16, 224), 120),
+        ((21,), "torch", "tensorrt", 1),
+        ((21,), "torch", (MNV2, "fwd_bf16", 16, 224), 120),
+        ((22,), "torch", (MNV2, "fwd_bf16", 1, 224), 220),
+        ((30,), "torch", (MNV2, "fwd", 1, 224), 120),
+        ((30,), "torch", (MNV2, "fwd", 16, 224), 120),
+        ((35, 36, 38), "torch", (MNV2, "fwd", 1, 224), 400),
+    ],
+    "08_int8_quantization": [
+        ((2,), "torch", (R101, "train", 64, 224), 1200),
+        ((2,), "torch", (R101, "fwd", 64, 224), 32),
+        ((16,), "torch", "tensorrt", 1),
+        ((16, 17), "torch", (R101, "fwd_bf16", 16, 224), 280),
+    ],
+    "10_capstone": [
+        ((3,), "torch", (R101, "input_grad", 16, 224), 8),
+        ((20, 21, 22, 23), "torch", (R101, "task", 1, 224), 432),
+        ((20, 21, 22, 23), "torch", (R101, "input_grad", 1, 224), 216),
+        ((20, 21, 22, 23), "torch", (R101, "input_grad", 16, 224), 972),
+        ((20, 21, 22, 23), "torch", (R101, "fwd", 16, 224), 216),
+        ((33, 34, 35), "torch", (R101, "input_grad", 16, 224), 120),
+    ],
+}
+QUICK = ("resnet18", 8, 64)  # quick mode's network, batch and image size (H100 "torch~flow")
+
+
+def _quick(p: Pass) -> Pass:
+    arch, kind, batch, size = p
+    return (QUICK[0], kind, min(batch, QUICK[1]), max(32, size * QUICK[2] // 224))
+
+
+_costs: dict[Any, dict[str, float]] = {}
+
+
+def cost(p: Any) -> dict[str, float]:
+    """FLOPs, bytes, operators and math mode of one pass (cached)."""
+    if p not in _costs:
+        if isinstance(p, tuple) and p[0] == "matmul":
+            n = p[1]
+            _costs[p] = {"flops": 2 * n**3, "bytes": 12 * n * n, "ops": 1, "math": "fp32"}
+        else:
+            arch, kind, batch, size = p
+            base = kind.replace("_bf16", "").replace("fwd64", "fwd")
+            c = _cost((arch, base, batch, size))
+            math = "bf16" if kind.endswith("_bf16") else "fp64" if kind == "fwd64" else "tf32"
+            scale = {"bf16": 0.5, "fp64": 2.0}.get(math, 1.0)  # measured in float32
+            _costs[p] = {**c, "bytes": c["bytes"] * scale, "math": math}
+    return _costs[p]
+
+
+def device_seconds(p: Any, gpu: str) -> float:
+    if isinstance(p, str):
+        return FIXED_S[p]
+    c = cost(p)
+    return pass_seconds(c, gpu, c["math"])
+
+
+def estimate(stem: str, row: dict[str, Any], gpu: str) -> dict[str, float]:
+    """Host part, device part and their sum for one chapter on ``gpu`` (seconds)."""
+    cell_s = {c["cell"]: c["seconds"] for c in row.get("cells_timed", [])}
+    moved: set[int] = set()
+    stay: set[int] = set()
+    device = 0.0
+    for cells, fw, p, n in WORK.get(stem, []):
+        if fw == "oneflow" and gpu == "H100":
+            stay.update(cells)  # OneFlow on the CPU at quick sizes, as measured here
+            continue
+        if fw == "torch~flow" and gpu == "H100" and not isinstance(p, str):
+            p = _quick(p) if p[0] != "matmul" else p
+        moved.update(cells)
+        device += n * device_seconds(p, gpu)
+    fixed_cells = {c for cells, _, p, _ in WORK.get(stem, []) if isinstance(p, str) for c in cells}
+    off = sum(cell_s.get(c, 0.0) for c in moved - stay - fixed_cells)
+    host = max(0.0, row["wall_s"] - off)
+    return {"host_s": host, "device_s": device, "total_s": host + device}
+
+
+GPU_NOTE = (
+    "GPU estimates: host part (this CPU's full-size run, minus the cells that move to the "
+    f"GPU) + device part (full mode's passes, each max(FLOPs / ({COMPUTE_EFF:.0%} of the "
+    f"peak), bytes / ({MEMORY_EFF:.0%} of the bandwidth)) + {LAUNCH_S * 1e6:.0f} us per "
+    f"operator; TF32 for float32 models; torch.compile {FIXED_S['compile']:.0f} s, "
+    f"max-autotune {FIXED_S['compile_autotune']:.0f} s, a TensorRT engine "
+    f"{FIXED_S['tensorrt']:.0f} s: assumptions). Estimates until a GPU run replaces them."
+)
+
+
+def _minutes(s: float) -> str:
+    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", type=Path, help="the make fullcpu results folder")
+    parser.add_argument(
+        "--setup-table", action="store_true", help="also print book/setup.md's table"
+    )
+    args = parser.parse_args(argv)
+    folder = args.folder
+    if folder is None:
+        found = sorted((ROOT / "results" / "reference").glob("*-full-cpu/full_cpu.json"))
+        if not found:
+            raise SystemExit("no results/reference/*-full-cpu/full_cpu.json: run make fullcpu")
+        folder = found[-1].parent
+    run = json.loads((folder / "full_cpu.json").read_text())
+    out: dict[str, Any] = {
+        "label": "estimate until a GPU run replaces it",
+        "method": GPU_NOTE,
+        "gpus": GPUS,
+        "assumptions": {
+            "compute_efficiency": COMPUTE_EFF,
+            "memory_efficiency": MEMORY_EFF,
+            "launch_s_per_operator": LAUNCH_S,
+            "fixed_s": FIXED_S,
+        },
+        "passes": {},
+        "chapters": {},
+    }
+    for stem, row in sorted(run["chapters"].items()):
+        est = {g: estimate(stem, row, g) for g in GPUS}
+        out["chapters"][stem] = {
+            "full_cpu_s": row["wall_s"],
+            "passed": row["passed"],
+            **{g: {k: round(v, 1) for k, v in e.items()} for g, e in est.items()},
+        }
+    for p, c in _costs.items():
+        out["passes"][" ".join(map(str, p))] = {
+            "gflop": round(c["flops"] / 1e9, 2),
+            "gbytes": round(c["bytes"] / 1e9, 2),
+            "ops": c["ops"],
+            "math": c["math"],
+            **{g: round(device_seconds(p, g) * 1e3, 2) for g in GPUS},
+        }
+    out["full_cpu"] = {k: v["full_cpu_s"] for k, v in out["chapters"].items() if k[:2].isdigit()}
+    out["gpu_estimate"] = {
+        k: {g: v[g]["total_s"] for g in GPUS} for k, v in out["chapters"].items() if k[:2].isdigit()
+    }
+    (folder / "gpu_estimate.json").write_text(json.dumps(out, indent=1) + "\n")
+    lines = [
+        "# GPU estimate per chapter (an estimate until a GPU run replaces it)",
+        "",
+        GPU_NOTE,
+        "",
+        "| notebook | CPU, full size (measured) | "
+        + " | ".join(f"{g} (host + device)" for g in GPUS)
+        + " |",
+        "|---|---|" + "---|" * len(GPUS),
+    ]
+    for stem, v in out["chapters"].items():
+        cells = [
+            f"{_minutes(v[g]['total_s'])} ({_minutes(v[g]['host_s'])} + "
+            f"{_minutes(v[g]['device_s'])})"
+            for g in GPUS
+        ]
+        lines.append(f"| {stem} | {_minutes(v['full_cpu_s'])} | " + " | ".join(cells) + " |")
+    lines += ["", "Each pass, on each GPU (ms):", ""]
+    lines += ["| pass | GFLOP | GB moved | operators | math | " + " | ".join(GPUS) + " |"]
+    lines += ["|---|---|---|---|---|" + "---|" * len(GPUS)]
+    for name, p in out["passes"].items():
+        lines.append(
+            f"| {name} | {p['gflop']} | {p['gbytes']} | {p['ops']} | {p['math']} | "
+            + " | ".join(f"{p[g]}" for g in GPUS)
+            + " |"
+        )
+    (folder / "GPU_ESTIMATE.md").write_text("\n".join(lines) + "\n")
+    print(f"GPU estimate: {folder / 'GPU_ESTIMATE.md'}")
+    if args.setup_table:
+        print(setup_table(run, out))
+    return 0
+
+
+def setup_table(run: dict[str, Any], est: dict[str, Any]) -> str:
+    """The per-chapter table of book/setup.md: measured CPU time and memory, GPU estimates."""
+    rows = [
+        "| chapter | 2-core CPU, full size (measured) | peak memory | "
+        + " | ".join(f"{g} (estimate)" for g in GPUS)
+        + " |",
+        "|---|---|---|" + "---|" * len(GPUS),
+    ]
+    for stem, r in sorted(run["chapters"].items()):
+        e = est["chapters"][stem]
+        cpu = _minutes(r["wall_s"]) + ("" if r["passed"] else " (failed)")
+        rows.append(
+            f"| {stem} | {cpu} | {r['peak_rss_mib'] / 1024:.1f} GiB | "
+            + " | ".join(_minutes(e[g]["total_s"]) for g in GPUS)
+            + " |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
