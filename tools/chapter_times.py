@@ -124,7 +124,10 @@ def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
         )
     full = times.get("full_cpu", {}).get(stem)
     if full is not None:
-        parts.append(f"{_minutes(full)} at full size on the same CPU (measured)")
+        parts.append(
+            f"{_minutes(full)} at full size on the same CPU with the fewest repeats "
+            "(measured: make fullcpu)"
+        )
     gpu = times.get("gpu_estimate", {}).get(stem)
     if gpu:
         parts.append(
