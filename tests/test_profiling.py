@@ -80,9 +80,11 @@ def test_table_rows_narrows_the_profilers_own_table(torch_mod):
         activities=[torch_mod.profiler.ProfilerActivity.CPU], profile_memory=True
     ) as prof:
         x @ x + 1
-    text = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=3)
+    # every row: which op took the most self time depends on the machine's load (a busy
+    # machine once put the product outside the top 3), and that is not what this test checks
+    text = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
     rows = profiling.table_rows(text, ["Name", "Self CPU", "Self CPU Mem", "# of Calls"])
-    assert 1 <= len(rows) <= 3 and list(rows[0]) == [
+    assert 1 <= len(rows) <= 10 and list(rows[0]) == [
         "Name",
         "Self CPU",
         "Self CPU Mem",
