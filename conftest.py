@@ -37,48 +37,7 @@ _runs: dict[str, dict[str, Any]] = {}
 _starts: dict[str, float] = {}
 
 
-class _PeakMemory:
-    """The peak resident memory of this process's children (the kernel, its servers and workers).
-
-    Sampled every half second in a thread while a notebook runs: the sum of the RSS of every
-    descendant process (shared pages counted once per process, so an upper bound), and the
-    largest single process. ``book/workshop.md`` sizes a shared hub from these peaks.
-    """
-
-    def __init__(self) -> None:
-        self.tree = self.largest = 0
-        self._stop: Any = None
-
-    def start(self) -> None:
-        import threading
-
-        self.tree = self.largest = 0
-        self._stop = threading.Event()
-        threading.Thread(target=self._sample, args=(self._stop,), daemon=True).start()
-
-    def stop(self) -> tuple[float, float]:
-        """Stop sampling; (peak of the tree, peak of one process), in MB."""
-        if self._stop is not None:
-            self._stop.set()
-            self._stop = None
-        return round(self.tree / 2**20), round(self.largest / 2**20)
-
-    def _sample(self, stop: Any) -> None:
-        import psutil
-
-        me = psutil.Process()
-        while not stop.wait(0.5):
-            sizes = []
-            for p in me.children(recursive=True):
-                try:
-                    sizes.append(p.memory_info().rss)
-                except psutil.Error:  # it ended between the listing and the reading
-                    pass
-            self.tree = max(self.tree, sum(sizes))
-            self.largest = max(self.largest, max(sizes, default=0))
-
-
-_peak = _PeakMemory()
+_peak: Any = None  # helpers.core.process_memory.TreeMemory of the running notebook
 
 
 def _record_time(path: Path, seconds: float, ok: bool) -> None:
@@ -91,7 +50,12 @@ def _record_time(path: Path, seconds: float, ok: bool) -> None:
 
     from helpers.core.environment import fewest, get_mode
 
-    tree, largest = _peak.stop()
+    global _peak
+    tree = largest = 0
+    if _peak is not None:
+        _peak.stop()
+        tree, largest = round(_peak.peak_children / 2**20), round(_peak.largest / 2**20)
+        _peak = None
     name = get_mode() + ("-fewest" if fewest() else "")
     out = ROOT / "_build" / "nbval_times" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -162,9 +126,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if _is_nb_cell(item) and key not in _starts:
         # the notebook's clock starts with its first cell (kernel start included)
         _starts[key] = time.time()
-        _peak.start()
+        _start_peak()
         if os.environ.get(COLD_ENV) == "1":
             _start_cold(Path(key))
+
+
+def _start_peak() -> None:
+    """Sample the peak memory of this process's children (the kernel, its servers and workers)
+    while the notebook runs; ``book/workshop.md`` sizes a shared hub from these peaks."""
+    global _peak
+    from helpers.core.process_memory import TreeMemory
+
+    _peak = TreeMemory().start()
 
 
 COLD_ENV = "COURSE_COLD_START"

@@ -33,11 +33,13 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from helpers.core.process_memory import TreeMemory  # noqa: E402 - one sampler (conftest too)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "results" / "local" / "fullcpu"  # executed notebooks, junit files, the ledger
@@ -67,49 +69,6 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     if missing:
         raise SystemExit(f"no notebook starts with: {', '.join(missing)}")
     return chosen
-
-
-class TreeMemory:
-    """Peak resident memory of a process and its descendants, sampled in a thread."""
-
-    def __init__(self, pid: int, every: float = 0.5) -> None:
-        self.pid, self.every = pid, every
-        self.peak = self.peak_children = 0
-        self.load_max = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> None:
-        import psutil
-
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        rss = {}
-        for p in procs:
-            try:
-                rss[p.pid] = p.memory_info().rss
-            except psutil.Error:
-                pass
-        total = sum(rss.values())
-        self.peak = max(self.peak, total)
-        self.peak_children = max(self.peak_children, total - rss.get(self.pid, 0))
-        self.load_max = max(self.load_max, os.getloadavg()[0])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.every)
-
-    def __enter__(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def code_heads(nb: Path) -> list[str]:
@@ -182,8 +141,6 @@ def _first_error_line(text: str) -> str:
 
 def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> dict[str, Any]:
     """Execute one notebook under nbval in a pytest process of its own; its row of the table."""
-    import psutil  # noqa: F401 - fail here, not in the sampling thread
-
     junit = WORK / "junit" / f"{nb.stem}.xml"
     junit.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)

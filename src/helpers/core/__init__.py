@@ -8,6 +8,7 @@
 - :mod:`~helpers.core.comparison` -- elementwise and task-level comparison of outputs, with controls
 - :mod:`~helpers.core.precision` -- the math mode in effect (fp32, TF32, bf16, fp16, int8) and the tolerance it implies
 - :mod:`~helpers.core.oneflow_fix` -- a fix for OneFlow 0.9.0's nn.Graph launch race, loaded before OneFlow
+- :mod:`~helpers.core.process_memory` -- the peak memory of a process tree, sampled in a thread
 - :mod:`~helpers.core.processes` -- child processes (servers, proxies) that are always stopped
 - :mod:`~helpers.core.scratch` -- temporary folders removed when the process that made them exits
 - :mod:`~helpers.core.subprocess_run` -- run a function in a fresh Python process with its own environment

@@ -1,0 +1,77 @@
+"""Peak resident memory of a process tree, sampled in a thread.
+
+One sampler for the two places that size the course's runs: ``conftest.py`` (each notebook under
+nbval: the kernel and what it starts) and ``tools/full_cpu_run.py`` (``make fullcpu``: a pytest
+process per notebook). The sum of RSS counts pages shared between processes once per process,
+so the tree's figure is an upper bound.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+__all__ = ["TreeMemory"]
+
+
+class TreeMemory:
+    """Peak resident memory of process ``pid`` and its descendants, sampled every ``every`` s.
+
+    ``peak``: the largest sum over the tree; ``peak_children``: the same without ``pid``
+    itself; ``largest``: the largest single descendant; ``load_max``: the highest 1-minute
+    load average seen. Use as a context manager, or ``start()`` and ``stop()``.
+    """
+
+    def __init__(self, pid: int | None = None, every: float = 0.5) -> None:
+        self.pid = os.getpid() if pid is None else pid
+        self.every = every
+        self.peak = self.peak_children = self.largest = 0
+        self.load_max = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = {}
+        for p in procs:
+            try:
+                rss[p.pid] = p.memory_info().rss
+            except psutil.Error:  # it ended between the listing and the reading
+                pass
+        total = sum(rss.values())
+        own = rss.pop(self.pid, 0)
+        self.peak = max(self.peak, total)
+        self.peak_children = max(self.peak_children, total - own)
+        self.largest = max(self.largest, max(rss.values(), default=0))
+        self.load_max = max(self.load_max, os.getloadavg()[0])
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def start(self) -> TreeMemory:
+        """Start sampling in a daemon thread."""
+        import psutil  # noqa: F401 - fail here, not in the sampling thread
+
+        self._thread.start()
+        return self
+
+    def stop(self) -> TreeMemory:
+        """Stop sampling (after one last sample)."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return self
+
+    def __enter__(self) -> TreeMemory:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
