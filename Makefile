@@ -178,7 +178,7 @@ book: setup
 # (tools/bench_cpu_deploy.py: ResNet-101 224 batch 16, every CPU runtime) adds its table as JSON,
 # again only from a quiet run. Run it on a quiet machine.
 bench: setup
-	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.record.ledger slug 2>/dev/null | tail -1); \
+	@slug=$$(COURSE_MODE=$(or $(MODE),full) $(PY) -m helpers.record.ledger slug --features 2>/dev/null | tail -1); \
 	stage=$(CURDIR)/results/local/bench-staging/$$slug; rm -rf $$stage; \
 	echo "Reference run into $$stage, published as results/reference/$$slug if quiet"; \
 	COURSE_MODE=$(or $(MODE),full) COURSE_RESULTS_DIR=$$stage PYTHONHASHSEED=0 OMP_WAIT_POLICY=PASSIVE \
