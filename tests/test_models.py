@@ -38,6 +38,22 @@ def test_unknown_framework_and_arch():
         models.build_resnet("torch", "resnet18", num_classes=0)
 
 
+def test_zero_init_residual_starts_each_block_as_its_shortcut(torch_mod):
+    # The last BatchNorm of every residual branch starts at zero only when asked (torch here;
+    # flowvision takes the same argument, and chapter 2's twins copy the weights anyway).
+    def last_bn_weights(net):
+        return [
+            b.bn2.weight.detach().abs().sum().item()
+            for b in net.modules()
+            if type(b).__name__ == "BasicBlock"
+        ]
+
+    zeroed = models.build_resnet("torch", "resnet18", CLASSES, zero_init_residual=True)
+    plain = models.build_resnet("torch", "resnet18", CLASSES)
+    assert last_bn_weights(zeroed) and not any(last_bn_weights(zeroed))
+    assert all(last_bn_weights(plain))
+
+
 def test_framework_of(torch_resnet, flow_resnet, torch_mod, flow):
     assert models.framework_of(torch_resnet) == "torch"
     assert models.framework_of(flow_resnet) == "oneflow"
