@@ -266,6 +266,26 @@ def test_task_level_keeps_the_decisions_the_precision_cannot_flip():
         assert_task_level(flipped, ref, mode="bf16", logits=True, network="resnet18")
 
 
+def test_task_level_by_class_for_a_trained_classifier():
+    """A trained classifier gives the images of one class nearly the same logits: a rounding
+    that swaps two of them fails "nearest its own" but keeps every decision; ``by_class`` asks
+    for the class, and still fails on negated logits and refuses a model deciding one class."""
+    rng = np.random.default_rng(0)
+    ref = np.repeat(6.0 * np.eye(8), 4, axis=0) + 1e-4 * rng.normal(size=(32, 8))
+    got = ref + 1e-3 * rng.normal(size=ref.shape)  # larger than the gaps inside a class
+    with pytest.raises(AssertionError, match="nearest their own reference"):
+        assert_task_level(got, ref, mode="int8", logits=True, network="resnet18")
+    check = assert_task_level(got, ref, mode="int8", logits=True, by_class=True, network="resnet18")
+    assert check.nearest_own == 1.0 and check.by_class and "of its class" in str(check)
+    with pytest.raises(AssertionError, match="a reference of their own class"):
+        assert_task_level(-got, ref, mode="int8", logits=True, by_class=True, network="resnet18")
+    one_class = np.tile([6.0] + [0.0] * 7, (8, 1)) + 1e-2 * rng.normal(size=(8, 8))
+    with pytest.raises(AssertionError, match="too alike|control"):
+        assert_task_level(one_class, one_class, mode="int8", logits=True, by_class=True)
+    with pytest.raises(ValueError, match="logits=True"):
+        assert_task_level(got, ref, mode="int8", by_class=True)
+
+
 def test_an_actual_below_the_expected_fails_like_one_above():
     """Both directions count: without the abs() of the difference only a too-large actual failed
     (the mutation sample caught that only indirectly)."""

@@ -293,10 +293,12 @@ class TaskCheck:
     kept: int | None  # of those, rows whose top-1 class stayed the same
     top1: float | None  # logits: top-1 agreement over all rows (shown, not required)
     controls: dict[str, float]  # a control's nearest-own fraction (each must fail the check)
+    by_class: bool = False  # nearest a reference of its own class (logits of a trained model)
 
     def __str__(self) -> str:
+        own = "a reference of its class" if self.by_class else "its own reference"
         parts = [
-            f"{self.name} ({self.mode}, {self.rows} rows): each row nearest its own reference "
+            f"{self.name} ({self.mode}, {self.rows} rows): each row nearest {own} "
             f"{self.nearest_own:.0%}, lowest cosine {self.min_cosine:.4f}"
         ]
         if self.decided:
@@ -310,10 +312,15 @@ class TaskCheck:
         return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
-def _nearest_own(x: np.ndarray, y: np.ndarray) -> float:
+def _nearest_own(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
+    # The fraction of rows of x whose nearest row of y (by cosine) is their own, or with
+    # ``groups`` one of their own group (a trained classifier's class).
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
     yn = y / np.linalg.norm(y, axis=1, keepdims=True)
-    return float(np.mean((xn @ yn.T).argmax(axis=1) == np.arange(len(x))))
+    nearest = (xn @ yn.T).argmax(axis=1)
+    if groups is None:
+        return float(np.mean(nearest == np.arange(len(x))))
+    return float(np.mean(groups[nearest] == groups))
 
 
 def assert_task_level(
@@ -324,6 +331,7 @@ def assert_task_level(
     logits: bool = False,
     network: str | None = None,
     min_nearest_own: float = 1.0,
+    by_class: bool = False,
     name: str = "outputs",
 ) -> TaskCheck:
     """Assert that a reduced-precision result still does the task its float32 reference does.
@@ -337,6 +345,10 @@ def assert_task_level(
       leads the runner-up by more than twice the mode's elementwise error bound
       (:func:`helpers.core.precision.tolerance` for ``mode`` and ``network``) keeps its top-1.
       Rows inside the bound are counted, not required: a model that learned nothing decides none.
+    - ``by_class`` (logits only): a row may instead be nearest any reference row of its own
+      reference class (top-1). A trained classifier gives the images of one class nearly the same
+      logits, so which of them a rounded row lands nearest says nothing about the task; which
+      class it lands in does. The controls then refuse a model that puts every image in one class.
     - **Controls that must fail**: the same criteria on the candidate negated and on its rows
       shifted by one (each image paired with another's reference) must fail, else the data cannot
       tell a right answer from a wrong one and the check is refused.
@@ -356,12 +368,16 @@ def assert_task_level(
         raise ValueError(f"{name}: a row has zero norm (cosine undefined)")
     if not 0.0 < min_nearest_own <= 1.0:
         raise ValueError(f"min_nearest_own must be a fraction in (0, 1], got {min_nearest_own}")
+    if by_class and not logits:
+        raise ValueError("by_class compares decisions: it needs logits=True")
+    groups = y.argmax(axis=1) if by_class else None
+    own_what = "a reference of their own class" if by_class else "their own reference"
     if _nearest_own(y, y) < min_nearest_own:
         raise AssertionError(
             f"{name}: the reference rows are too alike to identify themselves (duplicates, or a "
             "model that gives every sample the same output): use distinct samples or a trained model"
         )
-    own = _nearest_own(x, y)
+    own = _nearest_own(x, y, groups)
     cos = rowwise_cosine(x, y)
     decided = kept = top1 = None
     problems = []
@@ -378,11 +394,14 @@ def assert_task_level(
             )
     if own < min_nearest_own:
         problems.append(
-            f"only {own:.0%} of the rows are nearest their own reference (need {min_nearest_own:.0%})"
+            f"only {own:.0%} of the rows are nearest {own_what} (need {min_nearest_own:.0%})"
         )
     if problems:
         raise AssertionError(f"{name} fail the task-level check: " + "; ".join(problems))
-    controls = {"negated": _nearest_own(-x, y), "shifted rows": _nearest_own(np.roll(x, 1, 0), y)}
+    controls = {
+        "negated": _nearest_own(-x, y, groups),
+        "shifted rows": _nearest_own(np.roll(x, 1, 0), y, groups),
+    }
     passing = [k for k, v in controls.items() if v >= min_nearest_own]
     if passing:
         raise AssertionError(
@@ -399,4 +418,5 @@ def assert_task_level(
         kept=kept,
         top1=top1,
         controls=controls,
+        by_class=by_class,
     )
