@@ -19,12 +19,15 @@ SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sle
 class Sleeper(processes.ManagedProcess):
     """The smallest managed process: a Python that prints a line and sleeps."""
 
+    command = SLEEPER
+    prefix = "sleeper-"
+
     def kept_files(self):
         return ("out.log",)
 
     def start(self):
-        self.make_workdir("sleeper-")
-        self.launch(SLEEPER, output=self.workdir / "out.log")
+        self.make_workdir(self.prefix)
+        self.launch(self.command, output=self.workdir / "out.log")
         deadline = time.monotonic() + 20
         while "up" not in self.kept("out.log") and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -107,15 +110,9 @@ STUBBORN = [
 class Stubborn(Sleeper):
     """A managed process that ignores SIGTERM."""
 
+    command = STUBBORN
+    prefix = "stubborn-"
     grace_s = 0.3
-
-    def start(self):
-        self.make_workdir("stubborn-")
-        self.launch(STUBBORN, output=self.workdir / "out.log")
-        deadline = time.monotonic() + 20
-        while "up" not in self.kept("out.log") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self
 
 
 def test_stop_kills_a_group_that_ignores_sigterm():
