@@ -81,8 +81,10 @@ def test_table_rows_and_failures():
         "passed": False,
         "rc": 1,
         "wall_s": 600.0,
+        "peak_pss_mib": 2048,
+        "peak_kernel_pss_mib": 1900,
         "peak_rss_mib": 3072,
-        "peak_kernel_rss_mib": 2900,
+        "pss_read": True,
         "load_max": 2.1,
         "cells": 20,
         "failed": [{"cell": 7, "head": "f()", "message": "ValueError: x", "seconds": 1}],
@@ -108,9 +110,12 @@ def test_table_rows_and_failures():
     }
     text = run.table(data)
     assert (
-        "| 04_pruning | FAILED (rc 1) | 10.0 min | 3.0 GiB | cell 3: CUDA graphs | cell 9, 2.0 min |"
-        in text
+        "| 04_pruning | FAILED (rc 1) | 10.0 min | 2.0 GiB (RSS 3.0 GiB) | cell 3: CUDA graphs "
+        "| cell 9, 2.0 min |" in text
     )
+    # a run from before PSS was read says what it summed
+    old = {k: v for k, v in row.items() if "pss" not in k}
+    assert run.peak_text(old) == "RSS 3.0 GiB" and run.peak_mib(old) == 3072
     assert "- 04_pruning, cell 7 (`f()`): ValueError: x" in text
 
 

@@ -8,10 +8,13 @@ in about an hour. Each notebook runs in a pytest process of its own, so that its
 own:
 
 - ``wall_s``: the pytest process's wall time (kernel start, every cell, shutdown);
-- ``peak_rss_mib``: the largest sum of resident memory over the process tree (pytest, the
-  kernel, the kernel's children: OneFlow's and the serving chapters' processes), sampled every
-  0.5 s with psutil (a sum of RSS counts shared pages once per process: an upper bound);
-  ``peak_kernel_rss_mib`` the same without the pytest process;
+- ``peak_pss_mib``: the largest sum of proportional memory (PSS) over the process tree
+  (pytest, the kernel, the kernel's children: OneFlow's, the pipelines' and the serving
+  chapters' processes), sampled every 0.5 s with psutil (``helpers.core.process_memory``): a
+  page that ``n`` processes share counts ``1/n`` in each, so forked workers that share a
+  model's weights count them once; ``peak_kernel_pss_mib`` the same without the pytest
+  process; ``peak_rss_mib`` the largest sum of resident memory (shared pages once per process:
+  an upper bound);
 - ``gpu_skips``: the cells that printed ``SKIPPED on this machine (no CUDA GPU): ...``
   (``environment.skip_without_gpu``) or a skip line of their own (``SKIPPED here: ...``), and
   what they would have measured;
@@ -168,8 +171,10 @@ def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> d
         "notebook": nb.stem,
         "rc": rc,
         "wall_s": round(wall, 1),
-        "peak_rss_mib": round(mem.peak / 2**20),
-        "peak_kernel_rss_mib": round(mem.peak_children / 2**20),
+        "peak_pss_mib": round(mem.peak / 2**20),
+        "peak_kernel_pss_mib": round(mem.peak_children / 2**20),
+        "peak_rss_mib": round(mem.peak_rss / 2**20),
+        "pss_read": mem.pss,  # False: some process counted with its RSS
         "load_max": round(mem.load_max, 2),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
     }
@@ -248,9 +253,11 @@ def table(data: dict[str, Any]) -> str:
         "long a full-size run takes on this CPU; they are not reference timings.",
         "",
         f"Total: {_minutes(total)} for {len(rows)} notebooks; "
-        f"{sum(r['passed'] for r in rows)} passed. Peak memory: the largest sum of resident "
-        "memory over the process tree (pytest, kernel, the kernel's child processes), sampled "
-        "every 0.5 s. Run from "
+        f"{sum(r['passed'] for r in rows)} passed. Peak memory: the largest sum of "
+        "proportional memory (PSS: a page shared by n processes counts 1/n in each) over the "
+        "process tree (pytest, kernel, the kernel's child processes), sampled every 0.5 s; "
+        "in brackets the sum of resident memory (RSS), which counts shared pages once per "
+        "process. Run from "
         f"{min(r['started'] for r in rows)} to {data.get('finished', '?')}; highest 1-minute "
         f"load average seen: {max(r.get('load_max', 0) for r in rows):.1f}.",
         "",
@@ -266,13 +273,27 @@ def table(data: dict[str, Any]) -> str:
         slow_text = f"cell {slow['cell']}, {_minutes(slow['seconds'])}" if slow else ""
         lines.append(
             f"| {r['notebook']} | {result} | {_minutes(r['wall_s'])} | "
-            f"{r['peak_rss_mib'] / 1024:.1f} GiB | {skips.replace('|', '/')} | {slow_text} |"
+            f"{peak_text(r)} | {skips.replace('|', '/')} | {slow_text} |"
         )
     fails = [(r["notebook"], f) for r in rows for f in r["failed"]]
     if fails:
         lines += ["", "## Failures", ""]
         lines += [f"- {nb}, cell {f['cell']} (`{f['head']}`): {f['message']}" for nb, f in fails]
     return "\n".join(lines) + "\n"
+
+
+def peak_mib(row: dict[str, Any]) -> int:
+    """A notebook's peak memory in MiB: the PSS sum, or the RSS sum of a run before PSS."""
+    return row.get("peak_pss_mib", row["peak_rss_mib"])
+
+
+def peak_text(row: dict[str, Any]) -> str:
+    """``'3.1 GiB (RSS 5.2 GiB)'``; a run from before PSS was read says ``RSS`` alone."""
+    rss = f"{row['peak_rss_mib'] / 1024:.1f} GiB"
+    if "peak_pss_mib" not in row:
+        return f"RSS {rss}"
+    flag = "" if row.get("pss_read", True) else ", some processes as RSS"
+    return f"{row['peak_pss_mib'] / 1024:.1f} GiB (RSS {rss}{flag})"
 
 
 def write(out: Path, data: dict[str, Any]) -> None:
@@ -309,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         write(out, data)  # after every notebook: an interrupted run keeps what it measured
         state = "passed" if row["passed"] else f"FAILED {[f['cell'] for f in row['failed']]}"
         print(
-            f"  {state}, {_minutes(row['wall_s'])}, peak {row['peak_rss_mib']} MiB, "
+            f"  {state}, {_minutes(row['wall_s'])}, peak {peak_text(row)}, "
             f"{len(row['gpu_skips'])} GPU-only skips",
             flush=True,
         )

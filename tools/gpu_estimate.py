@@ -424,7 +424,7 @@ def setup_table(run: dict[str, Any], est: dict[str, Any]) -> str:
         e = est["chapters"][stem]
         cpu = _minutes(r["wall_s"]) + ("" if r["passed"] else " (failed)")
         rows.append(
-            f"| {stem} | {cpu} | {r['peak_rss_mib'] / 1024:.1f} GiB | "
+            f"| {stem} | {cpu} | {r.get('peak_pss_mib', r['peak_rss_mib']) / 1024:.1f} GiB | "
             + " | ".join(_minutes(e[g]["total_s"]) for g in GPUS)
             + " |"
         )

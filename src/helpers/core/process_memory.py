@@ -1,9 +1,14 @@
-"""Peak resident memory of a process tree, sampled in a thread.
+"""Peak memory of a process tree, sampled in a thread.
 
 One sampler for the two places that size the course's runs: ``conftest.py`` (each notebook under
 nbval: the kernel and what it starts) and ``tools/full_cpu_run.py`` (``make fullcpu``: a pytest
-process per notebook). The sum of RSS counts pages shared between processes once per process,
-so the tree's figure is an upper bound.
+process per notebook).
+
+The tree's figure sums each process's PSS (proportional set size: a page shared by ``n``
+processes counts ``1/n`` in each), read from ``/proc/<pid>/smaps_rollup`` on Linux. A sum of RSS
+counts a shared page once per process: forked workers that share a model's weights would add
+up to more memory than the machine has. Where PSS cannot be read (another OS, another user's
+process) a process counts with its RSS, and ``pss`` says whether every process had one.
 """
 
 from __future__ import annotations
@@ -15,17 +20,20 @@ __all__ = ["TreeMemory"]
 
 
 class TreeMemory:
-    """Peak resident memory of process ``pid`` and its descendants, sampled every ``every`` s.
+    """Peak memory of process ``pid`` and its descendants, sampled every ``every`` s.
 
-    ``peak``: the largest sum over the tree; ``peak_children``: the same without ``pid``
-    itself; ``largest``: the largest single descendant; ``load_max``: the highest 1-minute
-    load average seen. Use as a context manager, or ``start()`` and ``stop()``.
+    ``peak``: the largest sum of PSS over the tree (bytes); ``peak_children``: the same without
+    ``pid`` itself; ``largest``: the largest single descendant; ``peak_rss``: the largest sum of
+    RSS (an upper bound); ``pss``: False if any process was counted with its RSS instead;
+    ``load_max``: the highest 1-minute load average seen. Use as a context manager, or
+    ``start()`` and ``stop()``.
     """
 
     def __init__(self, pid: int | None = None, every: float = 0.5) -> None:
         self.pid = os.getpid() if pid is None else pid
         self.every = every
-        self.peak = self.peak_children = self.largest = 0
+        self.peak = self.peak_children = self.largest = self.peak_rss = 0
+        self.pss = True
         self.load_max = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -38,17 +46,25 @@ class TreeMemory:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
-        rss = {}
+        pss, rss = {}, {}
         for p in procs:
             try:
                 rss[p.pid] = p.memory_info().rss
             except psutil.Error:  # it ended between the listing and the reading
-                pass
-        total = sum(rss.values())
-        own = rss.pop(self.pid, 0)
+                continue
+            try:
+                pss[p.pid] = p.memory_full_info().pss
+            except psutil.NoSuchProcess:  # it ended meanwhile: its last reading
+                pss[p.pid] = rss[p.pid]
+            except (psutil.Error, AttributeError):  # no PSS here: count its RSS
+                pss[p.pid] = rss[p.pid]
+                self.pss = False
+        total = sum(pss.values())
+        own = pss.pop(self.pid, 0)
         self.peak = max(self.peak, total)
         self.peak_children = max(self.peak_children, total - own)
-        self.largest = max(self.largest, max(rss.values(), default=0))
+        self.largest = max(self.largest, max(pss.values(), default=0))
+        self.peak_rss = max(self.peak_rss, sum(rss.values()))
         self.load_max = max(self.load_max, os.getloadavg()[0])
 
     def _run(self) -> None:
