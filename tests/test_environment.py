@@ -156,10 +156,14 @@ def test_fewest_keeps_the_sizes_and_cuts_only_the_repeats(monkeypatch):
     for mode in env.MODES:
         base, cut = env.SIZES[mode], env.sizes(mode)
         assert cut.fewest and not base.fewest
-        same = ("arch", "image_size", "batch_size", "batch_sweep", "num_classes", "train_images")
+        same = ("arch", "image_size", "batch_size", "num_classes", "train_images")
         assert all(getattr(cut, k) == getattr(base, k) for k in same)
         assert 1 <= cut.warmup < base.warmup and 3 <= cut.repeats < base.repeats
+        # the sweep keeps its ends and the batch size, in order
+        ends = (min(base.batch_sweep), base.batch_size, max(base.batch_sweep))
+        assert cut.batch_sweep == tuple(sorted(set(ends)))
     full = env.sizes("full")
+    assert full.batch_sweep == (1, 16, 64)
     assert (full.warmup, full.repeats, full.train_steps) == (1, 3, 30)  # steps: a tenth of 300
     assert env.sizes("quick").train_steps == env.SIZES["quick"].train_steps  # must still learn
     # a page's own repeat counts: a tenth, at least `least`; unchanged without COURSE_FEWEST

@@ -5,9 +5,10 @@ problem sizes of every chapter.  Without it, the mode is ``full`` on a machine
 with a CUDA GPU and ``quick`` otherwise.  The same code path runs in both modes.
 
 A second one, ``COURSE_FEWEST=1``, keeps the mode's sizes (model, image size, batch
-sizes, data) and cuts its repeat counts to the fewest that still execute every branch
+size, data) and cuts its repeat counts to the fewest that still execute every branch
 and every assert: one warm-up call and three timed calls (a median and its spread), full
-mode's training steps to a tenth. ``make fullcpu`` uses it to run full mode end to end on a
+mode's training steps to a tenth, and batch sweeps to their ends and the batch size
+(full mode: 1, 16 and 64; the points between run the same code). ``make fullcpu`` uses it to run full mode end to end on a
 CPU within an hour (``tools/full_cpu_run.py``); its timings are not reference figures.
 """
 
@@ -138,9 +139,12 @@ def fewest() -> bool:
 def _fewest(s: Sizes) -> Sizes:
     """``s`` with its repeat counts cut: one warm-up call, three timed calls (rounds, in the
     interleaved benchmarks); full mode's training steps to a tenth (quick mode's stay: its
-    training must still learn)."""
+    training must still learn); the batch sweep to its smallest and largest batch and the
+    batch size (the largest sets the peak memory, the points between add no code path)."""
     steps = max(1, -(-s.train_steps // 10)) if s.mode == "full" else s.train_steps
-    return replace(s, warmup=1, repeats=3, train_steps=steps, fewest=True)
+    ends = {min(s.batch_sweep), s.batch_size, max(s.batch_sweep)}
+    sweep = tuple(b for b in s.batch_sweep if b in ends)
+    return replace(s, warmup=1, repeats=3, train_steps=steps, batch_sweep=sweep, fewest=True)
 
 
 def sizes(mode: str | None = None) -> Sizes:
