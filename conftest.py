@@ -52,9 +52,11 @@ def _record_time(path: Path, seconds: float, ok: bool) -> None:
 
     global _peak
     tree = largest = 0
+    summed = "rss"
     if _peak is not None:
         _peak.stop()
         tree, largest = round(_peak.peak_children / 2**20), round(_peak.largest / 2**20)
+        summed = "pss" if _peak.pss else "rss"  # what the tree's figure sums
         _peak = None
     name = get_mode() + ("-fewest" if fewest() else "")
     out = ROOT / "_build" / "nbval_times" / f"{name}.json"
@@ -69,6 +71,7 @@ def _record_time(path: Path, seconds: float, ok: bool) -> None:
             "loadavg": os.getloadavg()[0],
             "peak_tree_mb": tree,
             "peak_process_mb": largest,
+            "peak_sums": summed,
             "cold_start": os.environ.get(COLD_ENV) == "1",
         }
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -59,3 +60,18 @@ def test_every_session_of_both_plans_fits():
 def test_every_chapter_has_a_measured_run_time():
     times = ct._load_times()
     assert {nb.stem for nb in ct.chapters()} <= set(times["quick"])
+
+
+def test_the_workshop_names_what_its_peaks_sum(tmp_path: Path):
+    """Runs whose peaks sum PSS say so; one run from before (RSS) makes the text say RSS."""
+    run = {"notebook": "04_pruning", "seconds": 60.0, "passed": True, "loadavg": 1.0}
+    run |= {"time": "2026-12-02T06:00:00", "peak_tree_mb": 900, "peak_process_mb": 800}
+    runs, out = tmp_path / "runs.json", tmp_path / "times.json"
+    for sums, kind, words in (("pss", "pss", "proportional"), (None, "rss", "upper bound")):
+        rows = [run | ({"peak_sums": sums} if sums else {}), run | {"peak_sums": "pss"}]
+        runs.write_text(json.dumps(rows))
+        times = ct.record(runs, {"cpu": "X"}, out)
+        assert times["quick_peak_sums"] == kind
+        committed = ct._load_times() | {"quick_peak_sums": times["quick_peak_sums"]}
+        block = ct.workshop_block(committed)
+        assert words in block.split("The heaviest chapter")[1].split("\n")[0]

@@ -204,6 +204,12 @@ def _title(nb: Path) -> str:
     return first.lstrip("# ").split(":")[0]
 
 
+PEAK_SUMS = {  # what a process tree's peak memory sums (conftest.py records which)
+    "pss": "the sum of their proportional memory, shared pages counted once",
+    "rss": "the sum of their resident memory, an upper bound",
+}
+
+
 def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
     """The generated part of ``book/workshop.md``: per-chapter times and peaks, and the plans."""
     rows = [
@@ -235,8 +241,8 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
         gb = peaks[stem][0] / 1024
         out += (
             f"\nThe heaviest chapter, {_title(root / 'notebooks' / f'{stem}.ipynb')}, peaked at "
-            f"{gb:.1f} GB for its whole process tree (kernel, servers, workers; the sum of their "
-            f"resident memory, an upper bound): give each participant at least "
+            f"{gb:.1f} GB for its whole process tree (kernel, servers, workers; "
+            f"{PEAK_SUMS[times.get('quick_peak_sums', 'rss')]}): give each participant at least "
             f"{math.ceil(gb * 1.25)} GB, one chapter's kernel at a time.\n"
         )
     for plan, sessions in PLANS.items():
@@ -299,17 +305,19 @@ def check(root: Path = ROOT) -> list[str]:
 def record(runs_file: Path, machine: dict[str, Any], out: Path = TIMES) -> dict[str, Any]:
     """Put the last passing quick-mode time of each chapter from ``runs_file`` into the times file."""
     runs = json.loads(Path(runs_file).read_text())
-    quick, peaks = {}, {}
+    quick, peaks, sums = {}, {}, set()
     for r in runs:
         if r["passed"]:
             quick[r["notebook"]] = r["seconds"]
             if r.get("peak_tree_mb"):
                 peaks[r["notebook"]] = [r["peak_tree_mb"], r["peak_process_mb"]]
+                sums.add(r.get("peak_sums", "rss"))  # runs before PSS summed RSS
     times = _load_times(out) if out.exists() else {}
     times.update(
         machine=machine,
         quick={k: quick[k] for k in sorted(quick) if k[:2].isdigit()},
         quick_peak_mb={k: peaks[k] for k in sorted(peaks)},
+        quick_peak_sums="pss" if sums == {"pss"} else "rss",
         quick_date=max(r["time"] for r in runs)[:10],
         quick_loadavg_max=max(r["loadavg"] for r in runs),
     )
