@@ -75,3 +75,21 @@ def test_the_workshop_names_what_its_peaks_sum(tmp_path: Path):
         committed = ct._load_times() | {"quick_peak_sums": times["quick_peak_sums"]}
         block = ct.workshop_block(committed)
         assert words in block.split("The heaviest chapter")[1].split("\n")[0]
+
+
+def test_the_times_file_holds_the_committed_full_size_run(tmp_path: Path):
+    """chapter_times.json's full-size times and GPU estimates are those of the committed
+    ``make fullcpu`` folder (``record-full`` reproduces them); a changed wall time shows."""
+    folder = Path(ct._load_times()["full_cpu_source"].split("/full_cpu.json")[0])
+    out = tmp_path / "times.json"
+    shutil.copy(ct.TIMES, out)
+    assert ct.record_full(ROOT / folder, out) == ct._load_times()
+    changed = tmp_path / "run"
+    shutil.copytree(ROOT / folder, changed)
+    run = json.loads((changed / "full_cpu.json").read_text())
+    run["chapters"]["04_pruning"]["wall_s"] += 60
+    (changed / "full_cpu.json").write_text(json.dumps(run))
+    assert (
+        ct.record_full(changed, out)["full_cpu"]["04_pruning"]
+        != ct._load_times()["full_cpu"]["04_pruning"]
+    )

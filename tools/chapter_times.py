@@ -9,6 +9,7 @@ chapter from it, so a page cannot state a time nobody measured (``tests/test_cha
 checks that every page matches the file).
 
     python tools/chapter_times.py record _build/nbval_times/quick.json   # a quiet nbval run's times
+    python tools/chapter_times.py record-full results/reference/<cpu>-full-cpu  # make fullcpu's
     python tools/chapter_times.py write                                  # rewrite the Time lines
     python tools/chapter_times.py check                                  # exit 1 if a page differs
 
@@ -326,11 +327,32 @@ def record(runs_file: Path, machine: dict[str, Any], out: Path = TIMES) -> dict[
     return times
 
 
+def record_full(folder: Path, out: Path = TIMES) -> dict[str, Any]:
+    """Put a ``make fullcpu`` run's passing wall times and its GPU estimates
+    (``tools/gpu_estimate.py``, run first) from ``folder`` into the times file."""
+    run = json.loads((folder / "full_cpu.json").read_text())["chapters"]
+    est = json.loads((folder / "gpu_estimate.json").read_text())
+    numbered = {k: v for k, v in run.items() if k[:2].isdigit()}
+    failed = sorted(k for k, v in numbered.items() if not v["passed"])
+    times = _load_times(out)
+    times["full_cpu"] = {k: v["wall_s"] for k, v in sorted(numbered.items()) if v["passed"]}
+    where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
+    times["full_cpu_source"] = (
+        f"{where.as_posix()}/full_cpu.json (make fullcpu: full sizes, fewest repeats"
+        + (f"; failed: {', '.join(failed)})" if failed else ")")
+    )
+    times["gpu_estimate"] = est["gpu_estimate"]
+    out.write_text(json.dumps(times, indent=1) + "\n")
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record", help="record a quiet nbval run's times")
     rec.add_argument("runs", type=Path)
+    full = sub.add_parser("record-full", help="record a make fullcpu run and its GPU estimates")
+    full.add_argument("folder", type=Path)
     sub.add_parser("write", help="rewrite every chapter's Time line")
     sub.add_parser("check", help="exit 1 when a chapter's Time line differs from the file")
     args = parser.parse_args(argv)
@@ -341,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         env = environment_report()
         machine = {"cpu": env["cpu"], "cores": env["cores"], "flags": env.get("cpu_features")}
         print(json.dumps(record(args.runs, machine), indent=1))
+        return 0
+    if args.cmd == "record-full":
+        times = record_full(args.folder)
+        print(times["full_cpu_source"], json.dumps(times["full_cpu"], indent=1))
         return 0
     if args.cmd == "write":
         print("rewrote:", ", ".join(write()) or "nothing")

@@ -22,9 +22,10 @@ L4 and an H100 is estimated here, and labelled an estimate wherever it is shown:
 - **host part**: everything else the chapter does, which a GPU does not speed up (kernel start,
   imports, data, OneFlow on a CPU at quick sizes, exports, ONNX Runtime and OpenVINO on the CPU,
   plots): the chapter's measured wall time in the full-size CPU run (``make fullcpu``) minus the
-  cells :data:`WORK` moves to the GPU. That run made a tenth of the repeats; where the host part
-  repeats work (chapters 7 and 8 time CPU runtimes at full size) a full-mode run takes longer:
-  the host part is a lower bound there, and a 2-core host is slower than a rental's.
+  cells :data:`WORK` moves to the GPU. That run made a tenth of the repeats and swept batches
+  1, 16 and 64 only; where the host part repeats work (chapters 7 and 8 time CPU runtimes at
+  full size) a full-mode run takes longer: the host part is a lower bound there, and a 2-core
+  host is slower than a rental's.
 
 Peaks (dense, no sparsity; NVIDIA's datasheets, which print the sparse figure for tensor cores
 with an asterisk, "1/2 lower without sparsity"):
