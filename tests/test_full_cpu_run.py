@@ -197,3 +197,16 @@ def test_full_cpu_folders_are_not_reference_ledgers(tmp_path):
     (tmp_path / "cpu-full-cpu").mkdir()
     (tmp_path / "cpu-full-cpu" / "full_cpu.json").write_text("{}")
     assert ledger.reference_runs(tmp_path) == {"x-quick": []}
+
+
+def test_setup_md_shows_the_committed_full_size_run():
+    """book/setup.md's table and the paragraph under it are generated from the committed run
+    (``tools/gpu_estimate.py --write-setup``); a changed wall time no longer matches."""
+    times = json.loads((ROOT / "results" / "reference" / "chapter_times.json").read_text())
+    folder = ROOT / times["full_cpu_source"].split("/full_cpu.json")[0]
+    run = json.loads((folder / "full_cpu.json").read_text())
+    est = json.loads((folder / "gpu_estimate.json").read_text())
+    text = gpu.SETUP.read_text(encoding="utf-8")
+    assert gpu.setup_block(run, est) in text, "run tools/gpu_estimate.py --write-setup"
+    run["chapters"]["04_pruning"]["wall_s"] += 60
+    assert gpu.setup_block(run, est) not in text

@@ -259,13 +259,19 @@ def table(data: dict[str, Any]) -> str:
         "in brackets the sum of resident memory (RSS), which counts shared pages once per "
         "process. Run from "
         f"{min(r['started'] for r in rows)} to {data.get('finished', '?')}; highest 1-minute "
-        f"load average seen: {max(r.get('load_max', 0) for r in rows):.1f}.",
+        f"load average seen: {max(r.get('load_max', 0) for r in rows):.1f}."
+        + (
+            " Rows marked (rerun) ran again after a change (`--only`), merged into this table."
+            if any(r.get("rerun") for r in rows)
+            else ""
+        ),
         "",
         "| notebook | result | wall time | peak memory | GPU-only skips | slowest cell |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         result = "passed" if r["passed"] else f"FAILED (rc {r['rc']})"
+        result += " (rerun)" if r.get("rerun") else ""
         if r["nbval_skipped"]:
             result = "skipped: " + "; ".join(r["nbval_skipped"])[:120]
         skips = "; ".join(f"cell {s['cell']}: {s['what']}" for s in r["gpu_skips"]) or "none"
@@ -325,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     for nb in notebooks(args.only):
         print(f"{time.strftime('%H:%M:%S')} {nb.stem} ...", flush=True)
         row = run_notebook(nb, args.cell_timeout)
+        row["rerun"] = bool(args.only)  # merged into an earlier run's table
         data["chapters"][nb.stem] = row
         data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         write(out, data)  # after every notebook: an interrupted run keeps what it measured

@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--setup-table", action="store_true", help="also print book/setup.md's table"
     )
+    parser.add_argument(
+        "--write-setup", action="store_true", help="also rewrite book/setup.md's table"
+    )
     args = parser.parse_args(argv)
     folder = args.folder
     if folder is None:
@@ -409,8 +414,74 @@ def main(argv: list[str] | None = None) -> int:
     (folder / "GPU_ESTIMATE.md").write_text("\n".join(lines) + "\n")
     print(f"GPU estimate: {folder / 'GPU_ESTIMATE.md'}")
     if args.setup_table:
-        print(setup_table(run, out))
+        print(setup_block(run, out))
+    if args.write_setup:
+        print("book/setup.md:", "rewritten" if write_setup(run, out) else "unchanged")
     return 0
+
+
+SETUP = ROOT / "book" / "setup.md"
+_SETUP_BLOCK = re.compile(r"(<!-- full-cpu:start -->\n).*?(<!-- full-cpu:end -->)", re.S)
+
+
+def setup_summary(run: dict[str, Any]) -> str:
+    """The paragraph under book/setup.md's table, generated from the run it describes."""
+    m, rows = run["machine"], run["chapters"]
+    rerun = sorted(k for k, r in rows.items() if r.get("rerun"))
+    days = sorted({r["started"][:10] for r in rows.values()})
+    total = sum(r["wall_s"] for r in rows.values())
+    passed = sum(r["passed"] for r in rows.values())
+    heavy = max(rows, key=lambda k: rows[k].get("peak_pss_mib", rows[k]["peak_rss_mib"]))
+    h = rows[heavy]
+    text = (
+        f"Measured {' and '.join(days)} on a {m['cores']}-core {m['cpu']} "
+        f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU, "
+        f"every notebook in a pytest process of its own (highest 1-minute load average "
+        f"{max(r.get('load_max', 0) for r in rows.values()):.1f})"
+        + (f"; {', '.join(rerun)} rerun after a change" if rerun else "")
+        + f". {passed} of {len(rows)} pages pass; the whole run takes {total / 60:.0f} "
+        "minutes. Peak memory: the largest sum over the process tree (Jupyter kernel and the "
+        "processes it starts) of each process's proportional memory (PSS), which counts a "
+        "page that n processes share 1/n in each"
+    )
+    if "peak_pss_mib" in h:
+        text += (
+            f". The heaviest, {heavy}, peaked at {h['peak_pss_mib'] / 1024:.1f} GiB; the sum "
+            f"of resident memory, which counts shared pages once per process, read "
+            f"{h['peak_rss_mib'] / 1024:.1f} GiB there"
+        )
+        wide = max(rows, key=lambda k: rows[k]["peak_rss_mib"] / rows[k].get("peak_pss_mib", 1))
+        w = rows[wide]
+        if wide != heavy and w["peak_rss_mib"] > 1.5 * w.get("peak_pss_mib", w["peak_rss_mib"]):
+            text += (
+                f", and {w['peak_rss_mib'] / 1024:.1f} GiB against "
+                f"{w['peak_pss_mib'] / 1024:.1f} GiB for {wide}, whose worker processes share "
+                "most of their pages"
+            )
+    cells = sorted(
+        ((c["seconds"], k, c["cell"]) for k, r in rows.items() for c in r.get("cells_timed", [])),
+        reverse=True,
+    )[:6]
+    if cells:
+        named = ", ".join(f"{k} cell {n} ({_minutes(sec)})" for sec, k, n in cells)
+        share = sum(sec for sec, _, _ in cells) / total
+        text += f". The six slowest cells, {share:.0%} of the run: {named}"
+    return textwrap.fill(text + ".", 100)
+
+
+def setup_block(run: dict[str, Any], est: dict[str, Any]) -> str:
+    """book/setup.md's generated part: the table and the paragraph under it."""
+    return setup_table(run, est) + "\n\n" + setup_summary(run) + "\n"
+
+
+def write_setup(run: dict[str, Any], est: dict[str, Any], path: Path = SETUP) -> bool:
+    """Rewrite book/setup.md's generated part; True if it changed."""
+    text = path.read_text(encoding="utf-8")
+    if not _SETUP_BLOCK.search(text):
+        raise ValueError(f"{path}: no '<!-- full-cpu:start -->' block")
+    new = _SETUP_BLOCK.sub(lambda m: m.group(1) + setup_block(run, est) + m.group(2), text)
+    path.write_text(new, encoding="utf-8")
+    return new != text
 
 
 def setup_table(run: dict[str, Any], est: dict[str, Any]) -> str:
