@@ -193,11 +193,15 @@ bench: setup
 # COURSE_MODE=full COURSE_FEWEST=1 (full-mode sizes and code paths, the fewest repeats and training
 # steps that run every branch and assert), one pytest process per notebook, into
 # results/reference/<cpu>-<flags>-full-cpu/ (per chapter: wall time, peak memory of the process tree,
-# GPU-only skips, pass/fail), then the GPU estimate beside it (tools/gpu_estimate.py). Not part of
+# GPU-only skips, pass/fail), then the GPU estimate beside it (tools/gpu_estimate.py), book/setup.md's
+# table, results/reference/chapter_times.json and every chapter's Time line from them. Not part of
 # make test. CHAPTERS="04 05" runs only those notebooks, in that order, into the same table.
 fullcpu: setup
 	$(PY) tools/full_cpu_run.py $(if $(CHAPTERS),--only $(CHAPTERS))
-	$(PY) tools/gpu_estimate.py
+	$(PY) tools/gpu_estimate.py --write-setup
+	$(PY) tools/chapter_times.py record-full \
+	  results/reference/$$(COURSE_MODE=full COURSE_FEWEST=1 $(PY) -m helpers.record.ledger slug --features | tail -1)-cpu
+	$(PY) tools/chapter_times.py write
 
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.

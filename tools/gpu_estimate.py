@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 SETUP = ROOT / "book" / "setup.md"
-_SETUP_BLOCK = re.compile(r"(<!-- full-cpu:start -->\n).*?(<!-- full-cpu:end -->)", re.S)
+_SETUP_BLOCK = re.compile(r"(<!-- full-cpu:start[^>]*-->\n).*?(<!-- full-cpu:end -->)", re.S)
 
 
 def setup_summary(run: dict[str, Any]) -> str:
