@@ -288,11 +288,6 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def peak_mib(row: dict[str, Any]) -> int:
-    """A notebook's peak memory in MiB: the PSS sum, or the RSS sum of a run before PSS."""
-    return row.get("peak_pss_mib", row["peak_rss_mib"])
-
-
 def peak_text(row: dict[str, Any]) -> str:
     """``'3.1 GiB (RSS 5.2 GiB)'``; a run from before PSS was read says ``RSS`` alone."""
     rss = f"{row['peak_rss_mib'] / 1024:.1f} GiB"

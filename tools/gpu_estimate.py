@@ -431,31 +431,30 @@ def setup_summary(run: dict[str, Any]) -> str:
     days = sorted({r["started"][:10] for r in rows.values()})
     total = sum(r["wall_s"] for r in rows.values())
     passed = sum(r["passed"] for r in rows.values())
-    heavy = max(rows, key=lambda k: rows[k].get("peak_pss_mib", rows[k]["peak_rss_mib"]))
-    h = rows[heavy]
     text = (
         f"Measured {' and '.join(days)} on a {m['cores']}-core {m['cpu']} "
         f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU, "
         f"every notebook in a pytest process of its own (highest 1-minute load average "
         f"{max(r.get('load_max', 0) for r in rows.values()):.1f})"
         + (f"; {', '.join(rerun)} rerun after a change" if rerun else "")
-        + f". {passed} of {len(rows)} pages pass; the whole run takes {total / 60:.0f} "
-        "minutes. Peak memory: the largest sum over the process tree (Jupyter kernel and the "
-        "processes it starts) of each process's proportional memory (PSS), which counts a "
-        "page that n processes share 1/n in each"
+        + f". {passed} of {len(rows)} pages pass; the whole run takes {total / 60:.0f} minutes"
     )
-    if "peak_pss_mib" in h:
+    pss = {k: r for k, r in rows.items() if "peak_pss_mib" in r}  # rows since PSS was read
+    if pss:
+        heavy = max(pss, key=lambda k: pss[k]["peak_pss_mib"])
+        shared = max(pss, key=lambda k: pss[k]["peak_rss_mib"] / pss[k]["peak_pss_mib"])
+        h, w = pss[heavy], pss[shared]
         text += (
-            f". The heaviest, {heavy}, peaked at {h['peak_pss_mib'] / 1024:.1f} GiB; the sum "
-            f"of resident memory, which counts shared pages once per process, read "
-            f"{h['peak_rss_mib'] / 1024:.1f} GiB there"
+            ". Peak memory: the largest sum over the process tree (Jupyter kernel and the "
+            "processes it starts) of each process's proportional memory (PSS), which counts a "
+            f"page that n processes share 1/n in each. The heaviest, {heavy}, peaked at "
+            f"{h['peak_pss_mib'] / 1024:.1f} GiB; the sum of resident memory, which counts "
+            f"shared pages once per process, read {h['peak_rss_mib'] / 1024:.1f} GiB there"
         )
-        wide = max(rows, key=lambda k: rows[k]["peak_rss_mib"] / rows[k].get("peak_pss_mib", 1))
-        w = rows[wide]
-        if wide != heavy and w["peak_rss_mib"] > 1.5 * w.get("peak_pss_mib", w["peak_rss_mib"]):
+        if shared != heavy and w["peak_rss_mib"] > 1.5 * w["peak_pss_mib"]:
             text += (
                 f", and {w['peak_rss_mib'] / 1024:.1f} GiB against "
-                f"{w['peak_pss_mib'] / 1024:.1f} GiB for {wide}, whose worker processes share "
+                f"{w['peak_pss_mib'] / 1024:.1f} GiB for {shared}, whose processes share "
                 "most of their pages"
             )
     cells = sorted(
