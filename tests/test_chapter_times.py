@@ -63,15 +63,22 @@ def test_every_chapter_has_a_measured_run_time():
 
 
 def test_the_workshop_names_what_its_peaks_sum(tmp_path: Path):
-    """Runs whose peaks sum PSS say so; one run from before (RSS) makes the text say RSS."""
+    """Runs whose peaks sum PSS say so; one kept run from before (RSS) makes the text say
+    RSS. Only the last passing run of each chapter counts: an older RSS run replaced by a
+    PSS one, or a failed one, changes nothing."""
     run = {"notebook": "04_pruning", "seconds": 60.0, "passed": True, "loadavg": 1.0}
     run |= {"time": "2026-12-02T06:00:00", "peak_tree_mb": 900, "peak_process_mb": 800}
+    other = run | {"notebook": "05_parallelism", "peak_sums": "pss"}
+    old = run | {"loadavg": 9.0, "time": "2026-11-30T06:00:00"}  # RSS, replaced below
+    failed = other | {"passed": False, "loadavg": 7.0, "peak_sums": "rss"}
     runs, out = tmp_path / "runs.json", tmp_path / "times.json"
     for sums, kind, words in (("pss", "pss", "proportional"), (None, "rss", "upper bound")):
-        rows = [run | ({"peak_sums": sums} if sums else {}), run | {"peak_sums": "pss"}]
+        rows = [old, other, run | ({"peak_sums": sums} if sums else {}), failed]
         runs.write_text(json.dumps(rows))
         times = ct.record(runs, {"cpu": "X"}, out)
         assert times["quick_peak_sums"] == kind
+        assert times["quick_loadavg_max"] == 1.0  # the kept runs' load
+        assert times["quick_date"] == "2026-12-02"
         committed = ct._load_times() | {"quick_peak_sums": times["quick_peak_sums"]}
         block = ct.workshop_block(committed)
         assert words in block.split("The heaviest chapter")[1].split("\n")[0]

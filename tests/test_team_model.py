@@ -71,6 +71,15 @@ def test_train_steps_lowers_the_loss_on_a_fixed_batch(torch_mod):
         team_model.train_steps(m, x, y, steps=0)
 
 
+def test_zero_init_residual_starts_each_block_as_its_shortcut(torch_mod, model):
+    """Chapter 2 trains the backbone this way: the residual branches' last BatchNorm at 0."""
+    zi = team_model.BusinessModel("resnet50", num_classes=5, hidden=16, zero_init_residual=True)
+    last = [b.bn3.weight for b in zi.backbone.modules() if hasattr(b, "bn3")]
+    assert len(last) == 16 and all(float(w.abs().max()) == 0.0 for w in last)
+    plain = [b.bn2.weight for b in model.backbone.modules() if hasattr(b, "conv2")]
+    assert plain and all(float(w.min()) == 1.0 for w in plain)  # the default: ones
+
+
 def test_compile_for_serving_wraps_lazily(torch_mod, model):
     compiled = team_model.compile_for_serving(model)  # compiles on the first call only: cheap here
     assert compiled is not model and callable(compiled)

@@ -304,23 +304,24 @@ def check(root: Path = ROOT) -> list[str]:
 
 
 def record(runs_file: Path, machine: dict[str, Any], out: Path = TIMES) -> dict[str, Any]:
-    """Put the last passing quick-mode time of each chapter from ``runs_file`` into the times file."""
+    """Put the last passing quick-mode run of each chapter from ``runs_file`` into the times
+    file: its time and peak memory; the date, load and what the peaks sum from those runs."""
     runs = json.loads(Path(runs_file).read_text())
-    quick, peaks, sums = {}, {}, set()
-    for r in runs:
-        if r["passed"]:
-            quick[r["notebook"]] = r["seconds"]
-            if r.get("peak_tree_mb"):
-                peaks[r["notebook"]] = [r["peak_tree_mb"], r["peak_process_mb"]]
-                sums.add(r.get("peak_sums", "rss"))  # runs before PSS summed RSS
+    kept = {r["notebook"]: r for r in runs if r["passed"]}  # the last passing run of each
+    if not kept:
+        raise ValueError(f"{runs_file}: no passing run to record")
+    peaks = {k: r for k, r in kept.items() if r.get("peak_tree_mb")}
+    sums = {r.get("peak_sums", "rss") for r in peaks.values()}  # runs before PSS summed RSS
     times = _load_times(out) if out.exists() else {}
     times.update(
         machine=machine,
-        quick={k: quick[k] for k in sorted(quick) if k[:2].isdigit()},
-        quick_peak_mb={k: peaks[k] for k in sorted(peaks)},
+        quick={k: kept[k]["seconds"] for k in sorted(kept) if k[:2].isdigit()},
+        quick_peak_mb={
+            k: [r["peak_tree_mb"], r["peak_process_mb"]] for k, r in sorted(peaks.items())
+        },
         quick_peak_sums="pss" if sums == {"pss"} else "rss",
-        quick_date=max(r["time"] for r in runs)[:10],
-        quick_loadavg_max=max(r["loadavg"] for r in runs),
+        quick_date=max(r["time"] for r in kept.values())[:10],
+        quick_loadavg_max=max(r["loadavg"] for r in kept.values()),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(times, indent=1) + "\n")

@@ -11,6 +11,8 @@ why. What is checked:
   side of the CPU emulation (round-to-nearest or truncation) real TF32 falls;
 - chapter 4's exactness proof: input gradients bit-exact under deterministic algorithms;
 - a batch sweep; profiling by device time (not by CPU time); ONNX Runtime CUDA with I/O binding.
+- full mode's training recipes (chapters 2 and 8: ResNet-101, 224 px, full steps) learn, which
+  ``make fullcpu`` cannot run (``tools/training_proxy.py``).
 """
 
 from __future__ import annotations
@@ -269,3 +271,40 @@ def test_onnxruntime_cuda_with_io_binding(tmp_path, record):
     on_device = timer.benchmark(bound, framework="onnxruntime", repeats=10)
     record(numpy_feed_ms=with_copies.median * 1e3, io_binding_ms=on_device.median * 1e3)
     assert on_device.median <= with_copies.median * 1.1  # no host<->device copies per call
+
+
+# ----------------------------------------------------------- full mode's training, at 224 px
+def _training_proxy() -> Any:
+    """``tools/training_proxy.py``: the pages' full-mode training recipes, one source."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "training_proxy.py"
+    spec = importlib.util.spec_from_file_location("training_proxy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def full_splits() -> tuple[Any, Any]:
+    """Full mode's generated training and held-out images at 224 px, made once."""
+    from helpers.core.environment import SIZES
+    from helpers.workload import data
+
+    full = SIZES["full"]
+    return data.make_splits(
+        full.train_images, full.val_images, full.image_size, num_classes=full.num_classes
+    )
+
+
+@pytest.mark.parametrize("name", ["ch2", "ch8"])
+def test_full_mode_training_recipe_learns(name, full_splits, record):
+    """What ``make fullcpu`` cannot run: chapters 2 and 8 train ResNet-101 at 224 px for full
+    mode's steps on a GPU (300 of 32 images, 1,200 of 64), and assert it learned."""
+    proxy = _training_proxy()
+    r = proxy.run(name, 224, device="cuda", splits=full_splits)
+    record(**{k: r[k] for k in ("val_accuracy", "needed", "untrained", "train_s", "math_mode")})
+    assert r["learned"], (
+        f"{name}: {r['val_accuracy']:.1%} held out, the page needs {r['needed']:.1%}"
+    )

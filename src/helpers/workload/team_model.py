@@ -38,17 +38,24 @@ class TaskHead(nn.Module):
 
 
 class BusinessModel(nn.Module):
-    """A torchvision ResNet backbone (its ``fc`` removed) followed by a :class:`TaskHead`."""
+    """A torchvision ResNet backbone (its ``fc`` removed) followed by a :class:`TaskHead`;
+    ``zero_init_residual`` is torchvision's (each residual block starts as its shortcut)."""
 
     def __init__(
-        self, arch: str = "resnet101", num_classes: int = 8, hidden: int = 256, dropout: float = 0.2
+        self,
+        arch: str = "resnet101",
+        num_classes: int = 8,
+        hidden: int = 256,
+        dropout: float = 0.2,
+        zero_init_residual: bool = False,
     ):
         super().__init__()
         if arch not in ARCHS:
             raise ValueError(f"unknown backbone {arch!r}; use one of {', '.join(ARCHS)}")
         if num_classes < 1 or hidden < 1:
             raise ValueError(f"num_classes and hidden must be >= 1, got {num_classes} and {hidden}")
-        backbone = getattr(torchvision.models, arch)()  # random weights: nothing is downloaded
+        # random weights: nothing is downloaded
+        backbone = getattr(torchvision.models, arch)(zero_init_residual=zero_init_residual)
         in_features = backbone.fc.in_features
         backbone.fc = nn.Identity()
         self.backbone = backbone
