@@ -100,3 +100,14 @@ def test_the_times_file_holds_the_committed_full_size_run(tmp_path: Path):
         ct.record_full(changed, out)["full_cpu"]["04_pruning"]
         != ct._load_times()["full_cpu"]["04_pruning"]
     )
+
+
+def test_the_time_line_blames_other_jobs_only_well_above_the_cores():
+    """A chapter's own threads and children lift the load a little over the cores."""
+    times = ct._load_times()
+    stem = "04_pruning"
+    size = ct.page_size(ct.ROOT / "notebooks" / f"{stem}.ipynb")
+    cores = times["machine"]["cores"]
+    for load, blamed in ((cores + 0.3, False), (ct.BUSY_LOAD * cores + 0.5, True)):
+        line = ct.time_line(stem, size, times | {"quick_loadavg_max": load})
+        assert ("other jobs" in line) == blamed, line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -43,9 +44,21 @@ def test_main_writes_every_recipe_and_fails_when_one_does_not_learn(proxy, tmp_p
     earlier = dict(proxy.RECIPES["ch8"], arch="resnet101", size=64, steps=1200, untrained=0.1)
     earlier |= dict(val_accuracy=0.9, needed=0.5, learned=True, loss_by_tenth=[2.2, 0.3])
     out.write_text(json.dumps({"recipes": {"ch8": earlier}}))  # an earlier run's, kept
+    before = dict(os.environ)
     code = proxy.main(["--size", "16", "--only", "ch2", "--json", str(out)])
+    assert dict(os.environ) == before  # nothing leaks into later tests (the book's build)
     doc = json.loads(out.read_text())
     assert set(doc["recipes"]) == {"ch2", "ch8"} and doc["machine"]["cores"] >= 1
     table = out.with_suffix(".md").read_text()
     assert "| ch2 | 02, cell 9 |" in table and "| 90.0% | 50.0% |" in table
     assert code == 1  # two steps of 32 images learn nothing: the page's recipe did not learn
+
+
+def test_the_committed_run_is_why_chapter_2_zero_inits(proxy):
+    """The committed proxy run: the page's recipes learned, the control without zero-init did
+    not; its table is generated from its JSON."""
+    (found,) = ROOT.glob("results/reference/*-full-cpu/training_proxy.json")
+    doc = json.loads(found.read_text())
+    learned = {name: r["learned"] for name, r in doc["recipes"].items()}
+    assert learned == {"ch2": True, "ch2-default": False, "ch8": True}
+    assert found.with_suffix(".md").read_text() == proxy.page(doc)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -116,14 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(RECIPES), default=list(RECIPES))
     parser.add_argument("--json", type=Path, help="output file (default: beside make fullcpu's)")
     args = parser.parse_args(argv)
-    os.environ["COURSE_MODE"] = "full"  # the recipes' mode; it names make fullcpu's folder
     from helpers.core.environment import environment_report
     from helpers.record import ledger
 
     out = args.json
-    if out is None:  # beside make fullcpu's table
-        slug = ledger.machine_slug(features=True)
-        out = ROOT / "results" / "reference" / f"{slug}-cpu" / "training_proxy.json"
+    if out is None:  # beside make fullcpu's table (the slug ends in the current mode)
+        slug = ledger.machine_slug(features=True).rsplit("-", 1)[0]
+        out = ROOT / "results" / "reference" / f"{slug}-full-cpu" / "training_proxy.json"
     doc = json.loads(out.read_text()) if out.exists() else {}
     env = environment_report()
     doc["machine"] = {k: env[k] for k in ("cpu", "cores", "cpu_features")}
