@@ -10,7 +10,8 @@
 #   make wheelhouse  download every pinned package once into WHEELHOUSE (default wheelhouse/)
 #   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
-#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (~1 h)
+#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (~75 min)
+#   make trainproxy  full mode's training recipes at full steps, 64 px images, on this CPU (~40 min)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
 # VENV=dir (a conda environment: VENV=$CONDA_PREFIX) given once to make setup is remembered.
@@ -59,11 +60,11 @@ RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=P
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help setup book test test-unit test-notebooks lab bench fullcpu clean distclean check doctor \
+.PHONY: help setup book test test-unit test-notebooks lab bench fullcpu trainproxy clean distclean check doctor \
   wheelhouse kernel restore audit
 
 help:
-	@sed -n '2,16p' Makefile | sed 's/^# //'
+	@sed -n '2,17p' Makefile | sed 's/^# //'
 
 # The doctor runs before anything is installed, so with the course's Python if it exists, else the system's.
 # It is told where `make kernel` registered the kernel (KERNEL_SPEC, remembered in $(LOCAL_MK)).
@@ -202,6 +203,12 @@ fullcpu: setup
 	$(PY) tools/chapter_times.py record-full \
 	  results/reference/$$(COURSE_MODE=full COURSE_FEWEST=1 $(PY) -m helpers.record.ledger slug --features | tail -1)-cpu
 	$(PY) tools/chapter_times.py write
+
+# make fullcpu trains at a tenth of full mode's steps: whether chapters 2 and 8's full-mode
+# recipes learn in their full steps shows here, on 64 px images (tools/training_proxy.py; on a GPU,
+# tests/gpu runs them at 224 px). Not part of make test.
+trainproxy: setup
+	$(PY) tools/training_proxy.py
 
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.
