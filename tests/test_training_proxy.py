@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 from pathlib import Path
@@ -29,14 +30,38 @@ def proxy(monkeypatch):
     return module
 
 
+def _training_cell(stem: str) -> str:
+    """The code cell of notebook ``stem`` that calls ``training.train_classifier``."""
+    cells = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())["cells"]
+    (src,) = [
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and "training.train_classifier(" in "".join(c["source"])
+    ]
+    return src
+
+
 def test_each_recipe_is_the_pages(proxy):
-    """Chapter 2: BusinessModel, zero-init, full steps of 32; chapter 8: 4x the steps of 64."""
-    r2, r8 = proxy.run("ch2", 16), proxy.run("ch8", 16)
-    assert (r2["net"], r2["zero_init"], r2["steps"], r2["batch"]) == ("BusinessModel", True, 2, 32)
-    assert (r8["net"], r8["zero_init"], r8["steps"], r8["batch"]) == ("resnet", False, 8, 64)
-    assert r2["needed"] == pytest.approx(0.125 + 3 * (0.125 * 0.875 / 64) ** 0.5)
-    assert r8["needed"] == 0.5
-    assert r2["learned"] == (r2["val_accuracy"] > r2["needed"])
+    """The recipes copy their page's training cell: network, zero-init, steps and batch (a
+    changed page fails here), and assert its bar."""
+    from helpers.workload.training import train_classifier
+
+    ch2, ch8 = _training_cell("02_precision_alignment"), _training_cell("08_int8_quantization")
+    assert "team_model.BusinessModel(" in ch2 and "zero_init_residual=True" in ch2
+    assert "steps=S.train_steps, batch_size=32," in ch2
+    assert 'models.build_resnet("torch", ARCH, num_classes=S.num_classes)' in ch8
+    assert "steps=4 * S_train.train_steps, val=val_split" in ch8  # the default batch
+    default_batch = inspect.signature(train_classifier).parameters["batch_size"].default
+    want = {"ch2": ("BusinessModel", True, 1, 32), "ch8": ("resnet", False, 4, default_batch)}
+    for name, recipe in want.items():
+        r = proxy.RECIPES[name]
+        assert (r["net"], r["zero_init"], r["times"], r["batch"]) == recipe, name
+    assert proxy.RECIPES["ch2-default"] == proxy.RECIPES["ch2"] | {
+        "zero_init": False, "page": proxy.RECIPES["ch2-default"]["page"]
+    }  # fmt: skip
+    bar = proxy.bar(proxy.RECIPES["ch2"]["bar"], 1024, 8)
+    assert bar == pytest.approx(0.125 + 3 * (0.125 * 0.875 / 1024) ** 0.5)  # 15.6%
+    assert proxy.bar(proxy.RECIPES["ch8"]["bar"], 1024, 8) == 0.5
 
 
 def test_main_writes_every_recipe_and_fails_when_one_does_not_learn(proxy, tmp_path):
@@ -44,9 +69,13 @@ def test_main_writes_every_recipe_and_fails_when_one_does_not_learn(proxy, tmp_p
     earlier = dict(proxy.RECIPES["ch8"], arch="resnet101", size=64, steps=1200, untrained=0.1)
     earlier |= dict(val_accuracy=0.9, needed=0.5, learned=True, loss_by_tenth=[2.2, 0.3])
     out.write_text(json.dumps({"recipes": {"ch8": earlier}}))  # an earlier run's, kept
-    before = dict(os.environ)
+
+    def course_env() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith("COURSE_")}
+
+    before = course_env()
     code = proxy.main(["--size", "16", "--only", "ch2", "--json", str(out)])
-    assert dict(os.environ) == before  # nothing leaks into later tests (the book's build)
+    assert course_env() == before  # no mode leaks into later tests (the book's build)
     doc = json.loads(out.read_text())
     assert set(doc["recipes"]) == {"ch2", "ch8"} and doc["machine"]["cores"] >= 1
     table = out.with_suffix(".md").read_text()

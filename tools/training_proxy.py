@@ -40,10 +40,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 def bar(kind: str, samples: int, classes: int) -> float:
     """The held-out accuracy the page asserts above (chapter 2) or at least (chapter 8)."""
-    chance = 1 / classes
-    if kind == "4x chance":
-        return 4 * chance
-    return chance + 3 * (chance * (1 - chance) / samples) ** 0.5
+    from helpers.chapters.ch02_alignment import above_chance_bar
+
+    return 4 / classes if kind == "4x chance" else above_chance_bar(samples, classes)
 
 
 def run(name: str, size: int, device: str = "cpu", splits: Any = None) -> dict[str, Any]:

@@ -9,7 +9,8 @@ size, data) and cuts its repeat counts to the fewest that still execute every br
 and every assert: one warm-up call and three timed calls (a median and its spread), full
 mode's training steps to a tenth, and batch sweeps to their ends and the batch size (full
 mode: 1, 16 and 64; the points between run the same code). ``make fullcpu`` uses it to run
-full mode end to end on a CPU within an hour (``tools/full_cpu_run.py``); its timings are not reference figures.
+full mode end to end on a CPU (``tools/full_cpu_run.py``: about 75 minutes on two cores); its
+timings are not reference figures.
 """
 
 from __future__ import annotations
