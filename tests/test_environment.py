@@ -186,3 +186,26 @@ def test_environment_report_says_when_repeats_are_cut(monkeypatch, capsys):
     monkeypatch.delenv(env.FEWEST_ENV)
     env.print_environment_report()
     assert "fewest" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "machine, flags, saturates",
+    [
+        ("x86_64", {"avx2"}, True),  # an AVX2-only EPYC (Zen 3): vpmaddubsw, 16-bit pairs
+        ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, False),
+        ("x86_64", {"avx2", "avx_vnni"}, False),
+        ("x86_64", {"avx2", "amx_int8"}, False),
+        ("aarch64", {"asimd"}, False),  # not x86: another kernel family
+    ],
+)
+def test_int8_saturates_on_x86_without_dot_products(monkeypatch, machine, flags, saturates):
+    monkeypatch.setattr(env, "_cpu_flags", lambda: set(flags))
+    monkeypatch.setattr(env.platform, "machine", lambda: machine)
+    assert env.has_int8_dot_product() is bool(flags & env.INT8_DOT_FLAGS)
+    assert env.int8_saturates() is saturates
+
+
+def test_cpu_family_names_the_generation():
+    family = env._cpu_family()
+    assert family is None or family.startswith("family ")
+    assert env.environment_report()["cpu_family"] == family

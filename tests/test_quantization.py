@@ -130,7 +130,37 @@ def test_check_settings_and_report_rows(tiny, tmp_path):
     _, path, calib = tiny
     row = q.quantize_onnx(path, tmp_path / "q.onnx", calib).as_row()
     assert row["file"] == "q.onnx" and row["calibration images"] == 16
-    assert row["weights"] == "per-channel" and row["Q/DQ nodes"] > 0
+    assert row["weights"].startswith("per-channel") and row["Q/DQ nodes"] > 0
+
+
+def _weight_peak(path) -> int:
+    """The largest magnitude of a quantized model's stored int8 convolution weights."""
+    import onnx
+    from onnx import numpy_helper
+
+    ints = [
+        numpy_helper.to_array(i)
+        for i in onnx.load(str(path)).graph.initializer
+        if i.data_type == onnx.TensorProto.INT8 and len(i.dims) == 4  # conv weights
+    ]
+    return max(int(np.abs(w.astype(np.int16)).max()) for w in ints)
+
+
+@pytest.mark.parametrize("saturates", [True, False])
+def test_reduce_range_follows_the_cpu_unless_given(tiny, tmp_path, monkeypatch, saturates):
+    """Where int8 kernels saturate (x86 without VNNI) the symmetric weights get 7 bits (at most
+    64 in magnitude); elsewhere the full 127. An explicit ``reduce_range`` wins either way."""
+    from helpers.core import environment
+
+    monkeypatch.setattr(environment, "int8_saturates", lambda: saturates)
+    _, path, calib = tiny
+    auto = q.quantize_onnx(path, tmp_path / "auto.onnx", calib)
+    assert auto.settings["reduce_range"] is saturates
+    assert auto.as_row()["weights"].endswith(", 7-bit") is saturates
+    assert (_weight_peak(auto.path) <= 64) is saturates  # 8 bits reach 127
+    forced = q.quantize_onnx(path, tmp_path / "f.onnx", calib, reduce_range=not saturates)
+    assert forced.settings["reduce_range"] is (not saturates)
+    assert (_weight_peak(forced.path) <= 64) is (not saturates)
 
 
 def test_quantize_onnx_per_tensor_weights_have_one_scale(tiny, tmp_path):

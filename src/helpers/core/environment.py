@@ -44,6 +44,9 @@ __all__ = [
     "import_oneflow",
     "seed_everything",
     "skip_without_gpu",
+    "INT8_DOT_FLAGS",
+    "has_int8_dot_product",
+    "int8_saturates",
     "LIBRARIES",
     "environment_report",
     "machine_label",
@@ -376,6 +379,26 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_family() -> str | None:
+    """``"family 25, model 1"`` from /proc/cpuinfo: which generation a model name such as
+    ``AMD EPYC`` was (cloud machines of one name differ by more than 1.5x); None if unknown."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("cpu family", "model") and key not in found:
+                    found[key] = value.strip()
+                if not line.strip() and found:  # the first processor's block only
+                    break
+    except OSError:
+        return None
+    if "cpu family" not in found:
+        return None
+    return f"family {found['cpu family']}, model {found.get('model', '?')}"
+
+
 def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -385,6 +408,23 @@ def _cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def has_int8_dot_product() -> bool:
+    """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX-INT8)."""
+    return bool(_cpu_flags() & INT8_DOT_FLAGS)
+
+
+def int8_saturates() -> bool:
+    """True on an x86 CPU without 8-bit dot-product instructions: there ONNX Runtime's int8
+    kernels add pairs of 8-bit products into 16 bits (``vpmaddubsw``), which can overflow,
+    with unsigned and with signed activations alike; 7-bit weights (``reduce_range``) keep each
+    pair in range (ONNX Runtime's quantization guide)."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    return x86 and not has_int8_dot_product()
 
 
 def _gpu_info() -> dict[str, Any]:
@@ -438,6 +478,7 @@ def environment_report() -> dict[str, Any]:
         "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
         "cpu": _cpu_model(),
+        "cpu_family": _cpu_family(),
         "cores": os.cpu_count(),
         "cpu_features": sorted(
             flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"}

@@ -32,6 +32,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
+from helpers.core import environment
 from helpers.core.checks import check_int
 from helpers.deploy import export
 
@@ -111,7 +112,8 @@ class QuantReport:
             "file": self.path.name if self.path else "in memory",
             "tool": self.tool,
             "activations": self.activation,
-            "weights": "per-channel" if self.per_channel else "per-tensor",
+            "weights": ("per-channel" if self.per_channel else "per-tensor")
+            + (", 7-bit" if self.settings.get("reduce_range") else ""),
             "calibration images": self.calibration_size,
             "Q/DQ nodes": sum(
                 self.op_counts.get(op, 0)
@@ -170,6 +172,7 @@ def quantize_onnx(
     batch_size: int = 8,
     preprocess: bool = True,
     input_name: str | None = None,
+    reduce_range: bool | None = None,
 ) -> QuantReport:
     """Static INT8 with ONNX Runtime: QDQ format, int8 weights, calibrated activations.
 
@@ -177,9 +180,12 @@ def quantize_onnx(
     ``symmetric=True`` pins the activations' zero point at 0 (TensorRT needs it).
     ``method`` reads the activation ranges: ``minmax``, ``entropy`` or ``percentile``.
     ``preprocess`` runs ONNX Runtime's ``quant_pre_process`` first.
+    ``reduce_range``: 7-bit weights; None chooses them where int8 kernels saturate.
     """
     x = check_calibration(calibration)
     activation_type, calibrate_method = check_settings(activation, method)
+    if reduce_range is None:  # an x86 CPU without VNNI: 16-bit pair sums overflow
+        reduce_range = environment.int8_saturates()
     src, dst = Path(src), Path(dst)
     name = input_name or export.graph_inputs(src)[0]  # a missing file fails here
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -197,13 +203,14 @@ def quantize_onnx(
             per_channel=per_channel,  # one weight scale per output channel
             activation_type=activation_type,  # QUInt8 (U8S8) or QInt8 (S8S8)
             weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,  # 7-bit weights: no pair of products overflows
             calibrate_method=calibrate_method,
             extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
         )
     seconds, ops = time.perf_counter() - start, export.op_counts(dst)
     tool = "ONNX Runtime quantize_static (QDQ)"
     act = activation + " symmetric" * symmetric
-    settings = {"method": method, "preprocess": preprocess}
+    settings = dict(method=method, preprocess=preprocess, reduce_range=reduce_range)
     return QuantReport(dst, tool, len(x), per_channel, act, seconds, ops, settings)
 
 

@@ -109,17 +109,9 @@ INT8_KERNELS = ("onednn", "ort", "openvino")
 
 def has_int8_dot_product() -> bool:
     """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX-INT8)."""
-    from helpers.core.environment import environment_report
+    from helpers.core.environment import has_int8_dot_product as cpu_has_it
 
-    flags = set(environment_report().get("cpu_features", ()))
-    if flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
-        return True
-    try:  # the report may list only the course's features: read the kernel's flags too
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            words = set(f.read().split())
-    except OSError:
-        return False
-    return bool(words & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    return cpu_has_it()
 
 
 def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn") -> float:
