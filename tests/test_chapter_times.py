@@ -111,3 +111,39 @@ def test_the_time_line_blames_other_jobs_only_well_above_the_cores():
     for load, blamed in ((cores + 0.3, False), (ct.BUSY_LOAD * cores + 0.5, True)):
         line = ct.time_line(stem, size, times | {"quick_loadavg_max": load})
         assert ("other jobs" in line) == blamed, line
+
+
+def test_another_cpu_is_kept_beside_the_reference_and_rooms_plan_with_the_slower(
+    tmp_path: Path,
+):
+    """``record --also``: a second CPU's quick run. Each page names both, the workshop's
+    table shows both and its rooms take the slower; a rerun on that CPU replaces its entry."""
+    out = tmp_path / "times.json"
+    shutil.copy(ct.TIMES, out)
+    times = ct._load_times()
+    times.pop("quick_also", None)
+    out.write_text(json.dumps(times))
+    stem = "10_capstone"
+    slow = times["quick"][stem] * 3 + 7200  # long enough to outlast reading it
+    run = {"notebook": stem, "seconds": slow, "passed": True, "loadavg": 2.1}
+    run |= {"time": "2026-12-02T13:00:00"}
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps([run]))
+    amd = {"cpu": "AMD EPYC", "cores": 2, "flags": ["avx2"], "family": "family 25, model 1"}
+    with pytest.raises(ValueError, match="reference CPU"):
+        ct.record(runs, times["machine"], out, also=True)
+    got = ct.record(runs, amd, out, also=True)
+    assert got["quick"] == times["quick"]  # the reference run is untouched
+    assert got["quick_also"][0]["quick"] == {stem: slow}
+    size = ct.page_size(ct.ROOT / "notebooks" / f"{stem}.ipynb")
+    line = " ".join(ct.time_line(stem, size, got).split())
+    assert f"{ct._minutes(slow)} on AMD EPYC (family 25, model 1), 2 cores, AVX2" in line
+    block = ct.workshop_block(got)
+    assert "CPU 2, AMD EPYC (family 25, model 1)" in block
+    assert f"{ct._minutes(times['quick'][stem])} / {ct._minutes(slow)}" in block
+    assert ct.room_minutes(stem, 0, got) > ct.room_minutes(stem, 0, times)
+    run["seconds"] = 1.0  # the same CPU again: its entry is replaced, not added
+    runs.write_text(json.dumps([run]))
+    got = ct.record(runs, amd, out, also=True)
+    assert len(got["quick_also"]) == 1 and got["quick_also"][0]["quick"][stem] == 1.0
+    assert ct.room_minutes(stem, 0, got) == ct.room_minutes(stem, 0, times)

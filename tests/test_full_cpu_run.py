@@ -55,6 +55,54 @@ def test_gpu_skips_are_found_across_wrapped_lines(tmp_path):
     assert run.gpu_skips(tmp_path / "absent.ipynb") == []
 
 
+def _train_line(accuracy: float, seconds: float = 333.0) -> str:
+    """What a training cell prints: TrainResult's own line (one source with the pages)."""
+    import numpy as np
+
+    from helpers.workload.training import TrainResult
+
+    fit = TrainResult(np.array([2.1, 2.0, 1.9]), seconds, 32, val_accuracy=accuracy)
+    return str(fit)
+
+
+def test_trainings_are_read_with_their_bar_across_wrapped_lines(tmp_path):
+    import textwrap
+
+    six = textwrap.fill(f"{_train_line(0.188)}; chance 12.5%, the bar 15.6%", 88)
+    assert "\n" in six  # wrapped as chapter 6's say() wraps it
+    nb = _nb(
+        tmp_path / "x.ipynb",
+        [
+            ("import x", [{"output_type": "stream", "text": "hello\n"}]),
+            ("fit = t()", [{"output_type": "stream", "text": six + "\n"}]),
+            ("fit2 = t()", [{"output_type": "stream", "text": _train_line(0.5, 12.0) + "\n"}]),
+            ("print(fit)", [{"output_type": "stream", "text": str(_train_line(None))}]),
+        ],
+    )
+    got = run.trainings(nb)
+    assert got == [
+        {
+            "cell": 1,
+            "steps": 3,
+            "batch": 32,
+            "train_s": 333.0,
+            "device": "cpu",
+            "accuracy": pytest.approx(0.188),
+            "bar": pytest.approx(0.156),
+        },
+        {
+            "cell": 2,
+            "steps": 3,
+            "batch": 32,
+            "train_s": 12.0,
+            "device": "cpu",
+            "accuracy": pytest.approx(0.5),
+            "bar": None,
+        },
+    ]  # a fit without held-out accuracy is not a training the table can judge
+    assert run.trainings(tmp_path / "absent.ipynb") == []
+
+
 def test_junit_cells_and_the_error_line(tmp_path):
     junit = tmp_path / "j.xml"
     junit.write_text(
@@ -117,6 +165,17 @@ def test_table_rows_and_failures():
     old = {k: v for k, v in row.items() if "pss" not in k}
     assert run.peak_text(old) == "RSS 3.0 GiB"
     assert "- 04_pruning, cell 7 (`f()`): ValueError: x" in text
+    assert "Trainings" not in text  # nothing recorded, nothing said
+    t = {"cell": 4, "steps": 30, "batch": 32, "train_s": 330.0, "device": "cpu"}
+    row["trainings"] = [t | {"accuracy": 0.188, "bar": 0.156}, t | {"accuracy": 0.9, "bar": None}]
+    data["machine"]["cpu_family"] = "family 25, model 1"
+    text = run.table(data)
+    assert "2-core X (family 25, model 1) (avx2; 8 GiB)" in text
+    assert (
+        "- 04_pruning, cell 4: 30 steps of batch 32 in 5.5 min on cpu, 18.8% held out (bar 15.6%)"
+        in text
+    )
+    assert "on cpu, 90.0% held out\n" in text
 
 
 def test_notebooks_by_prefix():
@@ -210,3 +269,25 @@ def test_setup_md_shows_the_committed_full_size_run():
     assert gpu.setup_block(run, est) in text, "run tools/gpu_estimate.py --write-setup"
     run["chapters"]["04_pruning"]["wall_s"] += 60
     assert gpu.setup_block(run, est) not in text
+
+
+def test_setup_md_states_each_training_from_the_run():
+    """The trainings' sentence is generated from what the run recorded; a run from before the
+    field was recorded says so instead of a figure."""
+    base = {"passed": True, "wall_s": 60.0, "started": "2026-12-02T00:00:00Z"}
+    t6 = {"cell": 4, "steps": 30, "batch": 32, "train_s": 330.0, "device": "cpu"}
+    rows = {
+        "06_x": {**base, "trainings": [{**t6, "accuracy": 0.188, "bar": 0.156}]},
+        "10_y": {**base, "trainings": [{**t6, "cell": 3, "accuracy": 0.25, "bar": 0.156}]},
+        "08_z": {**base, "trainings": [{**t6, "steps": 60, "accuracy": 0.9, "bar": 0.5}]},
+    }
+    run_ = {"machine": {"sizes": {"train_steps": 30}}, "chapters": rows}
+    text = " ".join(gpu.training_summary(run_).split())
+    assert (
+        "06_x cell 4, 30 steps of batch 32 in 5.5 min on cpu: 18.8% against the bar of 15.6%"
+        in text
+    )
+    assert "10_y cell 3" in text and "25.0%" in text
+    assert "The smallest margin at 30 steps: 3.2 points (06_x)" in text  # 08_z trains 60 steps
+    del rows["10_y"]["trainings"]
+    assert "predates the recording" in gpu.training_summary(run_)

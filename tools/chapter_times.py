@@ -6,9 +6,12 @@ labelled as one), reading it and doing its exercises (estimated from its words, 
 exercises, and said to be estimates). The measured figures live in one file,
 ``results/reference/chapter_times.json``; this tool writes the "**Time:**" paragraph of every
 chapter from it, so a page cannot state a time nobody measured (``tests/test_chapter_times.py``
-checks that every page matches the file).
+checks that every page matches the file). CPUs differ (two-core cloud machines more than twofold
+in quick mode): ``record --also`` keeps another CPU's quick run beside the reference one, each
+page names both, and the workshop plans with the slower.
 
     python tools/chapter_times.py record _build/nbval_times/quick.json   # a quiet nbval run's times
+    python tools/chapter_times.py record --also _build/nbval_times/quick.json  # another CPU's
     python tools/chapter_times.py record-full results/reference/<cpu>-full-cpu  # make fullcpu's
     python tools/chapter_times.py write                                  # rewrite the Time lines
     python tools/chapter_times.py check                                  # exit 1 if a page differs
@@ -43,6 +46,7 @@ __all__ = [
     "check",
     "record",
     "room_minutes",
+    "slowest_quick",
     "workshop_block",
 ]
 
@@ -88,7 +92,8 @@ def _minutes(seconds: float) -> str:
 
 
 def _machine(machine: dict[str, Any]) -> str:
-    """ "Intel(R) Xeon(R) Processor, 2 cores, AVX-512 VNNI, AMX": the CPU behind a figure."""
+    """ "AMD EPYC (family 25, model 1), 2 cores, AVX2": the CPU behind a figure (its family
+    where it was recorded)."""
     flags = set(machine.get("flags") or ())
     named = [
         label
@@ -103,7 +108,8 @@ def _machine(machine: dict[str, Any]) -> str:
     if "AVX-512 VNNI" in named or "AVX-512" in named:  # name the widest only
         wider = "AVX-512 VNNI" if "AVX-512 VNNI" in named else "AVX-512"
         named = [n for n in named if n not in ("AVX-512", "AVX2") or n == wider]
-    return ", ".join([machine["cpu"], f"{machine['cores']} cores", *named])
+    family = f" ({machine['family']})" if machine.get("family") else ""
+    return ", ".join([machine["cpu"] + family, f"{machine['cores']} cores", *named])
 
 
 # The 1-minute load average includes the chapter's own kernel threads and child processes
@@ -125,9 +131,19 @@ def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
             if load > BUSY_LOAD * machine["cores"]
             else ""
         )
+        others = "".join(
+            f"; {_minutes(o['quick'][stem])} on {_machine(o['machine'])}, {o['date']}"
+            + (
+                f", shared with other jobs (load average up to {o['loadavg_max']:.1f})"
+                if o["loadavg_max"] > BUSY_LOAD * o["machine"]["cores"]
+                else ""
+            )
+            for o in times.get("quick_also", [])
+            if stem in o["quick"]
+        )
         parts.append(
             f"running it takes {_minutes(quick)} in quick mode (measured: nbval, "
-            f"{_machine(machine)}, {times['quick_date']}{busy})"
+            f"{_machine(machine)}, {times['quick_date']}{busy}{others})"
         )
     full = times.get("full_cpu", {}).get(stem)
     if full is not None:
@@ -198,12 +214,19 @@ PLANS: dict[str, list[tuple[str, list[tuple[str, int]]]]] = {
 
 
 def room_minutes(stem: str, exercises: int, times: dict[str, Any], root: Path = ROOT) -> int:
-    """Minutes a chapter takes in a room: participants read while it runs (the longer of the two),
-    then do ``exercises`` of its exercises, plus the teacher's discussion."""
+    """Minutes a chapter takes in a room: participants read while it runs (the longer of the two,
+    on the slowest CPU measured), then do ``exercises`` of its exercises, plus the teacher's
+    discussion."""
     size = page_size(root / "notebooks" / f"{stem}.ipynb")
     read = size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN
-    run = times["quick"].get(stem, 0) / 60
+    run = slowest_quick(stem, times) / 60
     return math.ceil(max(read, run) + exercises * MIN_PER_EXERCISE + DISCUSSION_MIN)
+
+
+def slowest_quick(stem: str, times: dict[str, Any]) -> float:
+    """A chapter's quick-mode seconds on the slowest CPU measured (0 when none was)."""
+    runs = [times["quick"], *(o["quick"] for o in times.get("quick_also", []))]
+    return max((r[stem] for r in runs if stem in r), default=0.0)
 
 
 def _title(nb: Path) -> str:
@@ -219,29 +242,51 @@ PEAK_SUMS = {  # what a process tree's peak memory sums (conftest.py records whi
 
 def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
     """The generated part of ``book/workshop.md``: per-chapter times and peaks, and the plans."""
+    also = times.get("quick_also", [])
+    on = f" on CPU 1{''.join(f' / {n + 2}' for n in range(len(also)))}" if also else ""
     rows = [
-        "| chapter | runs in (quick, measured) | full size on the CPU (measured) | reading "
+        f"| chapter | runs in (quick, measured{on}) | full size on the CPU (measured) | reading "
         "(estimate) | exercises (estimate) | peak memory, process tree (measured) |",
         "|---|---|---|---|---|---|",
     ]
     for nb in chapters(root):
         size = page_size(nb)
         quick = times["quick"].get(nb.stem)
+        quick_text = _minutes(quick) if quick else "not measured"
+        for o in also:
+            q = o["quick"].get(nb.stem)
+            quick_text += f" / {_minutes(q) if q else 'not measured'}"
         full = times.get("full_cpu", {}).get(nb.stem)
         peak = times.get("quick_peak_mb", {}).get(nb.stem)
         read = math.ceil(size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN)
         rows.append(
-            f"| {_title(nb)} | {_minutes(quick) if quick else 'not measured'} | "
+            f"| {_title(nb)} | {quick_text} | "
             f"{_minutes(full) if full else 'not measured'} | {read} min | "
             f"{size['exercises']} x {MIN_PER_EXERCISE} min | "
             f"{f'{peak[0] / 1024:.1f} GB' if peak else 'not measured'} |"
         )
     out = "\n".join(rows) + "\n\n"
     machine = times["machine"]
+    first = "CPU 1, " if also else ""
     out += (
-        f"Measured on {_machine(machine)}, {times['quick_date']}, quick "
-        f"mode under nbval (the busiest minute's load average: {times['quick_loadavg_max']:.1f}).\n"
+        f"Measured on {first}{_machine(machine)}, {times['quick_date']}, quick "
+        f"mode under nbval (the busiest minute's load average: {times['quick_loadavg_max']:.1f})"
     )
+    for n, o in enumerate(also):
+        out += (
+            f"; CPU {n + 2}, {_machine(o['machine'])}, {o['date']} (load average up to "
+            f"{o['loadavg_max']:.1f})"
+        )
+    if also:
+        stems = [nb.stem for nb in chapters(root) if all(nb.stem in o["quick"] for o in also)]
+        total = [sum(times["quick"][st] for st in stems)]
+        total += [sum(o["quick"][st] for st in stems) for o in also]
+        out += (
+            ". The whole quick run took "
+            + " / ".join(_minutes(t) for t in total)
+            + " on them: give a room the slower, as the plans below do"
+        )
+    out += ".\n"
     peaks = times.get("quick_peak_mb", {})
     if peaks:
         stem = max(peaks, key=lambda k: peaks[k][0])
@@ -309,13 +354,19 @@ def check(root: Path = ROOT) -> list[str]:
     return stale + (["workshop"] if _workshop(times, root, dry=True) else [])
 
 
-def record(runs_file: Path, machine: dict[str, Any], out: Path = TIMES) -> dict[str, Any]:
+def record(
+    runs_file: Path, machine: dict[str, Any], out: Path = TIMES, *, also: bool = False
+) -> dict[str, Any]:
     """Put the last passing quick-mode run of each chapter from ``runs_file`` into the times
-    file: its time and peak memory; the date, load and what the peaks sum from those runs."""
+    file: its time and peak memory; the date, load and what the peaks sum from those runs.
+    ``also``: another CPU's run, kept beside the reference one (times, date and load only;
+    it replaces an earlier run of the same CPU and flags)."""
     runs = json.loads(Path(runs_file).read_text())
     kept = {r["notebook"]: r for r in runs if r["passed"]}  # the last passing run of each
     if not kept:
         raise ValueError(f"{runs_file}: no passing run to record")
+    if also:
+        return _record_also(kept, machine, out)
     peaks = {k: r for k, r in kept.items() if r.get("peak_tree_mb")}
     sums = {r.get("peak_sums", "rss") for r in peaks.values()}  # runs before PSS summed RSS
     times = _load_times(out) if out.exists() else {}
@@ -330,6 +381,22 @@ def record(runs_file: Path, machine: dict[str, Any], out: Path = TIMES) -> dict[
         quick_loadavg_max=max(r["loadavg"] for r in kept.values()),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(times, indent=1) + "\n")
+    return times
+
+
+def _record_also(kept: dict[str, Any], machine: dict[str, Any], out: Path) -> dict[str, Any]:
+    times = _load_times(out)
+    if machine == times["machine"]:
+        raise ValueError("this is the reference CPU: record its run without --also")
+    entry = {
+        "machine": machine,
+        "quick": {k: kept[k]["seconds"] for k in sorted(kept) if k[:2].isdigit()},
+        "date": max(r["time"] for r in kept.values())[:10],
+        "loadavg_max": max(r["loadavg"] for r in kept.values()),
+    }
+    others = [o for o in times.get("quick_also", []) if o["machine"] != machine]
+    times["quick_also"] = [*others, entry]
     out.write_text(json.dumps(times, indent=1) + "\n")
     return times
 
@@ -358,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record", help="record a quiet nbval run's times")
     rec.add_argument("runs", type=Path)
+    rec.add_argument("--also", action="store_true", help="another CPU's run, beside the reference")
     full = sub.add_parser("record-full", help="record a make fullcpu run and its GPU estimates")
     full.add_argument("folder", type=Path)
     sub.add_parser("write", help="rewrite every chapter's Time line")
@@ -369,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
 
         env = environment_report()
         machine = {"cpu": env["cpu"], "cores": env["cores"], "flags": env.get("cpu_features")}
-        print(json.dumps(record(args.runs, machine), indent=1))
+        if env.get("cpu_family"):  # the generation behind a model name ("AMD EPYC")
+            machine["family"] = env["cpu_family"]
+        print(json.dumps(record(args.runs, machine, also=args.also), indent=1))
         return 0
     if args.cmd == "record-full":
         times = record_full(args.folder)

@@ -18,6 +18,8 @@ own:
 - ``gpu_skips``: the cells that printed ``SKIPPED on this machine (no CUDA GPU): ...``
   (``environment.skip_without_gpu``) or a skip line of their own (``SKIPPED here: ...``), and
   what they would have measured;
+- ``trainings``: the cells that trained a model, with its steps, training time, held-out
+  accuracy and the bar the page asserted it above (``TrainResult``'s printed line);
 - ``passed``, the failing cells with their first error line, and the slowest cells.
 
 The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json`` and
@@ -51,6 +53,12 @@ SKIP_RE = re.compile(
 )
 # A chapter's own skip line for a GPU-only step ("SKIPPED here: TensorRT INT8 ...", "SKIPPED: ...")
 OTHER_SKIP_RE = re.compile(r"SKIPPED(?: here)?:[ \t]*([^\n]+)")
+# helpers.workload.training.TrainResult's line (with held-out accuracy) and a page's bar for it
+TRAINED_RE = re.compile(
+    r"(\d+) steps of batch (\d+) in ([\d.]+) s on (\S+) \([^)]*\); loss \S+ -> \S+ "
+    r"\(mean of the last 10%\), held-out accuracy ([\d.]+)%"
+)
+BAR_RE = re.compile(r"the bar ([\d.]+)%")
 RUN_ENV = {
     "COURSE_MODE": "full",
     "COURSE_FEWEST": "1",
@@ -85,21 +93,54 @@ def code_heads(nb: Path) -> list[str]:
     return heads
 
 
-def gpu_skips(executed: Path) -> list[dict[str, Any]]:
-    """The code cells of an executed notebook that printed a GPU-only skip line, and what."""
+def cell_texts(executed: Path) -> list[str]:
+    """What each code cell of an executed notebook printed (streams and plain-text results),
+    in code-cell order; nothing when the notebook was not saved."""
     if not executed.exists():
         return []
     cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
-    found = []
-    for n, c in enumerate(cells):
+    texts = []
+    for c in cells:
         text = ""
         for out in c.get("outputs", []):
             if out.get("output_type") == "stream":
                 text += "".join(out.get("text", ""))
             elif "data" in out:
                 text += "".join(out["data"].get("text/plain", ""))
+        texts.append(text)
+    return texts
+
+
+def gpu_skips(executed: Path) -> list[dict[str, Any]]:
+    """The code cells of an executed notebook that printed a GPU-only skip line, and what."""
+    found = []
+    for n, text in enumerate(cell_texts(executed)):
         whats = SKIP_RE.findall(text) + OTHER_SKIP_RE.findall(text)
         found += [{"cell": n, "what": " ".join(w.split())[:120]} for w in whats]
+    return found
+
+
+def trainings(executed: Path) -> list[dict[str, Any]]:
+    """The code cells of an executed notebook that trained a model and scored it held out
+    (``helpers.workload.training.TrainResult``'s line), with the bar the page printed for it
+    (``the bar 15.6%``; ``None`` when the cell printed none)."""
+    found = []
+    for n, text in enumerate(cell_texts(executed)):
+        flat = " ".join(text.split())  # a page may wrap the line at any space
+        bar = BAR_RE.search(flat)
+        for m in TRAINED_RE.finditer(flat):
+            steps, batch, seconds, device, accuracy = m.groups()
+            found.append(
+                {
+                    "cell": n,
+                    "steps": int(steps),
+                    "batch": int(batch),
+                    "train_s": float(seconds),
+                    "device": device,
+                    "accuracy": float(accuracy) / 100,
+                    "bar": float(bar.group(1)) / 100 if bar else None,
+                }
+            )
     return found
 
 
@@ -197,6 +238,7 @@ def cell_results(nb: Path, row: dict[str, Any]) -> dict[str, Any]:
         "failed": [{**c, "head": head(c["cell"])} for c in failed],
         "nbval_skipped": sorted({c["message"] for c in skipped}) if skipped else [],
         "gpu_skips": [{**s, "head": head(s["cell"])} for s in gpu_skips(executed)],
+        "trainings": trainings(executed),
         "slowest": [
             {"cell": c["cell"], "seconds": c["seconds"], "head": head(c["cell"])} for c in slow
         ],
@@ -213,6 +255,7 @@ def machine() -> dict[str, Any]:
     s = sizes()
     return {
         "cpu": env["cpu"],
+        "cpu_family": env.get("cpu_family"),
         "cores": env["cores"],
         "cpu_features": env["cpu_features"],
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
@@ -229,6 +272,11 @@ def default_out() -> Path:
     return ROOT / "results" / "reference" / f"{machine_slug(features=True)}-cpu"
 
 
+def cpu_name(m: dict[str, Any]) -> str:
+    """``AMD EPYC (family 25, model 1)``: the model name and, where recorded, its generation."""
+    return m["cpu"] + (f" ({m['cpu_family']})" if m.get("cpu_family") else "")
+
+
 def _minutes(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
 
@@ -243,7 +291,7 @@ def table(data: dict[str, Any]) -> str:
         "# Full-size run on a CPU (`make fullcpu`)",
         "",
         f"Every notebook executed by nbval (`--nbval-lax`) with `COURSE_MODE=full "
-        f"COURSE_FEWEST=1` on a {m['cores']}-core {m['cpu']} "
+        f"COURSE_FEWEST=1` on a {m['cores']}-core {cpu_name(m)} "
         f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU. "
         f"Full-mode sizes ({s['arch']}, {s['image_size']} px, batch {s['batch_size']}, "
         f"sweep {', '.join(map(str, s['batch_sweep']))}, {s['train_images']} training images); "
@@ -281,6 +329,15 @@ def table(data: dict[str, Any]) -> str:
             f"| {r['notebook']} | {result} | {_minutes(r['wall_s'])} | "
             f"{peak_text(r)} | {skips.replace('|', '/')} | {slow_text} |"
         )
+    trained = [(r["notebook"], t) for r in rows for t in r.get("trainings", [])]
+    if trained:
+        lines += ["", "## Trainings (held-out accuracy against the bar each page asserts)", ""]
+        lines += [
+            f"- {nb}, cell {t['cell']}: {t['steps']} steps of batch {t['batch']} in "
+            f"{_minutes(t['train_s'])} on {t['device']}, {t['accuracy']:.1%} held out"
+            + (f" (bar {t['bar']:.1%})" if t["bar"] is not None else "")
+            for nb, t in trained
+        ]
     fails = [(r["notebook"], f) for r in rows for f in r["failed"]]
     if fails:
         lines += ["", "## Failures", ""]

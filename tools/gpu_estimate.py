@@ -432,7 +432,9 @@ def setup_summary(run: dict[str, Any]) -> str:
     total = sum(r["wall_s"] for r in rows.values())
     passed = sum(r["passed"] for r in rows.values())
     text = (
-        f"Measured {' and '.join(days)} on a {m['cores']}-core {m['cpu']} "
+        f"Measured {' and '.join(days)} on a {m['cores']}-core {m['cpu']}"
+        + (f" ({m['cpu_family']})" if m.get("cpu_family") else "")
+        + " "
         f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU, "
         f"every notebook in a pytest process of its own (highest 1-minute load average "
         f"{max(r.get('load_max', 0) for r in rows.values()):.1f})"
@@ -468,9 +470,53 @@ def setup_summary(run: dict[str, Any]) -> str:
     return textwrap.fill(text + ".", 100)
 
 
+def training_summary(run: dict[str, Any]) -> str:
+    """What the run's trainings reached held out against each page's bar (``trainings``, read
+    by tools/full_cpu_run.py from what each training cell printed)."""
+    rows = run["chapters"]
+    if not all("trainings" in r for r in rows.values()):
+        return textwrap.fill(
+            "This run predates the recording of each training's result (its held-out accuracy "
+            "and the bar its page asserts it above); `make fullcpu` records them from its next "
+            "run on, and each training cell prints them.",
+            100,
+        )
+    steps = run["machine"]["sizes"]["train_steps"]
+    done = [(k, t) for k, r in sorted(rows.items()) for t in r["trainings"]]
+    if not done:
+        return "No page trained a model in this run."
+    named = "; ".join(
+        f"{k} cell {t['cell']}, {t['steps']} steps of batch {t['batch']} in "
+        f"{_minutes(t['train_s'])} on {t['device']}: {t['accuracy']:.1%}"
+        + (f" against the bar of {t['bar']:.1%}" if t["bar"] is not None else "")
+        for k, t in done
+    )
+    margins = [
+        (t["accuracy"] - t["bar"], k)
+        for k, t in done
+        if t["bar"] is not None and t["steps"] == steps
+    ]
+    text = (
+        "A page that trains its network asserts its held-out accuracy above a bar (chance plus "
+        "three standard errors of a guessing model's score) before it checks reduced precision "
+        "on what the network decides. Full mode's training runs here at "
+        f"{steps} steps, a tenth of its own (chapters 2 and 8 train at quick sizes wherever "
+        "they train on a CPU). In this run: " + named + "."
+    )
+    if margins:
+        low = min(margins)
+        text += (
+            f" The smallest margin at {steps} steps: {low[0] * 100:.1f} points ({low[1]}); "
+            "fewer steps would have to clear the same bar."
+        )
+    return textwrap.fill(text, 100)
+
+
 def setup_block(run: dict[str, Any], est: dict[str, Any]) -> str:
-    """book/setup.md's generated part: the table and the paragraph under it."""
-    return setup_table(run, est) + "\n\n" + setup_summary(run) + "\n"
+    """book/setup.md's generated part: the table and the paragraphs under it."""
+    return (
+        setup_table(run, est) + "\n\n" + setup_summary(run) + "\n\n" + training_summary(run) + "\n"
+    )
 
 
 def write_setup(run: dict[str, Any], est: dict[str, Any], path: Path = SETUP) -> bool:
