@@ -248,6 +248,11 @@ def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
     assert "failed the task-level check" not in text
     text = " ".join(cpu_target.target_sentences(rows, runs, {"int8": 800.0}, rows[1], rows[0]))
     assert "failed the task-level check" in text and f"**{base}**" in text
+    assert "62% of this CPU's int8 ceiling" in text and "nan" not in text
+    no_vnni = [rows[0], {**rows[1], "pct_of_ceiling": float("nan")}]  # no int8 ceiling
+    text = " ".join(cpu_target.target_sentences(no_vnni, runs, {"fp32": 200.0}, no_vnni[1]))
+    assert "no int8 ceiling measured on this CPU" in text and "nan" not in text
+    assert "fp32 eager runs at 50% of this CPU's fp32 ceiling" in text
 
 
 def test_preprocess_and_ablation_sentences_follow_the_numbers():
@@ -303,3 +308,12 @@ def test_nncf_quantize_inserts_fake_quantize_and_keeps_the_function(tiny, mixed,
     got = cpu_target.openvino_variant("int8", q, 1).call(x)
     assert got.shape == want.shape
     assert_task_level(got, want, mode="int8", name="tiny int8")
+
+
+def test_a_missing_ceiling_is_said_not_printed_as_nan():
+    """A CPU without 8-bit dot products has no int8 ceiling: the sentence says so."""
+    assert cpu_target.ceiling_share({"precision": "int8", "pct_of_ceiling": 45.2}) == (
+        "45% of this CPU's int8 ceiling"
+    )
+    for row in ({"precision": "int8", "pct_of_ceiling": float("nan")}, {"precision": "int8"}):
+        assert cpu_target.ceiling_share(row) == "no int8 ceiling measured on this CPU"

@@ -41,6 +41,7 @@ __all__ = [
     "ort_variant",
     "openvino_variant",
     "nncf_quantize",
+    "ceiling_share",
     "build_variants",
     "measure_variants",
     "format_rows",
@@ -672,6 +673,15 @@ def best_path(
     return dict(max(fine, key=lambda r: r["vs_eager"]))
 
 
+def ceiling_share(row: Mapping[str, Any]) -> str:
+    """``'45% of this CPU's int8 ceiling'``, or that there is none: a CPU without 8-bit
+    dot-product instructions gets no int8 ceiling (:func:`helpers.measure.roofline.ceilings`)."""
+    pct = row.get("pct_of_ceiling")
+    if pct is None or pct != pct:  # NaN: no ceiling of this precision was measured here
+        return f"no {row['precision']} ceiling measured on this CPU"
+    return f"{pct:.0f}% of this CPU's {row['precision']} ceiling"
+
+
 def target_sentences(
     rows: list[Mapping[str, Any]],
     runs: Mapping[str, Measurement],
@@ -689,11 +699,9 @@ def target_sentences(
     out = [
         f"The fastest path within one point of accuracy is **{top['variant']}**: "
         f"{ratio.verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
-        f"{eager['median_s']:.2f} s per batch of {eager['batch']}), at "
-        f"{top.get('pct_of_ceiling', float('nan')):.0f}% of this CPU's {top['precision']} "
-        f"ceiling, {top['drop_points']:+.2f} points of accuracy on the trained model.",
-        f"fp32 eager runs at {eager.get('pct_of_ceiling', float('nan')):.0f}% of the fp32 "
-        "ceiling"
+        f"{eager['median_s']:.2f} s per batch of {eager['batch']}; {ceiling_share(top)}), "
+        f"{top['drop_points']:+.2f} points of accuracy on the trained model.",
+        f"fp32 eager runs at {ceiling_share(eager)}"
         + (
             ": at this size its time goes to arithmetic, not to per-op overhead."
             if eager.get("pct_of_ceiling", 0) >= 50
@@ -834,7 +842,7 @@ def summary_table(
         {
             "measurement": f"ResNet-101, 224 px, batch 16: best path ({top['variant']}) vs eager",
             "here": f"{v(paired_ratio(eager, r101_runs[top['variant']]))}, "
-            f"{top.get('pct_of_ceiling', float('nan')):.0f}% of its ceiling",
+            f"{ceiling_share(top)}",
         },
         {
             "measurement": f"trained {model_name(arch)}, {size} px: accuracy fp32 -> ORT INT8",
