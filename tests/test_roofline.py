@@ -136,3 +136,23 @@ def test_cpu_fp32_ceiling_is_the_better_of_matmul_and_conv(torch_mod, monkeypatc
         lambda dtype, *a: {"float32": 140.0, "bfloat16": 20.0}[dtype],
     )
     assert roofline.ceilings("cpu", n=32, repeats=1) == {"fp32": 140.0, "bf16": 50.0}
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_emulated_bf16_matmul_is_measured_small(torch_mod, monkeypatch, native):
+    """Without bf16 instructions the bf16 matmul is timed at n <= 512 (an emulated one slows
+    down as it grows: minutes a call at 2048); with them, at the size asked for."""
+    from helpers.core import environment
+
+    monkeypatch.setattr(environment, "has_bf16_instructions", lambda: native)
+    monkeypatch.setattr(roofline, "has_int8_dot_product", lambda: False)
+    sizes = {}
+
+    def fake_matmul(dtype, n, *a, **k):
+        sizes[dtype] = n
+        return 10.0
+
+    monkeypatch.setattr(roofline, "matmul_peak_gflops", fake_matmul)
+    monkeypatch.setattr(roofline, "conv1x1_peak_gflops", lambda dtype, n, *a: 20.0)
+    assert roofline.ceilings("cpu", n=2048, repeats=1) == {"fp32": 20.0, "bf16": 20.0}
+    assert sizes == {"float32": 2048, "bfloat16": 2048 if native else 512}

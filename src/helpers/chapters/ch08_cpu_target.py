@@ -841,8 +841,7 @@ def summary_table(
         },
         {
             "measurement": f"ResNet-101, 224 px, batch 16: best path ({top['variant']}) vs eager",
-            "here": f"{v(paired_ratio(eager, r101_runs[top['variant']]))}, "
-            f"{ceiling_share(top)}",
+            "here": f"{v(paired_ratio(eager, r101_runs[top['variant']]))}, {ceiling_share(top)}",
         },
         {
             "measurement": f"trained {model_name(arch)}, {size} px: accuracy fp32 -> ORT INT8",

@@ -46,6 +46,7 @@ __all__ = [
     "skip_without_gpu",
     "INT8_DOT_FLAGS",
     "has_int8_dot_product",
+    "has_bf16_instructions",
     "int8_saturates",
     "LIBRARIES",
     "environment_report",
@@ -416,6 +417,12 @@ INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 def has_int8_dot_product() -> bool:
     """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX-INT8)."""
     return bool(_cpu_flags() & INT8_DOT_FLAGS)
+
+
+def has_bf16_instructions() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX-BF16); elsewhere
+    PyTorch emulates it, slowly."""
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def int8_saturates() -> bool:

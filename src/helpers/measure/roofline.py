@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers.core import precision
+from helpers.core import environment, precision
 from helpers.measure.timer import time_loop
 
 __all__ = [
@@ -109,9 +109,7 @@ INT8_KERNELS = ("onednn", "ort", "openvino")
 
 def has_int8_dot_product() -> bool:
     """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX-INT8)."""
-    from helpers.core.environment import has_int8_dot_product as cpu_has_it
-
-    return cpu_has_it()
+    return environment.has_int8_dot_product()
 
 
 def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn") -> float:
@@ -216,7 +214,7 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
     """The matmul peak (GFLOP/s) of each math mode ``device`` offers, keyed by mode.
 
     On a CPU: 'fp32' and 'bf16', each the better of a matmul and a oneDNN 1x1 convolution
-    (:func:`conv1x1_peak_gflops`), and 'int8' (GOP/s) where the CPU has 8-bit dot-product
+    (:func:`conv1x1_peak_gflops`; bf16's matmul at ``n`` <= 512 where the CPU emulates bf16), and 'int8' (GOP/s) where the CPU has 8-bit dot-product
     instructions: the best of :func:`int8_matmul_peak_gops`'s kernels. On a CUDA GPU: 'fp32' (TF32 off), 'tf32' where the GPU has TF32
     tensor cores and ``NVIDIA_TF32_OVERRIDE`` does not forbid them (read with
     :func:`helpers.core.precision.torch_math_mode` while TF32 is allowed), 'bf16' where PyTorch
@@ -242,8 +240,11 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
         peaks["fp16"] = matmul_peak_gflops("float16", n, repeats, dev)
     else:
         peaks["fp32"] = max(peaks["fp32"], conv1x1_peak_gflops("float32", n, repeats))
+        # Without bf16 instructions PyTorch's emulated bf16 matmul slows down as it grows
+        # (minutes a call at n=2048 on an AVX2-only CPU): measure it where it is fastest.
+        bf16_n = n if environment.has_bf16_instructions() else min(n, 512)
         peaks["bf16"] = max(
-            matmul_peak_gflops("bfloat16", n, repeats, dev),
+            matmul_peak_gflops("bfloat16", bf16_n, repeats, dev),
             conv1x1_peak_gflops("bfloat16", n, repeats),
         )
         if has_int8_dot_product():
