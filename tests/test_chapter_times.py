@@ -129,7 +129,7 @@ def test_another_cpu_is_kept_beside_the_reference_and_rooms_plan_with_the_slower
     run |= {"time": "2026-12-02T13:00:00"}
     runs = tmp_path / "runs.json"
     runs.write_text(json.dumps([run]))
-    amd = {"cpu": "AMD EPYC", "cores": 2, "flags": ["avx2"], "family": "family 25, model 1"}
+    amd = {"cpu": "AMD EPYC", "cores": 2, "flags": ["avx2"], "cpu_family": "family 25, model 1"}
     with pytest.raises(ValueError, match="reference CPU"):
         ct.record(runs, times["machine"], out, also=True)
     got = ct.record(runs, amd, out, also=True)

@@ -108,7 +108,7 @@ def _machine(machine: dict[str, Any]) -> str:
     if "AVX-512 VNNI" in named or "AVX-512" in named:  # name the widest only
         wider = "AVX-512 VNNI" if "AVX-512 VNNI" in named else "AVX-512"
         named = [n for n in named if n not in ("AVX-512", "AVX2") or n == wider]
-    family = f" ({machine['family']})" if machine.get("family") else ""
+    family = f" ({machine['cpu_family']})" if machine.get("cpu_family") else ""
     return ", ".join([machine["cpu"] + family, f"{machine['cores']} cores", *named])
 
 
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         env = environment_report()
         machine = {"cpu": env["cpu"], "cores": env["cores"], "flags": env.get("cpu_features")}
         if env.get("cpu_family"):  # the generation behind a model name ("AMD EPYC")
-            machine["family"] = env["cpu_family"]
+            machine["cpu_family"] = env["cpu_family"]
         print(json.dumps(record(args.runs, machine, also=args.also), indent=1))
         return 0
     if args.cmd == "record-full":
