@@ -220,19 +220,6 @@ def test_shares_say_how_much_of_each_bound_was_used():
     assert run.shares(smoothed_bound=1, max_accuracy_gap=0.0)["accuracy gap"] == float("inf")
 
 
-def test_assert_above_chance():
-    line = alignment.assert_above_chance(0.3, 256, 8, "resnet18")
-    assert line == "resnet18: held-out accuracy 30.0% > 18.7% (chance 12.5% + 3 SE)"
-    # 3 standard errors above 1/8 on 256 images: 12.5% + 3 * 2.07% = 18.7%
-    with pytest.raises(AssertionError, match=r"18.0% <= 18.7%.*256 images.*learned too little"):
-        alignment.assert_above_chance(0.18, 256, 8, "resnet18")
-    alignment.assert_above_chance(0.18, 4096, 8)  # more images, a smaller margin
-    with pytest.raises(ValueError, match="fraction"):
-        alignment.assert_above_chance(30.0, 256, 8)
-    with pytest.raises(ValueError, match="classes must be an int >= 2"):
-        alignment.assert_above_chance(0.9, 256, 1)
-
-
 def test_train_aligned_graph_and_reused_reference(flow):
     flow.manual_seed(2)
     x, y = _x(16, seed=2), (np.arange(16) % 4).astype(np.int64)

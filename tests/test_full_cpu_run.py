@@ -291,3 +291,12 @@ def test_setup_md_states_each_training_from_the_run():
     assert "The smallest margin at 30 steps: 3.2 points (06_x)" in text  # 08_z trains 60 steps
     del rows["10_y"]["trainings"]
     assert "predates the recording" in gpu.training_summary(run_)
+
+
+def test_the_bar_is_read_from_the_pages_own_line():
+    """assert_above_chance's line (chapters 2, 6 and 10) names its bar as BAR_RE reads it."""
+    from helpers.workload import training
+
+    line = training.assert_above_chance(0.3, 256, 10)
+    bar = float(run.BAR_RE.search(line).group(1)) / 100
+    assert bar == pytest.approx(training.above_chance_bar(256, 10), abs=5e-4)

@@ -76,3 +76,20 @@ def test_augment_batch_flips_and_shifts():
         training.augment_batch(x[0], rng, 1)
     with pytest.raises(ValueError, match="max_shift"):
         training.augment_batch(x, rng, -1)
+
+
+def test_assert_above_chance():
+    line = training.assert_above_chance(0.3, 256, 8, "resnet18")
+    assert line == (
+        "resnet18: held-out accuracy 30.0% > the bar 18.7% (chance 12.5% + 3 SE on 256 images)"
+    )
+    # 3 standard errors above 1/8 on 256 images: 12.5% + 3 * 2.07% = 18.7%
+    with pytest.raises(AssertionError, match=r"18.0% <= the bar 18.7%.*256 images.*too little"):
+        training.assert_above_chance(0.18, 256, 8, "resnet18")
+    training.assert_above_chance(0.18, 4096, 8)  # more images, a smaller margin
+    training.assert_above_chance(np.float32(0.3), 256, 8)  # NumPy's scalars are numbers too
+    for bad in (30.0, float("nan"), True, "0.3"):
+        with pytest.raises(ValueError, match="fraction"):
+            training.assert_above_chance(bad, 256, 8)
+    with pytest.raises(ValueError, match="classes >= 2"):
+        training.assert_above_chance(0.9, 256, 1)

@@ -40,7 +40,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 def bar(kind: str, samples: int, classes: int) -> float:
     """The held-out accuracy the page asserts above (chapter 2) or at least (chapter 8)."""
-    from helpers.chapters.ch02_alignment import above_chance_bar
+    from helpers.workload.training import above_chance_bar
 
     return 4 / classes if kind == "4x chance" else above_chance_bar(samples, classes)
 

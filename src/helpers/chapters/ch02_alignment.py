@@ -14,8 +14,8 @@
   training itself is). Chapter 2 writes the aligned loop itself on its page first; these run the
   long versions. Held-out accuracy and batch-wise prediction come from
   :mod:`helpers.workload.predict`, the course's one source for them;
-- :func:`assert_above_chance` -- a model must beat guessing before its agreement with another
-  means anything (:func:`above_chance_bar`: by how much).
+- a model must beat guessing before its agreement with another means anything:
+  :func:`helpers.workload.training.assert_above_chance`.
 
 Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
 modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
@@ -58,8 +58,6 @@ __all__ = [
     "perturb_weights",
     "train_run",
     "train_aligned",
-    "above_chance_bar",
-    "assert_above_chance",
 ]
 
 # ----------------------------------------------------------------------------- inference alignment
@@ -766,35 +764,6 @@ def train_aligned(
 
 
 _CHANGEABLE = ("lr", "momentum", "weight_decay", "eps")
-
-
-def above_chance_bar(samples: int, classes: int) -> float:
-    """The held-out accuracy to beat: guessing among ``classes`` (``1 / classes``) plus three
-    standard errors of a guesser's score on ``samples`` samples."""
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples must be a positive int, got {samples!r}")
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
-        raise ValueError(f"classes must be an int >= 2, got {classes!r}")
-    chance = 1.0 / classes
-    return chance + 3.0 * math.sqrt(chance * (1.0 - chance) / samples)
-
-
-def assert_above_chance(accuracy: float, samples: int, classes: int, name: str = "model") -> str:
-    """Assert ``accuracy`` on ``samples`` held-out samples beats guessing among ``classes``.
-
-    Guessing scores ``1 / classes`` on average, with a standard error (SE) of
-    ``sqrt(p (1 - p) / samples)``; the model must beat it by three standard errors (a guesser
-    does so about once in a thousand runs). Agreement between two models that learned nothing
-    proves nothing: their decisions are near-ties. Returns one printable line.
-    """
-    _check_fraction("accuracy", accuracy)
-    need, chance = above_chance_bar(samples, classes), 1.0 / classes
-    line = f"{name}: held-out accuracy {accuracy:.1%} {{}} {need:.1%} (chance {chance:.1%} + 3 SE)"
-    if not accuracy > need:
-        raise AssertionError(
-            line.format("<=") + f" on {samples} images: it learned too little to compare"
-        )
-    return line.format(">")
 
 
 def _check_no_dropout(model: Any) -> None:

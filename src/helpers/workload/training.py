@@ -4,18 +4,27 @@
     print(result)                  # steps, seconds, device and math mode, final loss, accuracy
     plots.plot_loss_curves({"train": result.losses})
 
+    print(assert_above_chance(result.val_accuracy, len(val_split), 8, "resnet18"))
+
 For training two frameworks *identically* (chapter 2), see :mod:`helpers.chapters.ch02_alignment`.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TrainResult", "augment_batch", "train_classifier"]
+__all__ = [
+    "TrainResult",
+    "above_chance_bar",
+    "assert_above_chance",
+    "augment_batch",
+    "train_classifier",
+]
 
 
 @dataclass
@@ -152,3 +161,38 @@ def train_classifier(
         device=str(device),
         math_mode=math_mode,
     )
+
+
+def assert_above_chance(accuracy: float, samples: int, classes: int, name: str = "model") -> str:
+    """Assert ``accuracy`` on ``samples`` held-out samples beats guessing among ``classes``.
+
+    Guessing scores ``1 / classes`` on average, with a standard error (SE) of
+    ``sqrt(p (1 - p) / samples)``; the model must beat it by three standard errors (a guesser
+    does so about once in a thousand runs). A check on a model that learned nothing proves
+    nothing: its decisions are near-ties that any rounding can swap. Returns one printable
+    line, which names the bar (``the bar 15.6%``).
+    """
+    if isinstance(accuracy, bool) or not isinstance(accuracy, numbers.Real):
+        raise ValueError(f"accuracy must be a fraction in [0, 1], got {accuracy!r}")
+    if not 0.0 <= accuracy <= 1.0:  # NaN fails this too
+        raise ValueError(f"accuracy must be a fraction in [0, 1], got {accuracy!r}")
+    need, chance = above_chance_bar(samples, classes), 1.0 / classes
+    line = (
+        f"{name}: held-out accuracy {accuracy:.1%} {{}} the bar {need:.1%}"
+        f" (chance {chance:.1%} + 3 SE on {samples} images)"
+    )
+    if not accuracy > need:
+        raise AssertionError(line.format("<=") + ": it learned too little for a check")
+    return line.format(">")
+
+
+# ---- saved from notebooks/02_precision_alignment.ipynb by tools/save_cells.py: edit it there ----
+def above_chance_bar(samples: int, classes: int) -> float:
+    """Held-out accuracy to beat: chance plus three standard errors of a guesser."""
+    if samples < 1 or classes < 2:
+        raise ValueError(f"need samples >= 1, classes >= 2; got {samples}, {classes}")
+    chance = 1.0 / classes  # a guesser's mean score, with a standard error of:
+    return chance + 3.0 * (chance * (1.0 - chance) / samples) ** 0.5
+
+
+# ---- end of cells saved from notebooks/02_precision_alignment.ipynb ----
