@@ -195,8 +195,10 @@ bench: setup
 # steps that run every branch and assert), one pytest process per notebook, into
 # results/reference/<cpu>-<flags>-full-cpu/ (per chapter: wall time, peak memory of the process tree,
 # GPU-only skips, pass/fail), then the GPU estimate beside it (tools/gpu_estimate.py), book/setup.md's
-# table, results/reference/chapter_times.json and every chapter's Time line from them. Not part of
-# make test. CHAPTERS="04 05" runs only those notebooks, in that order, into the same table.
+# table, results/reference/chapter_times.json and every chapter's Time line from them. A run on
+# another CPU than the reference (the one chapter_times.json's quick run names) goes beside it: a
+# column of book/setup.md's table, a figure in each Time line. Not part of make test.
+# CHAPTERS="04 05" runs only those notebooks, in that order, into the same table.
 fullcpu: setup
 	$(PY) tools/full_cpu_run.py $(if $(CHAPTERS),--only $(CHAPTERS))
 	$(PY) tools/gpu_estimate.py --write-setup

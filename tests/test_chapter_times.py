@@ -147,3 +147,56 @@ def test_another_cpu_is_kept_beside_the_reference_and_rooms_plan_with_the_slower
     got = ct.record(runs, amd, out, also=True)
     assert len(got["quick_also"]) == 1 and got["quick_also"][0]["quick"][stem] == 1.0
     assert ct.room_minutes(stem, 0, got) == ct.room_minutes(stem, 0, times)
+
+
+def test_another_cpus_full_size_run_is_kept_beside_the_reference(tmp_path: Path):
+    """``record-full`` on another CPU's folder keeps its wall times beside the reference's
+    (the reference's full-size times and GPU estimates untouched); each page's Time line and
+    the workshop's full-size column name it; a rerun on that CPU replaces its entry."""
+    out = tmp_path / "times.json"
+    times = ct._load_times()
+    times.pop("full_cpu_also", None)
+    out.write_text(json.dumps(times))
+    amd = {"cpu": "AMD EPYC", "cpu_family": "family 25, model 1", "cores": 2}
+    amd |= {"cpu_features": ["avx2"], "memory_gib": 23.5}
+    row = {"wall_s": 2877.4, "passed": True, "started": "2026-12-02T18:06:34Z"}
+    run = {"machine": amd, "finished": "2026-12-02T19:00:00Z"}
+    run["chapters"] = {
+        "06_compile_optimisations": row | {"load_max": 3.4},
+        "09_triton_serving": row | {"passed": False, "wall_s": 60.0},
+    }
+    folder = tmp_path / "amd-full-cpu"
+    folder.mkdir()
+    (folder / "full_cpu.json").write_text(json.dumps(run))  # no gpu_estimate.json: not read
+    got = ct.record_full(folder, out)
+    for field in ("full_cpu", "full_cpu_source", "gpu_estimate", "machine"):
+        assert got[field] == times[field], field
+    (entry,) = got["full_cpu_also"]
+    assert entry["full"] == {"06_compile_optimisations": 2877.4}  # the passing chapters
+    assert entry["failed"] == ["09_triton_serving"] and entry["date"] == "2026-12-02"
+    stem = "06_compile_optimisations"
+    size = ct.page_size(ct.ROOT / "notebooks" / f"{stem}.ipynb")
+    line = " ".join(ct.time_line(stem, size, got).split())
+    assert "(measured: make fullcpu; 48 min on AMD EPYC (family 25, model 1), 2 cores, AVX2)" in (
+        line
+    )
+    plain = " ".join(ct.time_line("04_pruning", size, got).split())
+    assert "(measured: make fullcpu)" in plain  # a chapter CPU 2 did not run
+    block = ct.workshop_block(got)
+    full_ref = ct._minutes(times["full_cpu"][stem])
+    assert f"| {full_ref} / 48 min |" in block
+    assert "full size on the CPU (measured on CPU 1 / 2)" in block
+    assert "not measured" in block.split("| 4. Algorithmic pruning")[1].split("\n")[0]
+    run["chapters"][stem]["wall_s"] = 600.0  # the same CPU again: replaced, not added
+    (folder / "full_cpu.json").write_text(json.dumps(run))
+    got = ct.record_full(folder, out)
+    assert len(got["full_cpu_also"]) == 1 and got["full_cpu_also"][0]["full"][stem] == 600.0
+
+
+def test_machines_compare_by_model_family_cores_and_flags():
+    a = {"cpu": "AMD EPYC", "cpu_family": "family 25, model 1", "cores": 2, "flags": ["avx2"]}
+    b = {"cpu": "AMD EPYC", "cpu_family": "family 25, model 1", "cores": 2}
+    assert ct.same_machine(a, b | {"cpu_features": ["avx2"], "memory_gib": 23.5})
+    assert not ct.same_machine(a, a | {"cpu_family": "family 23, model 49"})
+    assert not ct.same_machine(a, a | {"flags": ["avx2", "avx512f"]})
+    assert not ct.same_machine(a, a | {"cores": 4})

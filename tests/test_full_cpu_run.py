@@ -265,10 +265,40 @@ def test_setup_md_shows_the_committed_full_size_run():
     folder = ROOT / times["full_cpu_source"].split("/full_cpu.json")[0]
     run = json.loads((folder / "full_cpu.json").read_text())
     est = json.loads((folder / "gpu_estimate.json").read_text())
+    assert gpu.reference_folder() == folder  # whatever other CPUs' folders sort after it
+    others = gpu.other_runs(run)
     text = gpu.SETUP.read_text(encoding="utf-8")
-    assert gpu.setup_block(run, est) in text, "run tools/gpu_estimate.py --write-setup"
+    assert gpu.setup_block(run, est, others) in text, "run tools/gpu_estimate.py --write-setup"
     run["chapters"]["04_pruning"]["wall_s"] += 60
-    assert gpu.setup_block(run, est) not in text
+    assert gpu.setup_block(run, est, others) not in text
+
+
+def test_setup_md_gives_another_cpus_full_size_run_a_column():
+    """Another CPU's ``make fullcpu`` run: a column of its wall times ('not run' where it did
+    not), and a paragraph that names the CPU and compares the chapters both passed."""
+    ch = {"cells_timed": [{"cell": 4, "seconds": 500.0}, {"cell": 35, "seconds": 40.0}]}
+    row = {"passed": True, "started": "2026-12-02T05:00:00Z", "peak_rss_mib": 2048} | ch
+    run = {"machine": {"sizes": {"train_steps": 30}}, "chapters": {}}
+    run["chapters"] = {"04_a": row | {"wall_s": 120.0}, "06_b": row | {"wall_s": 600.0}}
+    est = {"chapters": {k: {g: {"total_s": 60.0} for g in gpu.GPUS} for k in run["chapters"]}}
+    amd = {"cpu": "AMD EPYC", "cpu_family": "family 25, model 1", "cores": 2}
+    amd |= {"cpu_features": ["avx2"], "memory_gib": 23.5}
+    slow = ch | {"cells_timed": [{"cell": 35, "seconds": 560.0}, {"cell": 4, "seconds": 1100.0}]}
+    other = {"machine": amd, "finished": "2026-12-02T19:00:00Z"}
+    other["chapters"] = {"06_b": row | slow | {"wall_s": 2400.0, "started": "2026-12-03T01:00Z"}}
+    table = gpu.setup_table(run, est, [other])
+    assert (
+        "| chapter | CPU 1, full size (measured) | peak memory (CPU 1) | CPU 2, full size" in table
+    )
+    assert "| 04_a | 2.0 min | 2.0 GiB | not run | 60 s |" in table
+    assert "| 06_b | 10.0 min | 2.0 GiB | 40.0 min | 60 s |" in table
+    text = " ".join(gpu.others_summary(run, [other]).split())
+    assert text.startswith("CPU 2, a 2-core AMD EPYC (family 25, model 1) (avx2; 23.5 GiB)")
+    assert "on 2026-12-03" in text and "1 pass; not run there: 04_a" in text
+    assert "it took 40 minutes against 10 on CPU 1, from 4.0x to 4.0x" in text
+    assert "06_b, spent longest in cell 4 (18.3 min), cell 35 (9.3 min)" in text
+    assert gpu.setup_table(run, est).startswith("| chapter | 2-core CPU, full size")
+    assert gpu.others_summary(run, []) == ""
 
 
 def test_setup_md_states_each_training_from_the_run():

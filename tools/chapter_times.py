@@ -8,7 +8,9 @@ exercises, and said to be estimates). The measured figures live in one file,
 chapter from it, so a page cannot state a time nobody measured (``tests/test_chapter_times.py``
 checks that every page matches the file). CPUs differ (two-core cloud machines more than twofold
 in quick mode): ``record --also`` keeps another CPU's quick run beside the reference one, each
-page names both, and the workshop plans with the slower.
+page names both, and the workshop plans with the slower. ``record-full`` keeps a full-size run
+from another CPU the same way, beside the reference CPU's (the one its quick run was measured
+on): a chapter three times slower at full size on one CPU than another is worth planning with.
 
     python tools/chapter_times.py record _build/nbval_times/quick.json   # a quiet nbval run's times
     python tools/chapter_times.py record --also _build/nbval_times/quick.json  # another CPU's
@@ -46,6 +48,7 @@ __all__ = [
     "check",
     "record",
     "room_minutes",
+    "same_machine",
     "slowest_quick",
     "workshop_block",
 ]
@@ -112,6 +115,31 @@ def _machine(machine: dict[str, Any]) -> str:
     return ", ".join([machine["cpu"] + family, f"{machine['cores']} cores", *named])
 
 
+def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two recorded machines are one CPU: model, family, cores and the flags named
+    (``flags`` here, ``cpu_features`` in a ``make fullcpu`` run)."""
+
+    def key(m: dict[str, Any]) -> tuple[Any, ...]:
+        flags = m.get("flags", m.get("cpu_features")) or ()
+        return m["cpu"], m.get("cpu_family", ""), m["cores"], tuple(sorted(flags))
+
+    return key(a) == key(b)
+
+
+def _numbered(times: dict[str, Any], field: str) -> list[tuple[int, dict[str, Any]]]:
+    """The entries of ``quick_also`` or ``full_cpu_also``, each with its CPU's number: 2, 3 ...
+    for the other CPUs in the order their quick runs were kept, then those with none."""
+    cpus = [o["machine"] for o in times.get("quick_also", [])]
+    for o in times.get("full_cpu_also", []):
+        if not any(same_machine(o["machine"], m) for m in cpus):
+            cpus.append(o["machine"])
+
+    def number(o: dict[str, Any]) -> int:
+        return next(i for i, m in enumerate(cpus) if same_machine(o["machine"], m)) + 2
+
+    return sorted(((number(o), o) for o in times.get(field, [])), key=lambda t: t[0])
+
+
 # The 1-minute load average includes the chapter's own kernel threads and child processes
 # (chapter 2's OneFlow children took a quiet 2-core machine to 2.3): other jobs are suspected
 # only above this many times the cores.
@@ -147,9 +175,14 @@ def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
         )
     full = times.get("full_cpu", {}).get(stem)
     if full is not None:
+        others = "".join(
+            f"; {_minutes(o['full'][stem])} on {_machine(o['machine'])}"
+            for _, o in _numbered(times, "full_cpu_also")
+            if stem in o["full"]
+        )
         parts.append(
             f"{_minutes(full)} at full size on the same CPU with the fewest repeats "
-            "(measured: make fullcpu)"
+            f"(measured: make fullcpu{others})"
         )
     gpu = times.get("gpu_estimate", {}).get(stem)
     if gpu:
@@ -244,9 +277,11 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
     """The generated part of ``book/workshop.md``: per-chapter times and peaks, and the plans."""
     also = times.get("quick_also", [])
     on = f" on CPU 1{''.join(f' / {n + 2}' for n in range(len(also)))}" if also else ""
+    full_also = _numbered(times, "full_cpu_also")
+    full_on = f" on CPU 1{''.join(f' / {n}' for n, _ in full_also)}" if full_also else ""
     rows = [
-        f"| chapter | runs in (quick, measured{on}) | full size on the CPU (measured) | reading "
-        "(estimate) | exercises (estimate) | peak memory, process tree (measured) |",
+        f"| chapter | runs in (quick, measured{on}) | full size on the CPU (measured{full_on}) "
+        "| reading (estimate) | exercises (estimate) | peak memory, process tree (measured) |",
         "|---|---|---|---|---|---|",
     ]
     for nb in chapters(root):
@@ -257,11 +292,14 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
             q = o["quick"].get(nb.stem)
             quick_text += f" / {_minutes(q) if q else 'not measured'}"
         full = times.get("full_cpu", {}).get(nb.stem)
+        full_text = _minutes(full) if full else "not measured"
+        for _, o in full_also:
+            f = o["full"].get(nb.stem)
+            full_text += f" / {_minutes(f) if f else 'not measured'}"
         peak = times.get("quick_peak_mb", {}).get(nb.stem)
         read = math.ceil(size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN)
         rows.append(
-            f"| {_title(nb)} | {quick_text} | "
-            f"{_minutes(full) if full else 'not measured'} | {read} min | "
+            f"| {_title(nb)} | {quick_text} | {full_text} | {read} min | "
             f"{size['exercises']} x {MIN_PER_EXERCISE} min | "
             f"{f'{peak[0] / 1024:.1f} GB' if peak else 'not measured'} |"
         )
@@ -287,6 +325,27 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
             + " on them: give a room the slower, as the plans below do"
         )
     out += ".\n"
+    if full_also:
+        quick_cpus = [o["machine"] for o in also]
+        out += (
+            "\nFull size (`make fullcpu`, the fewest repeats): CPU 1, "
+            + ", ".join(
+                f"CPU {n}"
+                + (
+                    ""
+                    if any(same_machine(o["machine"], m) for m in quick_cpus)
+                    else f" ({_machine(o['machine'])})"
+                )
+                + f" on {o['date']}"
+                + (
+                    f" (load average up to {o['loadavg_max']:.1f})"
+                    if o["loadavg_max"] > BUSY_LOAD * o["machine"]["cores"]
+                    else ""
+                )
+                for n, o in full_also
+            )
+            + "; a chapter another CPU has not run at full size says not measured.\n"
+        )
     peaks = times.get("quick_peak_mb", {})
     if peaks:
         stem = max(peaks, key=lambda k: peaks[k][0])
@@ -403,12 +462,16 @@ def _record_also(kept: dict[str, Any], machine: dict[str, Any], out: Path) -> di
 
 def record_full(folder: Path, out: Path = TIMES) -> dict[str, Any]:
     """Put a ``make fullcpu`` run's passing wall times and its GPU estimates
-    (``tools/gpu_estimate.py``, run first) from ``folder`` into the times file."""
-    run = json.loads((folder / "full_cpu.json").read_text())["chapters"]
-    est = json.loads((folder / "gpu_estimate.json").read_text())
+    (``tools/gpu_estimate.py``, run first) from ``folder`` into the times file. A run on
+    another CPU than the reference's goes beside it (``full_cpu_also``: wall times only)."""
+    full = json.loads((folder / "full_cpu.json").read_text())
+    run = full["chapters"]
     numbered = {k: v for k, v in run.items() if k[:2].isdigit()}
     failed = sorted(k for k, v in numbered.items() if not v["passed"])
     times = _load_times(out)
+    if not same_machine(full["machine"], times["machine"]):
+        return _record_full_also(full, folder, out)
+    est = json.loads((folder / "gpu_estimate.json").read_text())
     times["full_cpu"] = {k: v["wall_s"] for k, v in sorted(numbered.items()) if v["passed"]}
     where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
     times["full_cpu_source"] = (
@@ -416,6 +479,30 @@ def record_full(folder: Path, out: Path = TIMES) -> dict[str, Any]:
         + (f"; failed: {', '.join(failed)})" if failed else ")")
     )
     times["gpu_estimate"] = est["gpu_estimate"]
+    out.write_text(json.dumps(times, indent=1) + "\n")
+    return times
+
+
+def _record_full_also(full: dict[str, Any], folder: Path, out: Path) -> dict[str, Any]:
+    """Another CPU's ``make fullcpu`` run, beside the reference CPU's (wall times of the
+    chapters that passed, date, load); it replaces an earlier run of the same CPU."""
+    m = full["machine"]
+    machine = {"cpu": m["cpu"], "cores": m["cores"], "flags": m.get("cpu_features")}
+    if m.get("cpu_family"):
+        machine["cpu_family"] = m["cpu_family"]
+    rows = {k: v for k, v in full["chapters"].items() if k[:2].isdigit()}
+    where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
+    entry = {
+        "machine": machine,
+        "full": {k: v["wall_s"] for k, v in sorted(rows.items()) if v["passed"]},
+        "failed": sorted(k for k, v in rows.items() if not v["passed"]),
+        "date": max(v["started"] for v in rows.values())[:10],
+        "loadavg_max": max(v.get("load_max", 0.0) for v in rows.values()),
+        "source": f"{where.as_posix()}/full_cpu.json",
+    }
+    times = _load_times(out)
+    others = [o for o in times.get("full_cpu_also", []) if not same_machine(o["machine"], machine)]
+    times["full_cpu_also"] = [*others, entry]
     out.write_text(json.dumps(times, indent=1) + "\n")
     return times
 
@@ -443,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "record-full":
         times = record_full(args.folder)
-        print(times["full_cpu_source"], json.dumps(times["full_cpu"], indent=1))
+        shown = ("full_cpu_source", "full_cpu", "full_cpu_also")
+        print(json.dumps({k: times[k] for k in shown if k in times}, indent=1))
         return 0
     if args.cmd == "write":
         print("rewrote:", ", ".join(write()) or "nothing")

@@ -345,12 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "--write-setup", action="store_true", help="also rewrite book/setup.md's table"
     )
     args = parser.parse_args(argv)
-    folder = args.folder
-    if folder is None:
-        found = sorted((ROOT / "results" / "reference").glob("*-full-cpu/full_cpu.json"))
-        if not found:
-            raise SystemExit("no results/reference/*-full-cpu/full_cpu.json: run make fullcpu")
-        folder = found[-1].parent
+    folder = args.folder or reference_folder()
     run = json.loads((folder / "full_cpu.json").read_text())
     out: dict[str, Any] = {
         "label": "estimate until a GPU run replaces it",
@@ -413,11 +408,65 @@ def main(argv: list[str] | None = None) -> int:
         )
     (folder / "GPU_ESTIMATE.md").write_text("\n".join(lines) + "\n")
     print(f"GPU estimate: {folder / 'GPU_ESTIMATE.md'}")
+    if args.setup_table or args.write_setup:  # the reference CPU's run, others beside it
+        ref = reference_folder()
+        run = json.loads((ref / "full_cpu.json").read_text())
+        out = json.loads((ref / "gpu_estimate.json").read_text())
+        others = other_runs(run)
     if args.setup_table:
-        print(setup_block(run, out))
+        print(setup_block(run, out, others))
     if args.write_setup:
-        print("book/setup.md:", "rewritten" if write_setup(run, out) else "unchanged")
+        changed = write_setup(run, out, others)
+        print("book/setup.md:", "rewritten" if changed else "unchanged")
     return 0
+
+
+def _chapter_times() -> Any:
+    """tools/chapter_times.py, for the reference CPU and how machines compare."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "chapter_times", ROOT / "tools" / "chapter_times.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _full_runs() -> list[Path]:
+    found = sorted((ROOT / "results" / "reference").glob("*-full-cpu/full_cpu.json"))
+    if not found:
+        raise SystemExit("no results/reference/*-full-cpu/full_cpu.json: run make fullcpu")
+    return [f.parent for f in found]
+
+
+def reference_folder() -> Path:
+    """The ``make fullcpu`` folder of the reference CPU (the one chapter_times.json's quick
+    run names); the newest folder where none matches it."""
+    ct = _chapter_times()
+    folders = _full_runs()
+    machine = ct._load_times()["machine"] if ct.TIMES.exists() else None
+    for f in folders:
+        if machine and ct.same_machine(
+            json.loads((f / "full_cpu.json").read_text())["machine"], machine
+        ):
+            return f
+    return max(folders, key=lambda f: json.loads((f / "full_cpu.json").read_text())["finished"])
+
+
+def other_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The committed ``make fullcpu`` runs of other CPUs than ``run``'s, in the order the
+    workshop numbers their CPUs (CPU 2, 3 ...), then the oldest first."""
+    ct = _chapter_times()
+    runs = [json.loads((f / "full_cpu.json").read_text()) for f in _full_runs()]
+    others = [r for r in runs if not ct.same_machine(r["machine"], run["machine"])]
+    numbered = ct._numbered(ct._load_times(), "full_cpu_also") if ct.TIMES.exists() else []
+
+    def order(r: dict[str, Any]) -> tuple[int, str]:
+        n = [n for n, o in numbered if ct.same_machine(o["machine"], r["machine"])]
+        return (n[0] if n else len(numbered) + 2), r["finished"]
+
+    return sorted(others, key=order)
 
 
 SETUP = ROOT / "book" / "setup.md"
@@ -512,36 +561,88 @@ def training_summary(run: dict[str, Any]) -> str:
     return textwrap.fill(text, 100)
 
 
-def setup_block(run: dict[str, Any], est: dict[str, Any]) -> str:
+def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
+    """The paragraph on the other CPUs' full-size runs: what each is, what passed, and its
+    time against the reference CPU's over the chapters both ran."""
+    if not others:
+        return ""
+    texts = []
+    for n, o in enumerate(others, start=2):
+        m, rows = o["machine"], o["chapters"]
+        both = sorted(k for k, r in rows.items() if r["passed"] and k in run["chapters"])
+        ratio = {k: rows[k]["wall_s"] / run["chapters"][k]["wall_s"] for k in both}
+        far = max(ratio, key=ratio.get)
+        cells = sorted((c["seconds"], c["cell"]) for c in rows[far].get("cells_timed", []))
+        slow = ", ".join(f"cell {c} ({_minutes(sec)})" for sec, c in reversed(cells[-3:]))
+        missing = sorted(set(run["chapters"]) - set(rows))
+        days = sorted({r["started"][:10] for r in rows.values()})
+        text = (
+            f"CPU {n}, a {m['cores']}-core {m['cpu']}"
+            + (f" ({m['cpu_family']})" if m.get("cpu_family") else "")
+            + f" ({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), ran "
+            f"{len(rows)} of the pages on {' and '.join(days)} (highest 1-minute load average "
+            f"{max(r.get('load_max', 0) for r in rows.values()):.1f}): "
+            f"{sum(r['passed'] for r in rows.values())} pass"
+            + (f"; not run there: {', '.join(missing)}" if missing else "")
+            + ". Over the chapters both CPUs passed, it took "
+            f"{sum(rows[k]['wall_s'] for k in both) / 60:.0f} minutes against "
+            f"{sum(run['chapters'][k]['wall_s'] for k in both) / 60:.0f} on CPU 1, from "
+            f"{min(ratio.values()):.1f}x to {ratio[far]:.1f}x CPU 1's time per chapter; the "
+            f"furthest apart, {far}, spent longest in {slow}."
+        )
+        texts.append(text)
+    return textwrap.fill(" ".join(texts), 100)
+
+
+def setup_block(run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = ()) -> str:
     """book/setup.md's generated part: the table and the paragraphs under it."""
+    extra = others_summary(run, list(others))
     return (
-        setup_table(run, est) + "\n\n" + setup_summary(run) + "\n\n" + training_summary(run) + "\n"
+        setup_table(run, est, others)
+        + "\n\n"
+        + setup_summary(run)
+        + ("\n\n" + extra if extra else "")
+        + "\n\n"
+        + training_summary(run)
+        + "\n"
     )
 
 
-def write_setup(run: dict[str, Any], est: dict[str, Any], path: Path = SETUP) -> bool:
+def write_setup(
+    run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = (), path: Path = SETUP
+) -> bool:
     """Rewrite book/setup.md's generated part; True if it changed."""
     text = path.read_text(encoding="utf-8")
     if not _SETUP_BLOCK.search(text):
         raise ValueError(f"{path}: no '<!-- full-cpu:start -->' block")
-    new = _SETUP_BLOCK.sub(lambda m: m.group(1) + setup_block(run, est) + m.group(2), text)
+    block = setup_block(run, est, others)
+    new = _SETUP_BLOCK.sub(lambda m: m.group(1) + block + m.group(2), text)
     path.write_text(new, encoding="utf-8")
     return new != text
 
 
-def setup_table(run: dict[str, Any], est: dict[str, Any]) -> str:
-    """The per-chapter table of book/setup.md: measured CPU time and memory, GPU estimates."""
+def setup_table(run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = ()) -> str:
+    """The per-chapter table of book/setup.md: measured CPU time and memory, GPU estimates;
+    with other CPUs' full-size runs, a column of wall times for each (CPU 2, 3 ...)."""
+    first = "CPU 1, full size" if others else "2-core CPU, full size"
     rows = [
-        "| chapter | 2-core CPU, full size (measured) | peak memory | "
+        f"| chapter | {first} (measured) | peak memory{' (CPU 1)' if others else ''} | "
+        + "".join(f"CPU {n}, full size (measured) | " for n in range(2, len(others) + 2))
         + " | ".join(f"{g} (estimate)" for g in GPUS)
         + " |",
-        "|---|---|---|" + "---|" * len(GPUS),
+        "|---|---|---|" + "---|" * (len(others) + len(GPUS)),
     ]
+
+    def wall(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "not run"
+        return _minutes(r["wall_s"]) + ("" if r["passed"] else " (failed)")
+
     for stem, r in sorted(run["chapters"].items()):
         e = est["chapters"][stem]
-        cpu = _minutes(r["wall_s"]) + ("" if r["passed"] else " (failed)")
         rows.append(
-            f"| {stem} | {cpu} | {r.get('peak_pss_mib', r['peak_rss_mib']) / 1024:.1f} GiB | "
+            f"| {stem} | {wall(r)} | {r.get('peak_pss_mib', r['peak_rss_mib']) / 1024:.1f} GiB | "
+            + "".join(f"{wall(o['chapters'].get(stem))} | " for o in others)
             + " | ".join(_minutes(e[g]["total_s"]) for g in GPUS)
             + " |"
         )
