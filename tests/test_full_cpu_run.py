@@ -330,3 +330,18 @@ def test_the_bar_is_read_from_the_pages_own_line():
     line = training.assert_above_chance(0.3, 256, 10)
     bar = float(run.BAR_RE.search(line).group(1)) / 100
     assert bar == pytest.approx(training.above_chance_bar(256, 10), abs=5e-4)
+
+
+def test_the_peak_is_placed_in_the_cell_that_ran_then():
+    """Cells run one after another and the last ends with the run: counted back from the
+    end, cells of 5, 60 and 20 s in a 130 s run span 45-50, 50-110 and 110-130 s; the
+    kernel's start lies in none."""
+    cells = [{"cell": 0, "seconds": 5.0}, {"cell": 1, "seconds": 60.0}]
+    cells += [{"cell": 2, "seconds": 20.0}]
+    assert run.cell_at(cells, 130.0, 120.0) == 2
+    assert run.cell_at(cells, 130.0, 100.0) == 1
+    assert run.cell_at(cells, 130.0, 47.0) == 0
+    assert run.cell_at(cells, 130.0, 10.0) is None  # before the first cell: kernel start
+    assert run.cell_at(cells, 130.0, None) is None  # a run from before peak_at was read
+    row = {"peak_pss_mib": 2048, "peak_rss_mib": 3072, "peak_cell": 3}
+    assert run.peak_text(row) == "2.0 GiB (RSS 3.0 GiB), in cell 3"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from helpers.core.process_memory import TreeMemory
 
@@ -15,9 +16,11 @@ def test_tree_memory_counts_child_processes():
         "'x = bytearray(200 << 20); import time; time.sleep(2)'])"
     )
     proc = subprocess.Popen([sys.executable, "-c", child])
+    started = time.time()
     with TreeMemory(proc.pid, every=0.1) as mem:
         proc.wait()
     assert mem.peak_children > 150 * 2**20  # the grandchild's 200 MiB
+    assert started < mem.peak_at < time.time()  # when the tree held it
     assert mem.peak >= mem.peak_children
     assert 150 * 2**20 < mem.largest <= mem.peak_children
 

@@ -218,8 +218,24 @@ def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> d
         "pss_read": mem.pss,  # False: some process counted with its RSS
         "load_max": round(mem.load_max, 2),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        "peak_at_s": round(mem.peak_at - start, 1) if mem.peak_at else None,
     }
     return cell_results(nb, row)
+
+
+def cell_at(cells: list[dict[str, Any]], wall_s: float, at_s: float | None) -> int | None:
+    """The cell that ran ``at_s`` seconds into a run of ``wall_s``: nbval runs the cells one
+    after another, the last ending as the run ends, so each cell's span is counted back from
+    the end with the cells' own durations (the kernel's start and teardown, a few seconds,
+    shift it a little: a cell of minutes is found). None before the first cell."""
+    if at_s is None:
+        return None
+    end = wall_s
+    for c in reversed(cells):
+        if end - c["seconds"] <= at_s:
+            return c["cell"]
+        end -= c["seconds"]
+    return None
 
 
 def cell_results(nb: Path, row: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +259,7 @@ def cell_results(nb: Path, row: dict[str, Any]) -> dict[str, Any]:
             {"cell": c["cell"], "seconds": c["seconds"], "head": head(c["cell"])} for c in slow
         ],
         "cells_timed": [{k: c[k] for k in ("cell", "seconds", "outcome")} for c in cells],
+        "peak_cell": cell_at(cells, row["wall_s"], row.get("peak_at_s")),
     }
 
 
@@ -351,7 +368,8 @@ def peak_text(row: dict[str, Any]) -> str:
     if "peak_pss_mib" not in row:
         return f"RSS {rss}"
     flag = "" if row.get("pss_read", True) else ", some processes as RSS"
-    return f"{row['peak_pss_mib'] / 1024:.1f} GiB (RSS {rss}{flag})"
+    where = f", in cell {row['peak_cell']}" if row.get("peak_cell") is not None else ""
+    return f"{row['peak_pss_mib'] / 1024:.1f} GiB (RSS {rss}{flag}){where}"
 
 
 def write(out: Path, data: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 __all__ = ["TreeMemory"]
 
@@ -25,6 +26,7 @@ class TreeMemory:
     ``peak``: the largest sum of PSS over the tree (bytes); ``peak_children``: the same without
     ``pid`` itself; ``largest``: the largest single descendant; ``peak_rss``: the largest sum of
     RSS (an upper bound); ``pss``: False if any process was counted with its RSS instead;
+    ``peak_at``: when the tree reached ``peak`` (``time.time()``; 0.0 before a sample);
     ``load_max``: the highest 1-minute load average seen. Use as a context manager, or
     ``start()`` and ``stop()``.
     """
@@ -33,6 +35,7 @@ class TreeMemory:
         self.pid = os.getpid() if pid is None else pid
         self.every = every
         self.peak = self.peak_children = self.largest = self.peak_rss = 0
+        self.peak_at = 0.0
         self.pss = True
         self.load_max = 0.0
         self._stop = threading.Event()
@@ -61,7 +64,8 @@ class TreeMemory:
                 self.pss = False
         total = sum(pss.values())
         own = pss.pop(self.pid, 0)
-        self.peak = max(self.peak, total)
+        if total > self.peak:
+            self.peak, self.peak_at = total, time.time()
         self.peak_children = max(self.peak_children, total - own)
         self.largest = max(self.largest, max(pss.values(), default=0))
         self.peak_rss = max(self.peak_rss, sum(rss.values()))
