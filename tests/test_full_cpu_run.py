@@ -301,6 +301,25 @@ def test_setup_md_gives_another_cpus_full_size_run_a_column():
     assert gpu.others_summary(run, []) == ""
 
 
+def test_a_cpu_has_one_number_on_every_page():
+    """book/setup.md numbers the other CPUs as the workshop and the Time lines do: a CPU with
+    a quick run kept keeps its number, one with a full-size run only comes after those (the
+    committed Genoa run is CPU 3 in both, not CPU 2 in setup.md)."""
+    ct = gpu._chapter_times()
+    times = ct._load_times()
+    quick = [o["machine"] for o in times["quick_also"]]
+    new = {"cpu": "Some CPU", "cores": 2, "cpu_features": ["avx2"], "memory_gib": 8.0}
+    runs = [{"machine": m, "chapters": {}} for m in [new, *quick]]
+    free = len(ct._cpus(times)) + 2  # after those with quick or full-size runs kept
+    assert gpu.cpu_numbers(runs) == [free, *range(2, len(quick) + 2)]
+    table = gpu.setup_table({"chapters": {}}, {"chapters": {}}, runs[:1])
+    assert f"| CPU {free}, full size (measured) |" in table
+    numbered = dict(ct._numbered(times, "full_cpu_also"))
+    others = gpu.other_runs({"machine": times["machine"]})
+    for n, o in zip(gpu.cpu_numbers(others), others, strict=True):
+        assert ct.same_machine(numbered[n]["machine"], o["machine"]), n
+
+
 def test_setup_md_states_each_training_from_the_run():
     """The trainings' sentence is generated from what the run recorded; a run from before the
     field was recorded says so instead of a figure."""

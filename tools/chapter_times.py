@@ -126,18 +126,33 @@ def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return key(a) == key(b)
 
 
-def _numbered(times: dict[str, Any], field: str) -> list[tuple[int, dict[str, Any]]]:
-    """The entries of ``quick_also`` or ``full_cpu_also``, each with its CPU's number: 2, 3 ...
-    for the other CPUs in the order their quick runs were kept, then those with none."""
+def _cpus(times: dict[str, Any]) -> list[dict[str, Any]]:
+    """The other CPUs than the reference, in the order they are numbered (2, 3 ...): those
+    whose quick runs were kept, in that order, then those with a full-size run only."""
     cpus = [o["machine"] for o in times.get("quick_also", [])]
     for o in times.get("full_cpu_also", []):
         if not any(same_machine(o["machine"], m) for m in cpus):
             cpus.append(o["machine"])
+    return cpus
 
-    def number(o: dict[str, Any]) -> int:
-        return next(i for i, m in enumerate(cpus) if same_machine(o["machine"], m)) + 2
 
-    return sorted(((number(o), o) for o in times.get(field, [])), key=lambda t: t[0])
+def cpu_numbers(times: dict[str, Any], machines: list[dict[str, Any]]) -> list[int]:
+    """Each machine's CPU number on every page (the workshop, book/setup.md, the Time lines):
+    2, 3 ... as ``_cpus`` orders them; a machine not yet recorded gets the next free number."""
+    cpus = _cpus(times)
+    numbers = []
+    for m in machines:
+        if not any(same_machine(m, c) for c in cpus):
+            cpus.append(m)
+        numbers.append(next(i for i, c in enumerate(cpus) if same_machine(m, c)) + 2)
+    return numbers
+
+
+def _numbered(times: dict[str, Any], field: str) -> list[tuple[int, dict[str, Any]]]:
+    """The entries of ``quick_also`` or ``full_cpu_also``, each with its CPU's number."""
+    entries = times.get(field, [])
+    numbers = cpu_numbers(times, [o["machine"] for o in entries])
+    return sorted(zip(numbers, entries, strict=True), key=lambda t: t[0])
 
 
 # The 1-minute load average includes the chapter's own kernel threads and child processes

@@ -455,18 +455,21 @@ def reference_folder() -> Path:
 
 
 def other_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The committed ``make fullcpu`` runs of other CPUs than ``run``'s, in the order the
-    workshop numbers their CPUs (CPU 2, 3 ...), then the oldest first."""
-    ct = _chapter_times()
+    """The committed ``make fullcpu`` runs of other CPUs than ``run``'s, in the order of their
+    CPU numbers (``cpu_numbers``), then the oldest first."""
     runs = [json.loads((f / "full_cpu.json").read_text()) for f in _full_runs()]
-    others = [r for r in runs if not ct.same_machine(r["machine"], run["machine"])]
-    numbered = ct._numbered(ct._load_times(), "full_cpu_also") if ct.TIMES.exists() else []
+    others = [r for r in runs if not _chapter_times().same_machine(r["machine"], run["machine"])]
+    others.sort(key=lambda r: r["finished"])
+    numbers = cpu_numbers(others)
+    return [r for _, r in sorted(zip(numbers, others, strict=True), key=lambda t: t[0])]
 
-    def order(r: dict[str, Any]) -> tuple[int, str]:
-        n = [n for n, o in numbered if ct.same_machine(o["machine"], r["machine"])]
-        return (n[0] if n else len(numbered) + 2), r["finished"]
 
-    return sorted(others, key=order)
+def cpu_numbers(others: list[dict[str, Any]]) -> list[int]:
+    """The CPU number (2, 3 ...) each other run's CPU has on every page: the workshop's and
+    the Time lines' numbering (chapter_times.json), so that "CPU 3" is one CPU throughout."""
+    ct = _chapter_times()
+    times = ct._load_times() if ct.TIMES.exists() else {}
+    return ct.cpu_numbers(times, [o["machine"] for o in others])
 
 
 SETUP = ROOT / "book" / "setup.md"
@@ -519,13 +522,15 @@ def setup_summary(run: dict[str, Any]) -> str:
     return textwrap.fill(text + ".", 100)
 
 
-def training_summary(run: dict[str, Any]) -> str:
+def training_summary(run: dict[str, Any], whose: str = "this run") -> str:
     """What the run's trainings reached held out against each page's bar (``trainings``, read
-    by tools/full_cpu_run.py from what each training cell printed)."""
+    by tools/full_cpu_run.py from what each training cell printed); ``whose`` names the run."""
     rows = run["chapters"]
     if not all("trainings" in r for r in rows.values()):
         return textwrap.fill(
-            "This run predates the recording of each training's result (its held-out accuracy "
+            whose[0].upper()
+            + whose[1:]
+            + " predates the recording of each training's result (its held-out accuracy "
             "and the bar its page asserts it above); `make fullcpu` records them from its next "
             "run on, and each training cell prints them.",
             100,
@@ -550,7 +555,7 @@ def training_summary(run: dict[str, Any]) -> str:
         "three standard errors of a guessing model's score) before it checks reduced precision "
         "on what the network decides. Full mode's training runs here at "
         f"{steps} steps, a tenth of its own (chapters 2 and 8 train at quick sizes wherever "
-        "they train on a CPU). In this run: " + named + "."
+        "they train on a CPU). In " + whose + ": " + named + "."
     )
     if margins:
         low = min(margins)
@@ -567,7 +572,7 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
     if not others:
         return ""
     texts = []
-    for n, o in enumerate(others, start=2):
+    for n, o in zip(cpu_numbers(others), others, strict=True):
         m, rows = o["machine"], o["chapters"]
         both = sorted(k for k, r in rows.items() if r["passed"] and k in run["chapters"])
         ratio = {k: rows[k]["wall_s"] / run["chapters"][k]["wall_s"] for k in both}
@@ -591,19 +596,35 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
             f"furthest apart, {far}, spent longest in {slow}."
         )
         texts.append(text)
+    ct = _chapter_times()
+    times = ct._load_times() if ct.TIMES.exists() else {}
+    for n, o in ct._numbered(times, "quick_also"):  # CPUs that left quick-mode times only
+        if n not in cpu_numbers(others):
+            texts.append(
+                f"CPU {n} ({ct._machine(o['machine'])}) has quick-mode times only "
+                "(book/workshop.md): no full-size run of it is committed."
+            )
     return textwrap.fill(" ".join(texts), 100)
 
 
 def setup_block(run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = ()) -> str:
     """book/setup.md's generated part: the table and the paragraphs under it."""
     extra = others_summary(run, list(others))
+    trained = ""
+    if not all("trainings" in r for r in run["chapters"].values()):
+        trained = "".join(
+            "\n\n" + training_summary(o, f"CPU {n}'s run")
+            for n, o in zip(cpu_numbers(list(others)), others, strict=True)
+            if o["chapters"] and all("trainings" in r for r in o["chapters"].values())
+        )
     return (
         setup_table(run, est, others)
         + "\n\n"
         + setup_summary(run)
         + ("\n\n" + extra if extra else "")
         + "\n\n"
-        + training_summary(run)
+        + training_summary(run, "CPU 1's run" if others else "this run")
+        + trained
         + "\n"
     )
 
@@ -627,7 +648,7 @@ def setup_table(run: dict[str, Any], est: dict[str, Any], others: list[dict[str,
     first = "CPU 1, full size" if others else "2-core CPU, full size"
     rows = [
         f"| chapter | {first} (measured) | peak memory{' (CPU 1)' if others else ''} | "
-        + "".join(f"CPU {n}, full size (measured) | " for n in range(2, len(others) + 2))
+        + "".join(f"CPU {n}, full size (measured) | " for n in cpu_numbers(list(others)))
         + " | ".join(f"{g} (estimate)" for g in GPUS)
         + " |",
         "|---|---|---|" + "---|" * (len(others) + len(GPUS)),
