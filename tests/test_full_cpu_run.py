@@ -296,7 +296,13 @@ def test_setup_md_gives_another_cpus_full_size_run_a_column():
     assert text.startswith("CPU 2, a 2-core AMD EPYC (family 25, model 1) (avx2; 23.5 GiB)")
     assert "on 2026-12-03" in text and "1 pass; not run there: 04_a" in text
     assert "it took 40 minutes against 10 on CPU 1, from 4.0x to 4.0x" in text
-    assert "06_b, spent longest in cell 4 (18.3 min), cell 35 (9.3 min)" in text
+    assert "in minutes, 06_b (4.0x, 30.0 min more), spent longest in cell 4 (18.3 min)" in text
+    # the chapter furthest apart is the one a plan feels, in minutes, not by ratio:
+    other["chapters"]["04_a"] = row | {"wall_s": 360.0, "started": "2026-12-03T01:00Z"}
+    other["chapters"]["06_b"]["wall_s"] = 1500.0  # 2.5x, but 15 minutes against 4
+    text = " ".join(gpu.others_summary(run, [other]).split())
+    assert "from 2.5x to 3.0x CPU 1's time" in text
+    assert "furthest apart in minutes, 06_b (2.5x, 15.0 min more)" in text
     assert gpu.setup_table(run, est).startswith("| chapter | 2-core CPU, full size")
     assert gpu.others_summary(run, []) == ""
 

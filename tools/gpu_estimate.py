@@ -576,7 +576,9 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
         m, rows = o["machine"], o["chapters"]
         both = sorted(k for k, r in rows.items() if r["passed"] and k in run["chapters"])
         ratio = {k: rows[k]["wall_s"] / run["chapters"][k]["wall_s"] for k in both}
-        far = max(ratio, key=ratio.get)
+        gap = {k: rows[k]["wall_s"] - run["chapters"][k]["wall_s"] for k in both}
+        far = max(gap, key=lambda k: abs(gap[k]))  # what a plan feels: minutes, not a ratio
+        more = f"{_minutes(abs(gap[far]))} {'more' if gap[far] >= 0 else 'less'}"
         cells = sorted((c["seconds"], c["cell"]) for c in rows[far].get("cells_timed", []))
         slow = ", ".join(f"cell {c} ({_minutes(sec)})" for sec, c in reversed(cells[-3:]))
         missing = sorted(set(run["chapters"]) - set(rows))
@@ -592,8 +594,9 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
             + ". Over the chapters both CPUs passed, it took "
             f"{sum(rows[k]['wall_s'] for k in both) / 60:.0f} minutes against "
             f"{sum(run['chapters'][k]['wall_s'] for k in both) / 60:.0f} on CPU 1, from "
-            f"{min(ratio.values()):.1f}x to {ratio[far]:.1f}x CPU 1's time per chapter; the "
-            f"furthest apart, {far}, spent longest in {slow}."
+            f"{min(ratio.values()):.1f}x to {max(ratio.values()):.1f}x CPU 1's time per "
+            f"chapter; the furthest apart in minutes, {far} ({ratio[far]:.1f}x, {more}), spent "
+            f"longest in {slow}."
         )
         texts.append(text)
     ct = _chapter_times()
