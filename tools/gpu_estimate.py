@@ -571,8 +571,8 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
     time against the reference CPU's over the chapters both ran."""
     if not others:
         return ""
-    texts = []
-    for n, o in zip(cpu_numbers(others), others, strict=True):
+    texts, numbers = [], cpu_numbers(others)
+    for n, o in zip(numbers, others, strict=True):
         m, rows = o["machine"], o["chapters"]
         both = sorted(k for k, r in rows.items() if r["passed"] and k in run["chapters"])
         ratio = {k: rows[k]["wall_s"] / run["chapters"][k]["wall_s"] for k in both}
@@ -602,7 +602,7 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
     ct = _chapter_times()
     times = ct._load_times() if ct.TIMES.exists() else {}
     for n, o in ct._numbered(times, "quick_also"):  # CPUs that left quick-mode times only
-        if n not in cpu_numbers(others):
+        if n not in numbers:
             texts.append(
                 f"CPU {n} ({ct._machine(o['machine'])}) has quick-mode times only "
                 "(book/workshop.md): no full-size run of it is committed."
