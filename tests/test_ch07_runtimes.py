@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from helpers.chapters import ch07_runtimes as ch07
 from helpers.core.subprocess_run import run_in_subprocess
@@ -34,10 +35,18 @@ def test_build_embedder_gives_unit_vectors_for_the_case_study_and_another_model(
         ch07.build_embedder("not_a_net", 16)
 
 
-def test_network_of_names_only_measured_networks():
-    assert ch07.network_of("mobilenet_v2") == "mobilenet_v2"
-    assert ch07.network_of("resnet18") == "resnet18"
-    assert ch07.network_of("efficientnet_b0") is None  # the deepest network's factor then
+def test_network_of_measures_a_backbone_the_course_has_not(capsys):
+    from helpers.core import precision
+
+    x = torch.randn(4, 3, 32, 32)
+    net = ch07.build_embedder("mobilenet_v2", 16, 0.25).eval()
+    assert ch07.network_of(net, "mobilenet_v2", x) == "mobilenet_v2"
+    assert capsys.readouterr().out == ""  # in the course's table: nothing measured
+    own = ch07.build_embedder("shufflenet_v2_x0_5", 16).eval()
+    precision.MEASURED_ACCUMULATION.pop("shufflenet_v2_x0_5", None)
+    assert ch07.network_of(own, "shufflenet_v2_x0_5", x) == "shufflenet_v2_x0_5"
+    assert "accumulation" in capsys.readouterr().out  # the measurement, shown
+    assert precision.MEASURED_ACCUMULATION["shufflenet_v2_x0_5"] >= 1
 
 
 def _run(rows_ms: dict[str, float]) -> dict:

@@ -1,10 +1,11 @@
-"""Tests of helpers.chapters.ch10_ladder (the capstone's ledger arithmetic and plots)."""
+"""Tests of the capstone's ladder: the climb (helpers.measure.ladder) and its page's views."""
 
 import math
 
 import pytest
 
 from helpers.chapters import ch10_ladder as ladder
+from helpers.measure import ladder as climbing
 from helpers.measure.measurement import Measurement
 
 
@@ -80,157 +81,196 @@ def test_rows_name_device_and_precision():
     assert rows[0]["device"] == ladder.NOT_RECORDED
 
 
-# ---- the cumulative ladder (one task, every rung timed in one interleaved run) ----
+# ---- the climb (helpers.measure.ladder): each rung on the last kept path ----
 
 
-def timed(label, per_round, items=1):
-    """A Measurement of `items` per call whose round i took per_round[i] * items seconds."""
-    return Measurement(label, times_s=[t * items for t in per_round], items=items)
-
-
-ROUNDS = 9
 NOISE = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01]  # a slow spell hits a whole round
+ROUNDS = len(NOISE)
 
 
-def run(**per_image):
-    """One interleaved run: every rung's per-image time, scaled by the same round noise."""
-    return {k: timed(k, [v * n for n in NOISE]) for k, v in per_image.items()}
+def cost(s):
+    """Seconds per image of the path the settings `s` describe (a model of the capstone)."""
+    t = 0.08
+    t /= 2.0 if s.get("pruned") else 1.0
+    t /= 4.0 if s.get("batch", 1) > 1 else 1.0
+    t *= 1.3 if s.get("pipeline") else 1.0  # slower here: must not be carried upward
+    t /= s.get("fold", 1.0)
+    t /= 2.0 if s.get("forward") else 1.0
+    t /= 5.0 if s.get("int8") else 1.0
+    return t
 
 
-RUNGS = (
-    ladder.Rung("naive", "naive"),
-    ladder.Rung("graph", "static graph", later=True),
-    ladder.Rung("pruning", "pruning"),
-    ladder.Rung("batching", "batching"),
-    ladder.Rung("compiler", "compiler"),
-    ladder.Rung("fwd", "forward only", forward_only=True, over="pruning"),
-    ladder.Rung("int8", "INT8 runtime", forward_only=True),
-    ladder.Rung("served", "served", forward_only=True, over="int8"),  # skipped: not timed
-)
-TIMES = {
-    "naive": 0.08,
-    "static graph (torch.compile)": 0.05,
-    "pruning": 0.04,
-    "batching": 0.01,
-    "compiler (torch.compile)": 0.0101,
-    "compiler (folding)": 0.00995,
-    "forward only": 0.02,
-    "INT8 runtime": 0.004,
-}
+def build(s):
+    return climbing.Timed(lambda s=dict(s): cost(s), items=2)
 
 
-def test_ladder_factors_are_paired_and_kept_only_above_one():
-    m = run(**TIMES)
-    rows = ladder.ladder_rows(RUNGS, m)
-    by = {r["key"]: r for r in rows}
-    # the static graph pays (1.6x) but is applied later: shown, never kept, level unchanged
+def fake_timer(fns, *, items, repeats, wobble=None, **_):
+    """benchmark_interleaved's stand-in: each path's cost, scaled by the same round noise."""
+    out = {}
+    for label, fn in fns.items():
+        per_image = fn()
+        w = (wobble or {}).get(label, [1.0] * repeats)
+        times = [per_image * items[label] * n * x for n, x in zip(NOISE[:repeats], w)]
+        out[label] = Measurement(label, times_s=times, items=items[label])
+    return out
+
+
+R = climbing.Rung
+RUNGS = [
+    R("graph", "static graph", {"static graph (torch.compile)": {"fold": 1.6}}, later=True),
+    R("pruning", "pruning", {"pruning": {"pruned": True}}, reported=2.33),
+    R("batching", "batching", {"batching": {"batch": 16}}),
+    R(
+        "pipelining",
+        "pipelining",
+        {"pipelining": {"pipeline": True}},
+        controls={"A/A: pipelining again": {"pipeline": True}},
+        twins=(("pipelining", "A/A: pipelining again"),),
+        why=lambda row: "two cores",
+    ),
+    R(
+        "compiler",
+        "compiler",
+        {"compiler (torch.compile)": {"fold": 0.99}, "compiler (folding)": {"fold": 1.25}},
+    ),
+    R(
+        "fwd",
+        "forward only",
+        {"forward only": {"forward": True}},
+        forward_only=True,
+        branch="pipelining",
+        task_change=True,
+    ),
+    R("int8", "INT8 runtime", {"INT8 runtime": {"int8": True}}, forward_only=True),
+]
+
+
+def climb(rungs=RUNGS, **kw):
+    timer = kw.pop("timer", fake_timer)
+    return climbing.climb({}, rungs, build, rounds=ROUNDS, timer=timer, **kw)
+
+
+def test_each_rung_builds_on_the_last_kept_path_only():
+    lad = climb()
+    by = {r["key"]: r for r in lad.rows}
+    # pipelining is slower: not kept, and no path above it contains it
+    assert by["pipelining"]["verdict"] == "not kept (slower)"
+    assert by["compiler"]["base"] == "batching" and by["compiler"]["over"] == "batching"
+    assert not lad.paths["compiler (folding)"].get("pipeline")
+    assert not lad.paths["forward only"].get("pipeline")  # the branch leaves from what was kept
+    assert by["fwd"]["base"] == "batching" and by["int8"]["base"] == "forward only"
+    # the control: the same climb with pipelining kept carries it into every path above
+    lad_loose = climb(keep=lambda r: True)
+    assert lad_loose.paths["compiler (folding)"]["pipeline"]
+    assert {r["key"]: r["base"] for r in lad_loose.rows}["compiler"] == "pipelining"
+
+
+def test_factors_are_paired_over_the_base_and_the_end_is_measured():
+    lad = climb()
+    by = {r["key"]: r for r in lad.rows}
     assert by["graph"]["verdict"] == "measured, not built on" and not by["graph"]["kept"]
-    assert by["graph"]["candidate"] == "static graph (torch.compile)"
-    assert "served" not in by  # a rung none of whose candidates ran has no row
-    assert math.isclose(by["graph"]["cumulative"], 1.0)
-    assert math.isclose(by["pruning"]["factor"], 2.0)  # over naive, the last kept rung
-    assert math.isclose(by["batching"]["factor"], 4.0) and by["batching"]["kept"]
-    # the compiler's faster candidate is picked; the same noise in every round: IQR is a point
-    assert by["compiler"]["candidate"] == "compiler (folding)"
-    assert by["compiler"]["kept"]
-    e2e = ladder.end_to_end(rows)
-    assert math.isclose(e2e.median, 0.08 / 0.00995)
-    # the forward-only branch leaves the task at pruning, and does not count end to end
-    assert by["fwd"]["over"] == "pruning" and math.isclose(by["fwd"]["factor"], 2.0)
-    assert by["int8"]["over"] == "fwd" and math.isclose(by["int8"]["factor"], 5.0)
-    assert math.isclose(rows[-1]["cumulative"], 20.0)
-    # the case study's factors (REPORTED by rung key); the graph rung's is not counted
-    assert math.isclose(rows[-1]["cumulative_reported"], 2.33 * 2.55 * 1.64 / 1.36)
-    assert by["graph"]["reported"] == 1.25
+    assert by["graph"]["base"] == "naive" and math.isclose(by["graph"]["factor"], 1.6)
+    assert math.isclose(by["pruning"]["factor"], 2.0) and by["pruning"]["kept"]
+    assert math.isclose(by["batching"]["factor"], 4.0)
+    assert by["compiler"]["candidate"] == "compiler (folding)"  # the faster candidate
+    assert math.isclose(by["compiler"]["factor"], 1.25) and by["compiler"]["kept"]
+    assert lad.final == "compiler (folding)"
+    assert math.isclose(lad.end_to_end.median, 10.0)  # 2 * 4 * 1.25, timed together
+    assert set(lad.final_stage) == {"naive", "compiler (folding)"}
+    assert math.isclose(by["compiler"]["cumulative"], 10.0)  # the chained estimate
+    # the forward-only branch is a task change: shown, never counted as a speed-up
+    assert by["fwd"]["verdict"] == "a different task" and math.isclose(by["fwd"]["factor"], 2.0)
+    assert math.isclose(by["int8"]["factor"], 5.0) and by["int8"]["kept"]
+    assert [r["candidate"] for r in lad.kept()] == ["pruning", "batching", "compiler (folding)"]
+    assert by["pruning"]["reported"] == 2.33 and by["batching"]["reported"] is None
 
 
-def test_a_rung_inside_the_noise_is_not_kept():
-    m = run(**TIMES)
-    # the compiler rung 1.005x faster on average, but slower in half the rounds: inconclusive
-    wobble = [1.02, 0.98, 1.03, 0.97, 1.0, 1.02, 0.98, 1.01, 0.99]
-    m["compiler (folding)"] = timed(
-        "compiler (folding)", [0.00995 * n * w for n, w in zip(NOISE, wobble)]
-    )
-    m["compiler (torch.compile)"] = timed("compiler (torch.compile)", [0.0105 * n for n in NOISE])
-    rows = ladder.ladder_rows(RUNGS, m)
-    by = {r["key"]: r for r in rows}
-    assert by["compiler"]["verdict"] == "not kept (inconclusive)"
-    assert by["compiler"]["ratio"].p25 <= 1.0 <= by["compiler"]["ratio"].p75
-    assert math.isclose(ladder.end_to_end(rows).median, 8.0)  # ends at batching
-    # the control: the same rung under a rule that keeps any median above 1 would be kept
-    loose = ladder.ladder_rows(RUNGS, m, keep=lambda r: r.median > 1.0)
-    assert {r["key"]: r["kept"] for r in loose}["compiler"]
-    # a slower rung says so
-    m["compiler (folding)"] = timed("compiler (folding)", [0.02 * n for n in NOISE])
-    m["compiler (torch.compile)"] = timed("compiler (torch.compile)", [0.03 * n for n in NOISE])
-    by = {r["key"]: r for r in ladder.ladder_rows(RUNGS, m)}
-    assert by["compiler"]["verdict"] == "not kept (slower)"
+def test_a_dropped_rung_says_why_from_its_numbers():
+    lad = climb()
+    by = {r["key"]: r for r in lad.rows}
+    reason = by["pipelining"]["reason"]
+    assert reason.startswith("slower: 0.77x") and "lies below 1" in reason
+    assert reason.endswith("; two cores")  # the page's own reason, from the rung's why
+    assert by["graph"]["reason"].startswith("measured, not built on")
+    assert by["pruning"]["reason"] == ""  # kept: nothing to explain
+    # an inconclusive rung: faster on average, slower in some rounds
+    wobble = {"compiler (folding)": [0.9, 1.35, 0.9, 1.35, 0.9, 1.35, 0.9, 1.35, 0.9]}
+    wobble["compiler (torch.compile)"] = [1.0] * ROUNDS
+    lad = climb(timer=lambda fns, **kw: fake_timer(fns, wobble=wobble, **kw))
+    row = {r["key"]: r for r in lad.rows}["compiler"]
+    assert row["verdict"] == "not kept (inconclusive)" and "holds 1" in row["reason"]
+    assert "compiler (torch.compile) 0.99x" in row["reason"]  # the other candidate's factor
+    assert lad.final == "batching" and math.isclose(lad.end_to_end.median, 8.0)
 
 
-def test_end_to_end_is_the_median_of_per_round_ratios():
-    m = run(**TIMES)
-    m["naive"] = timed("naive", [0.08, 0.09, 0.07, 0.08, 0.1, 0.06, 0.08, 0.08, 0.08])
-    e2e = ladder.end_to_end(ladder.ladder_rows(RUNGS, m))
-    per_round = sorted(a / b for a, b in zip(m["naive"].times_s, m["compiler (folding)"].times_s))
-    assert math.isclose(e2e.median, per_round[4]) and e2e.rounds == ROUNDS
-    assert e2e.p25 < e2e.median < e2e.p75
-
-
-def test_ladder_rejects_bad_input():
-    m = run(**TIMES)
-    assert len(ladder.ladder_rows(RUNGS, {"naive": m["naive"]})) == 1  # nothing else ran
-    with pytest.raises(ValueError, match="baseline"):
-        ladder.ladder_rows(RUNGS, {"pruning": m["pruning"]})
-    with pytest.raises(ValueError, match="unique"):
-        ladder.ladder_rows(RUNGS + (RUNGS[1],), m)
-    with pytest.raises(ValueError, match="baseline"):
-        ladder.ladder_rows(RUNGS[-1:], m)
+def test_climb_rejects_bad_ladders():
     with pytest.raises(ValueError, match="no rungs"):
-        ladder.ladder_rows((), m)
-    with pytest.raises(ValueError, match="not a rung below"):
-        ladder.ladder_rows(RUNGS[:2] + (ladder.Rung("x", "pruning", over="int8"),), m)
-    # explicit candidates instead of the label's prefix
-    rung = ladder.Rung("x", "anything", candidates=("batching", "nothing timed"))
-    assert rung.names(m) == ["batching"]
-    short = {**m, "pruning": timed("pruning", [0.04] * 3)}
-    with pytest.raises(ValueError, match="one interleaved run"):
-        ladder.ladder_rows(RUNGS, short)
+        climb([])
+    with pytest.raises(ValueError, match="unique"):
+        climb(RUNGS + [RUNGS[1]])
+    with pytest.raises(ValueError, match="unique"):
+        climb([R("a", "a", {"x": {}}), R("b", "b", {"x": {}})])
+    with pytest.raises(ValueError, match="no candidates"):
+        climb([R("a", "a", {})])
+    with pytest.raises(ValueError, match="branch"):
+        climb([R("a", "a", {"x": {}}, branch="a")])
+    with pytest.raises(ValueError, match="later"):
+        climb([R("a", "a", {"x": {}}, later=True)])
+    with pytest.raises(ValueError, match="no branch"):
+        climb([R("a", "a", {"x": {"forward": True}}, forward_only=True)])
+
+
+def test_a_climb_with_real_timings():
+    """The real benchmark_interleaved: a path 4x as fast is kept, one 4x slower is dropped.
+
+    Sleeps, not spins: a busy machine delays a sleeping call by its scheduling jitter only."""
+    import time
+
+    def real(s):
+        t = 0.02 / (4.0 if s.get("fast") else 1.0) * (4.0 if s.get("slow") else 1.0)
+        return climbing.Timed(lambda: time.sleep(t), items=1, framework="none")
+
+    rungs = [R("a", "a", {"fast": {"fast": True}}), R("b", "b", {"slow": {"slow": True}})]
+    lad = climbing.climb({}, rungs, real, rounds=9)
+    assert [r["verdict"] for r in lad.rows] == ["baseline", "kept", "not kept (slower)"]
+    assert lad.final == "fast" and lad.end_to_end.median > 2.0
+
+
+# ---- the page's presentation of a climb (ch10_ladder) ----
 
 
 def test_sentences_come_from_the_numbers():
-    rows = ladder.ladder_rows(RUNGS, run(**TIMES))
-    text = " ".join(ladder.explain_gap(rows, ladder.journey_rows(FULL)))
-    assert "multiply to 8.04x" in text and "is 8.04x (IQR 8.04-8.04)" in text  # 2 * 4 * 1.005
+    lad = climb()
+    text = " ".join(ladder.explain_gap(lad, ladder.journey_rows(FULL)))
+    assert "multiply to 10.00x" in text and "is 10.00x (IQR 10.00-10.00)" in text
     assert "13.20x" in text and "above" in text  # the chapters' 1.5 * 2 * 4 * 1.1
-    assert "chapter 05 measured 4.00x" in text and "batching gave 4.00x" in text
-    line = ladder.static_graph_line(rows)
+    assert "chapter 05 measured 4.00x" in text and "pipelining gave 4.00x" in text
+    line = ladder.static_graph_line(lad)
     assert line.startswith("The final path contains no static graph")
     assert "static graph (torch.compile) at the static graph rung, 1.60x faster" in line
     assert "compiler (torch.compile) at the compiler rung, 0.99x slower" in line
-    # when the compiled candidate is the faster one, the final path contains a static graph
-    m = run(**{**TIMES, "compiler (torch.compile)": 0.008})
-    line = ladder.static_graph_line(ladder.ladder_rows(RUNGS, m))
-    assert line.startswith("The final path contains a static graph: compiler (torch.compile)")
-    head = ladder.headline(rows, "cpu (bf16, 2 threads)", quick="ResNet-18 at 64 px")
-    assert "**8.0x**" in head and "a quick-mode figure (ResNet-18 at 64 px)" in head
-    assert "IQR 8.04-8.04 over 9 rounds" in head and "reaches" not in head
-    assert "quick-mode" not in ladder.headline(rows, "cuda")
-    guide = ladder.ladder_guide(rows, "cpu")
+    head = ladder.headline(lad, "cpu (bf16, 2 threads)", quick="ResNet-18 at 64 px")
+    assert "**10.0x**" in head and "a quick-mode figure (ResNet-18 at 64 px)" in head
+    assert "IQR 10.00-10.00 over 9 rounds" in head and "80.00 -> 8.00 ms" in head
+    assert "quick-mode" not in ladder.headline(lad, "cuda")
+    guide = ladder.ladder_guide(lad, "cpu")
     assert guide[0].startswith("on cpu") and "batching 4.00x" in guide[0]
+    assert any(g.startswith("not built on: pipelining: slower") for g in guide)
+    assert any("pruning -> batching -> compiler (folding)" in g for g in guide)
     assert any("static graph" in g for g in guide) and "INT8 runtime" in guide[-1]
+    assert ladder.dropped_lines(lad)[0].startswith("static graph (torch.compile): measured")
 
 
 def test_table_and_plot():
-    rows = ladder.ladder_rows(RUNGS, run(**TIMES))
-    table = ladder.ladder_table(rows)
+    lad = climb()
+    table = ladder.ladder_table(lad)
     assert table.column("verdict")[:3] == ["baseline", "measured, not built on", "kept"]
     assert table.column("rung")[-1] == "fwd: INT8 runtime"
+    assert table.column("over")[5] == "batching"  # the compiler rung, over the kept path
     assert "IQR" in str(table)
-    ax = ladder.plot_ladder(rows, direct=ladder.end_to_end(rows))
+    ax = ladder.plot_ladder(lad)
     assert ax.get_yscale() == "log"
-    assert len(ax.get_xticklabels()) == len(rows)
-    with pytest.raises(ValueError):
-        ladder.plot_ladder([])
+    assert len(ax.get_xticklabels()) == len(lad.rows)
 
 
 def test_order_stable_images_leave_out_maps_that_move():

@@ -505,5 +505,6 @@ def test_tf32_is_checked_at_task_level_and_the_check_can_fail(resnet):
 def test_network_accumulation_is_measured_per_network():
     assert precision.tolerance("fp32", network="resnet18").rtol < precision.tolerance("fp32").rtol
     assert precision.tolerance("fp32", network="resnet101").rtol == precision.tolerance("fp32").rtol
-    with pytest.raises(ValueError, match="no measured accumulation"):
-        precision.tolerance("fp32", network="vgg16")
+    # a network the course never measured: the deepest one's factor, and a line saying how to
+    # measure it (precision.measure_accumulation; tests/test_own_model.py measures two)
+    assert precision.tolerance("fp32", network="vgg16").rtol == precision.tolerance("fp32").rtol

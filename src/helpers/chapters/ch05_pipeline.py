@@ -65,6 +65,9 @@ __all__ = [
     "check_task_module",
     "WorkerPool",
     "infer",
+    "forward",
+    "check_stage",
+    "unguarded_main_call",
     "replica_worker",
     "JpegDataset",
     "start_loader_workers",
@@ -77,15 +80,127 @@ __all__ = [
 ]
 
 
+def infer(model: Any, x: Any, device: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The model stage, chapter 4's pruned task: a batch in, (logits, saliency maps) out, NumPy.
+
+    The steps of :func:`helpers.workload.saliency.single_forward_task` (a forward pass, then the
+    backward pass to the input only: ``model`` is in eval mode with frozen weights), written out
+    here so that worker processes need not import OneFlow (``helpers.workload.saliency`` does).
+    ``.cpu()`` waits for a GPU to finish, so a stage's end time is the end of its work.
+    """
+    x = torch.as_tensor(x).to(device).requires_grad_(True)
+    logits = model(x)  # forward
+    logits.max(dim=1)[0].sum().backward()  # backward, to the input only (frozen weights)
+    saliency = x.grad.abs().max(dim=1)[0]
+    return logits.detach().float().cpu().numpy(), saliency.float().cpu().numpy()
+
+
+def forward(model: Any, x: Any, device: Any) -> np.ndarray:
+    """The forward-only stage (a service that only classifies): a batch in, its logits out, NumPy.
+
+    ``model`` is any eval-mode PyTorch module; ``.cpu()`` waits for a GPU to finish.
+    """
+    with torch.inference_mode():
+        return model(torch.as_tensor(x).to(device)).float().cpu().numpy()
+
+
+def check_stage(stage: Callable[..., Any]) -> None:
+    """Check that worker processes can import ``stage``: a function at the top of a module.
+
+    A worker process receives the stage by name (pickled as ``module.function``) and imports it;
+    a lambda, a nested function or one defined in a notebook cannot be imported there.
+    """
+    name = getattr(stage, "__qualname__", "")
+    module = getattr(stage, "__module__", None)
+    if not callable(stage) or "<" in name or "." in name or module in (None, "__main__"):
+        where = "this notebook or script" if module == "__main__" else f"{module}.{name}"
+        raise ValueError(
+            f"the model stage must be a function defined at the top level of an importable "
+            f"module (worker processes import it), not {where}: e.g. ch05_pipeline.infer, "
+            "ch05_pipeline.forward, or a function in a .py file of your own"
+        )
+
+
+def unguarded_main_call() -> str | None:
+    """``script.py:line`` when this call runs in a script's top-level code outside
+    ``if __name__ == "__main__":``, else None (a notebook, a guarded script, an import).
+
+    Worker processes started by ``spawn`` or ``forkserver`` run the main script again, as
+    ``__mp_main__``, before they run their target: a pipeline started from the script's top
+    level would start again in every worker, which multiprocessing stops with an error that only
+    the worker's stderr shows.
+    """
+    import ast
+    import inspect
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return None
+    import os
+
+    frame = inspect.currentframe()
+    while frame is not None:  # the main script's own top-level code (not a notebook cell's)
+        code = frame.f_code
+        if code.co_name == "<module>" and os.path.realpath(code.co_filename) == os.path.realpath(
+            path
+        ):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError):
+        return None
+
+    def is_main_test(test: ast.expr) -> bool:
+        return (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+        )
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and is_main_test(node.test):
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return None
+    return f"{path}:{line}"
+
+
 @dataclass(frozen=True)
 class Job:
     """What a pipeline runner processes: ``jpegs`` (encoded images) loaded in batches of
-    ``batch_size`` at ``image_size`` pixels, the model run on ``device``."""
+    ``batch_size`` at ``image_size`` pixels, the model run on ``device`` by ``stage``.
+
+    ``stage(model, x, device)`` is the model stage: :func:`infer` (the pruned saliency task, the
+    default), :func:`forward` (forward only), or a function of your own defined at the top level
+    of an importable module (worker processes import it; :func:`check_stage`).
+    """
 
     jpegs: Sequence[bytes]
     batch_size: int
     image_size: int
     device: Any = "cpu"
+    stage: Callable[..., Any] = infer
+
+    def __post_init__(self) -> None:
+        check_stage(self.stage)
+
+    def check(self, model: Any) -> None:
+        """Check ``model`` for this stage: eval mode; frozen weights too for :func:`infer`."""
+        if self.stage is infer:
+            check_task_module(model)
+            return
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+        if model.training:
+            raise ValueError(
+                "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
+                "the images of a batch"
+            )
 
     def batches(self) -> list[list[int]]:
         """The index lists of the batches, once the dataset and sizes are checked."""
@@ -269,6 +384,13 @@ class WorkerPool:
         ]
 
     def __enter__(self) -> WorkerPool:
+        where = unguarded_main_call()
+        if where is not None:
+            raise RuntimeError(
+                f"worker processes are started from the top level of a script ({where}): "
+                "each worker runs the script again before its own work, and would start the "
+                'pipeline again. Put the script\'s work under `if __name__ == "__main__":`'
+            )
         try:
             with open(self._path, "wb") as fh:
                 pickle.dump(self.payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -290,7 +412,9 @@ class WorkerPool:
                 if dead:
                     raise RuntimeError(
                         f"pipeline worker {dead[0].name} died (exit code {dead[0].exitcode}) "
-                        f"while {waiting_for}"
+                        f"while {waiting_for}, before it could report an error: its own "
+                        "message went to the worker's stderr (the terminal that started "
+                        "Python, or the Jupyter server's log)"
                     ) from None
                 if time.time() >= deadline:
                     raise TimeoutError(
@@ -332,21 +456,6 @@ class WorkerPool:
         scratch.remove_scratch(self._tmp)
 
 
-def infer(model: Any, x: Any, device: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The model stage, chapter 4's pruned task: a batch in, (logits, saliency maps) out, NumPy.
-
-    The steps of :func:`helpers.workload.saliency.single_forward_task` (a forward pass, then the
-    backward pass to the input only: ``model`` is in eval mode with frozen weights), written out
-    here so that worker processes need not import OneFlow (``helpers.workload.saliency`` does).
-    ``.cpu()`` waits for a GPU to finish, so a stage's end time is the end of its work.
-    """
-    x = torch.as_tensor(x).to(device).requires_grad_(True)
-    logits = model(x)  # forward
-    logits.max(dim=1)[0].sum().backward()  # backward, to the input only (frozen weights)
-    saliency = x.grad.abs().max(dim=1)[0]
-    return logits.detach().float().cpu().numpy(), saliency.float().cpu().numpy()
-
-
 def replica_worker(wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q):
     """The control for :func:`case_study_worker`: the same loop with no lock around loading.
 
@@ -359,9 +468,9 @@ def replica_worker(wid, payload, batches, image_size, device, threads, lock, nex
     try:
         torch.set_num_threads(threads)
         with open(payload, "rb") as fh:
-            model, jpegs = pickle.load(fh)
+            model, jpegs, stage = pickle.load(fh)
         model = model.eval().to(device)
-        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
+        stage(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
         out_q.put(("ready", wid, None))
         go.wait()
         lane = f"replica {wid}"
@@ -374,7 +483,7 @@ def replica_worker(wid, payload, batches, image_size, device, threads, lock, nex
             s = time.time()
             x = load_batch(jpegs, batches[b], image_size)
             m = time.time()
-            y = infer(model, x, device)
+            y = stage(model, x, device)
             e = time.time()
             events = [StageEvent(lane, "load", b, s, m), StageEvent(lane, "infer", b, m, e)]
             out_q.put(("result", wid, (b, y, events)))
@@ -454,18 +563,18 @@ def speedup_table(
 
 # ---- saved from notebooks/05_parallelism.ipynb by tools/save_cells.py: edit it there ----
 def run_serial(model, job, *, threads=None):
-    """Load a batch, run the task (eval mode, on job.device), repeat: no overlap."""
+    """Load a batch, run the model stage (job.stage, on job.device), repeat."""
     batches = job.batches()
-    check_task_module(model)
+    job.check(model)  # eval mode (and frozen weights for the saliency task)
     with torch_threads(threads):
-        infer(model, job.load(batches[0]), job.device)  # warm-up, untimed
+        job.stage(model, job.load(batches[0]), job.device)  # warm-up, untimed
         events, outputs = [], {}
         t0 = time.time()
         for b, idx in enumerate(batches):
             s = time.time()
             x = job.load(idx)  # the model waits while we load...
             m = time.time()
-            outputs[b] = infer(model, x, job.device)  # ...and the loader while it runs
+            outputs[b] = job.stage(model, x, job.device)  # ...and the loader while it runs
             e = time.time()
             events += [
                 StageEvent("main", "load", b, s, m),
@@ -482,10 +591,10 @@ def case_study_worker(
     """One of the case study's processes: [lock: take, load the next batch], infer."""
     try:
         torch.set_num_threads(threads)
-        with open(payload, "rb") as fh:  # this process's own copy of the model and images
-            model, jpegs = pickle.load(fh)
+        with open(payload, "rb") as fh:  # this process's own model, images, stage
+            model, jpegs, stage = pickle.load(fh)
         model = model.eval().to(device)
-        infer(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up
+        stage(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up
         out_q.put(("ready", wid, None))
         go.wait()  # every process starts at the same moment
         lane = f"process {wid}"
@@ -499,7 +608,7 @@ def case_study_worker(
                 s = time.time()
                 x = load_batch(jpegs, batches[b], image_size)
                 m = time.time()
-            y = infer(model, x, device)
+            y = stage(model, x, device)
             e = time.time()
             events = [
                 StageEvent(lane, "load", b, s, m),
@@ -517,14 +626,14 @@ def run_two_process(model, job, *, threads_per_worker=1, with_lock=True, workers
     with_lock=False: the control, the same processes without the lock (replicas)."""
     batches = job.batches()
     check_workers(threads_per_worker, "threads_per_worker")
-    check_task_module(model)
+    job.check(model)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["helpers.chapters.ch05_pipeline"])  # PyTorch, once
     lock, next_batch, go = ctx.Lock(), ctx.Value("i", 0), ctx.Event()
     target = case_study_worker if with_lock else replica_worker
     size, device = job.image_size, str(job.device)
     args = (batches, size, device, threads_per_worker, lock, next_batch, go)
-    payload = (model, list(job.jpegs))  # pickled to a file that every process reads
+    payload = (model, list(job.jpegs), job.stage)  # a file every process reads
     with WorkerPool(ctx, target, workers, payload, args, timeout_s=timeout_s) as pool:
         pool.wait_ready()  # start-up is not timed
         t0 = time.time()
@@ -544,7 +653,7 @@ def run_dataloader(model, job, *, num_workers=2, threads=None, timeout_s=60.0):
     """The standard tool: DataLoader workers load and prefetch while this one infers."""
     job.batches()  # checks the dataset and sizes
     check_workers(num_workers, "num_workers")
-    check_task_module(model)
+    job.check(model)
     loader = DataLoader(
         JpegDataset(job.jpegs, job.image_size),
         batch_size=job.batch_size,
@@ -556,12 +665,12 @@ def run_dataloader(model, job, *, num_workers=2, threads=None, timeout_s=60.0):
     )
     events, outputs = [], {}
     with torch_threads(threads), stopping_workers(loader):
-        warm_up = partial(infer, model, device=job.device)
+        warm_up = partial(job.stage, model, device=job.device)
         startup = start_loader_workers(loader, warm_up)  # untimed: starts the workers
         t0 = time.time()
         for b, (x, starts, ends, wids) in enumerate(loader):
             m = time.time()
-            outputs[b] = infer(model, x, job.device)
+            outputs[b] = job.stage(model, x, job.device)
             lane = f"loader worker {int(wids[0])}"  # one worker loads a whole batch
             load = StageEvent(lane, "load", b, float(starts.min()), float(ends.max()))
             events += [load, StageEvent("main", "infer", b, m, time.time())]

@@ -97,7 +97,7 @@ def oneflow_graph_ablation(
 ) -> dict[str, Any]:
     """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
-    ``weights_path`` is an ``.npz`` of a PyTorch ResNet state dict, ``input_path`` an ``.npy`` batch.
+    ``weights_path`` is an ``.npz`` of a PyTorch state dict of ``arch`` (any classifier flowvision has), ``input_path`` an ``.npy`` batch.
     Each variant is ``{"name": ..., <switch>: bool, ...}`` with the switches of :func:`switch_names`,
     built on :func:`explicit_padding`'s copy of the model when ``explicit_pad`` unless it says
     ``"native_padding": True`` (:data:`NATIVE_PADDING`: the control run); the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``), and so
@@ -126,7 +126,7 @@ def oneflow_graph_ablation(
         raise ValueError("variant names must be unique")
     flow = import_oneflow()
     device = flow_device("auto")
-    model = models.build_resnet("oneflow", arch, num_classes=num_classes)
+    model = models.build_classifier("oneflow", arch, num_classes=num_classes)
     with np.load(weights_path) as npz:
         models.load_numpy_state(model, dict(npz))
     model = model.eval()

@@ -51,9 +51,13 @@ __all__ = [
 EMBEDDER_ENV = "COURSE_EMBEDDER"
 
 
-def network_of(arch: str) -> str | None:
-    """The precision policy's network name for ``arch`` (its measured accumulation), or None."""
-    return arch if arch in precision.NETWORK_ACCUMULATION else None
+def network_of(model: torch.nn.Module, arch: str, x: torch.Tensor) -> str:
+    """``arch``, the precision policy's name for the embedder, measured first when the course
+    has no measured accumulation for it (:func:`helpers.core.precision.measure_accumulation`
+    on ``model`` and inputs ``x``: your own backbone gets its own float32 bound)."""
+    if arch not in precision.NETWORK_ACCUMULATION and arch not in precision.MEASURED_ACCUMULATION:
+        print(precision.measure_accumulation(model.eval(), x, name=arch))
+    return arch
 
 
 def _policy() -> str:
@@ -194,9 +198,9 @@ def compare_at_224(
     from torch.fx.experimental.optimization import fuse
 
     torch.set_num_threads(threads)
-    net = network_of(arch)
     x = torch.from_numpy(data.normalize(data.make_images(max(batch, 2), 224, seed=4)[0]))
     model = models.calibrate_batchnorm(build_embedder(arch, dim, 1.0), x).eval()
+    net = network_of(model, arch, x)
     path = export.export_and_verify(
         model, x[:2], Path(work_dir) / f"{arch}_224.onnx", network=net
     ).path

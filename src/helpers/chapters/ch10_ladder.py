@@ -5,14 +5,12 @@ on its page, and times every rung in one interleaved run. This module does what 
 
 - :func:`order_stable_images` picks the test images whose saliency map does not depend on the
   float32 summation order (the float32 claims of the page hold on them);
-- :func:`ladder_rows` turns the run's :class:`~helpers.measure.measurement.Measurement` objects
-  into each rung's factor over the rung below it, a paired ratio (median of the per-round ratios,
-  with their interquartile range), kept only when that interval lies wholly above 1, and each
-  rung's cumulative factor over the naive task, likewise paired;
-- :func:`end_to_end`, :func:`ladder_table`, :func:`plot_ladder` (the waterfall beside the case
-  study's factors), and the page's generated sentences: :func:`headline`,
-  :func:`static_graph_line`, :func:`article_line`, :func:`explain_gap`,
-  :func:`ladder_guide`.
+- :func:`serve_onnx`, the served rung's Triton server;
+- the presentation of a :class:`~helpers.measure.ladder.Ladder` (the engine that climbs, each
+  rung on the last kept one, lives in :mod:`helpers.measure.ladder`, for any model):
+  :func:`ladder_table`, :func:`plot_ladder` (the waterfall beside the case study's factors), and
+  the page's generated sentences: :func:`headline`, :func:`static_graph_line`,
+  :func:`article_line`, :func:`explain_gap`, :func:`ladder_guide`.
 
 The older ledger view follows: each chapter's own factor, multiplied (:func:`journey_rows`).
 Each step of case study 1 is a speedup factor measured by one chapter and stored in the ledger;
@@ -31,7 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+from helpers.measure.ladder import Ladder
+from helpers.measure.measurement import RatioSummary
 from helpers.record.reported import RESNET101_ONEFLOW
 
 __all__ = [
@@ -40,17 +39,14 @@ __all__ = [
     "ImageChoice",
     "order_stable_images",
     "answer",
-    "int8_server",
+    "serve_onnx",
     "REPORTED",
-    "Rung",
-    "keep_rule",
-    "ladder_rows",
-    "end_to_end",
     "ladder_table",
     "plot_ladder",
     "headline",
     "static_graph_line",
     "article_line",
+    "dropped_lines",
     "explain_gap",
     "ladder_guide",
     "Step",
@@ -170,12 +166,12 @@ def answer(results: Iterable[Any]) -> tuple[Any, Any]:
     return maps, cat(r.logits for r in results)
 
 
-def int8_server(
+def serve_onnx(
     repository: Any, model_path: Any, image_size: int, classes: int, batch: int, threads: int
 ) -> Any:
     """Chapter 9's served model: ``model_path`` (ONNX) in ONNX Runtime behind Triton, started.
 
-    A Python-backend model ``task_int8`` on the CPU (one instance with ``threads`` intra-op
+    A Python-backend model ``task`` on the CPU (one instance with ``threads`` intra-op
     threads) with dynamic batching up to ``batch`` one-image requests, written to
     ``repository``; returns the started :class:`~helpers.serving.triton_server.TritonServer`
     (stop it with ``.stop()``).
@@ -185,7 +181,7 @@ def int8_server(
     spec = triton_repo.TensorSpec
     triton_repo.python_runtime_model(
         repository,
-        "task_int8",
+        "task",
         model_path,
         runtime="onnxruntime",
         inputs=[spec("image", (3, image_size, image_size))],
@@ -194,7 +190,7 @@ def int8_server(
         dynamic_batching=True,
         threads=threads,
     )
-    return triton_server.TritonServer(repository, models=["task_int8"]).start()
+    return triton_server.TritonServer(repository, models=["task"]).start()
 
 
 # ---- the ladder ----
@@ -211,206 +207,69 @@ REPORTED: dict[str, float] = {
 }
 
 
-@dataclass(frozen=True)
-class Rung:
-    """One rung of the capstone's ladder.
-
-    Its candidates are the timed variants named ``label`` or ``"label (...)"`` (``"static graph
-    (torch.compile)"`` is a candidate of the rung labelled ``"static graph"``), or the labels in
-    ``candidates`` when given; the one with the largest paired factor is the rung's pick.
-    ``forward_only`` marks the deployment rungs (forward pass only, a different task from the
-    saliency task): they never count in :func:`end_to_end`. ``over`` names the rung whose pick
-    this rung's factor is measured over (default: the last kept rung below it): the forward-only
-    branch leaves the task where it was still float32. ``later`` marks a rung that is measured
-    and shown but never built on, because the ladder applies the technique again further up
-    (the static graph, compiled at the compiler rung). The case study's factor is ``reported``,
-    by default :data:`REPORTED` of the rung's key.
-    """
-
-    key: str
-    label: str
-    forward_only: bool = False
-    over: str | None = None
-    later: bool = False
-    candidates: tuple[str, ...] = ()
-    reported: float | None = None
-
-    def names(self, timed: Iterable[str]) -> list[str]:
-        """The labels among ``timed`` that are candidates for this rung."""
-        if self.candidates:
-            return [c for c in self.candidates if c in set(timed)]
-        return [n for n in timed if n == self.label or n.startswith(self.label + " (")]
-
-    @property
-    def case_study(self) -> float | None:
-        return self.reported if self.reported is not None else REPORTED.get(self.key)
-
-
-def keep_rule(ratio: RatioSummary) -> bool:
-    """A rung is kept only when its per-round interval (p25-p75) lies wholly above 1."""
-    return ratio.p25 > 1.0
-
-
-def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> str:
-    if kept:
-        return "kept"
-    if later:
-        return "measured, not built on"
-    return "not kept (slower)" if ratio.p75 < 1.0 else "not kept (inconclusive)"
-
-
-def ladder_rows(
-    rungs: Sequence[Rung],
-    measurements: Mapping[str, Measurement],
-    keep: Callable[[RatioSummary], bool] = keep_rule,
-) -> list[dict[str, Any]]:
-    """One row per rung: its pick, factor over the rung below, kept or not, cumulative over naive.
-
-    ``measurements`` are one :func:`~helpers.measure.timer.benchmark_interleaved` run (per item,
-    so batch sizes compare fairly). A rung's factor is the paired ratio of the rung it is measured
-    over (``Rung.over``, else the last kept rung) to its pick, round by round; ``keep(ratio)``
-    decides whether it is kept (:func:`keep_rule`: its interval lies above 1). A rung that is not
-    kept leaves the level where it was. The cumulative factor of a kept rung is the paired ratio
-    naive / this rung (the median of the per-round ratios, with their interval); the last kept
-    task rung's is :func:`end_to_end`. A rung none of whose candidates was timed (skipped on this
-    machine) has no row.
-    """
-    if not rungs:
-        raise ValueError("no rungs given")
-    keys = [r.key for r in rungs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"rung keys must be unique, got {keys}")
-    first = rungs[0]
-    if first.forward_only or first.over or len(first.names(measurements)) != 1:
-        raise ValueError("the first rung is the naive task's baseline: one timed candidate")
-    base_name = first.names(measurements)[0]
-    base = measurements[base_name]
-    base_ratio = paired_ratio(base, base)
-    rows = [_row(first, base_name, base, base_ratio, {}, True, base_ratio, 1.0, "")]
-    by_key = {first.key: rows[0]}
-    last, cum_r = rows[0], 1.0
-    for rung in rungs[1:]:
-        names = rung.names(measurements)
-        if not names:
-            continue
-        if rung.over is not None and rung.over not in by_key:
-            raise ValueError(f"rung {rung.key!r} is measured over {rung.over!r}, not a rung below")
-        under = by_key[rung.over] if rung.over is not None else last
-        ratios = {n: paired_ratio(measurements[under["candidate"]], measurements[n]) for n in names}
-        pick = max(ratios, key=lambda n: ratios[n].median)
-        ratio = ratios[pick]
-        kept = bool(keep(ratio)) and not rung.later
-        level = paired_ratio(base, measurements[pick]) if kept else under["level"]
-        if rung.case_study is not None and kept:
-            cum_r *= rung.case_study
-        row = _row(rung, pick, measurements[pick], ratio, ratios, kept, level, cum_r, under["key"])
-        rows.append(row)
-        by_key[rung.key] = row
-        if kept:
-            last = row
-        elif rung.over is not None:
-            last = under
-    return rows
-
-
-def _row(
-    rung: Rung,
-    pick: str,
-    m: Measurement,
-    ratio: RatioSummary,
-    ratios: Mapping[str, RatioSummary],
-    kept: bool,
-    level: RatioSummary,
-    cum_r: float,
-    under: str,
-) -> dict[str, Any]:
-    return {
-        "rung": rung.label,
-        "key": rung.key,
-        "candidate": pick,
-        "ms_per_image": m.median / m.items * 1e3,
-        "factor": ratio.median,
-        "ratio": ratio,
-        "candidates": dict(ratios),
-        "kept": kept,
-        "verdict": _verdict(ratio, kept, rung.later) if under else "baseline",
-        "over": under,
-        "level": level,
-        "cumulative": level.median,
-        "reported": rung.case_study,
-        "cumulative_reported": cum_r,
-        "forward_only": rung.forward_only,
-    }
-
-
-def end_to_end(rows: Sequence[Mapping[str, Any]]) -> RatioSummary:
-    """Naive / the last kept task rung, round by round (forward-only rungs do not count)."""
-    task = [r for r in rows if r["kept"] and not r["forward_only"]]
-    if not task:
-        raise ValueError("no kept task rung")
-    return task[-1]["level"]
-
-
 def _interval(ratio: RatioSummary) -> str:
     return f"{ratio.p25:.2f}-{ratio.p75:.2f}"
 
 
-def ladder_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
-    """The ladder as a :class:`helpers.show.Table`: each rung's pick, factor, interval, verdict."""
+def ladder_table(lad: Ladder, title: str = "") -> Any:
+    """The ladder as a :class:`helpers.show.Table`: each rung's pick, its base, factor, verdict."""
     from helpers.show import Table
 
     return Table(
         [
             {
                 "rung": ("fwd: " if r["forward_only"] else "") + r["candidate"],
+                "over": r["base"] or "-",
                 "ms/image": r["ms_per_image"],
                 "factor": r["factor"],
-                "IQR": _interval(r["ratio"]) if r["over"] else "-",
+                "IQR": _interval(r["ratio"]) if r["base"] else "-",
                 "verdict": r["verdict"],
                 "cumulative": r["cumulative"],
                 "case study": r["reported"],
             }
-            for r in rows
+            for r in lad.rows
         ],
         title=title or None,
         formats={"ms/image": ".2f", "factor": ".2f", "cumulative": ".1f"},
         notes=[
-            "factor: over the rung below it (the last kept one), the median of per-round ratios "
-            "with their interquartile range (IQR); kept only when the IQR lies above 1",
+            "factor: over the path in 'over' (the last kept one), timed in the same interleaved "
+            "run: the median of per-round ratios with their interquartile range (IQR); kept "
+            "only when the IQR lies above 1",
+            "cumulative: the product of the kept factors (an estimate; the end-to-end figure "
+            "below is measured)",
             "fwd: forward pass only (no saliency map): a different task, not in the end-to-end "
             "figure",
         ],
     )
 
 
-def plot_ladder(
-    rows: Sequence[Mapping[str, Any]],
-    ax: Any = None,
-    title: str = "",
-    direct: RatioSummary | None = None,
-) -> Any:
+def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     """The waterfall: each rung's step from the level it is measured over, beside the case study.
 
-    Bars span from the level of the rung below to the new cumulative level (log scale), with the
-    cumulative level's interquartile range as an error bar; a rung that was not kept is hatched
-    and leaves the level where it was; forward-only rungs sit right of a dotted line. ``direct``
-    (the end-to-end factor) is drawn as a dashed line with its interval as a band.
+    Bars span from the level of the path a rung is measured over to the rung's own (log scale),
+    with the level's chained interval as an error bar; a rung that was not kept is hatched and
+    leaves the level where it was; forward-only rungs sit right of a dotted line. The measured
+    end-to-end factor is drawn as a dashed line with its interval as a band.
     """
     import matplotlib.pyplot as plt
     import numpy as np
 
+    rows = lad.rows
     if not rows:
         raise ValueError("nothing to plot")
     ax = ax or plt.subplots(figsize=(10, 4.5))[1]
     x = np.arange(len(rows))
-    by_key = {r["key"]: r for r in rows}
+    level = {lad.naive: 1.0}
+    for r in rows[1:]:
+        if r["kept"]:
+            level[r["candidate"]] = level[r["base"]] * r["factor"]
     level_r = 1.0
     ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
     labelled: set[str] = set()
     for i, r in enumerate(rows[1:], start=1):
         kind = "measured here, kept" if r["kept"] else "measured here, not kept"
-        start = by_key[r["over"]]["cumulative"]
-        new = r["cumulative"] if r["kept"] else start * r["factor"]
+        start = level[r["base"]]
+        new = start * r["factor"]
         ax.bar(
             x[i] - 0.2,
             abs(new - start),
@@ -422,16 +281,6 @@ def plot_ladder(
             label=None if kind in labelled else kind,
         )
         labelled.add(kind)
-        if r["kept"]:
-            lv = r["level"]
-            ax.errorbar(
-                x[i] - 0.2,
-                lv.median,
-                yerr=[[lv.median - lv.p25], [lv.p75 - lv.median]],
-                color="k",
-                lw=1,
-                capsize=2,
-            )
         ax.text(x[i] - 0.2, max(start, new) * 1.05, f"{r['factor']:.2f}x", ha="center", fontsize=7)
         if r["reported"] is not None:
             new_r = level_r * r["reported"]
@@ -456,12 +305,12 @@ def plot_ladder(
     first_fwd = next((i for i, r in enumerate(rows) if r["forward_only"]), None)
     if first_fwd is not None:
         ax.axvline(first_fwd - 0.5, color="k", ls=":", lw=1)
+    direct = lad.end_to_end
     if direct is not None:
         ax.axhspan(direct.p25, direct.p75, color="C0", alpha=0.12)
         ax.axhline(direct.median, color="C0", ls="--", lw=1, label=f"end to end {direct}")
     ax.set_yscale("log")
-    labels = [r["rung"] for r in rows]
-    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
+    ax.set_xticks(x, [r["rung"] for r in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("speed-up over naive (x, log)")
     ax.set_title(title)
     ax.legend(fontsize=8)
@@ -471,26 +320,34 @@ def plot_ladder(
 # ---- the page's sentences, generated from the numbers ----
 
 
-def _task(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in rows[1:] if not r["forward_only"]]
+def _task(lad: Ladder) -> list[dict[str, Any]]:
+    return [r for r in lad.rows[1:] if not r["forward_only"]]
 
 
-def headline(rows: Sequence[Mapping[str, Any]], where: str, quick: str | None = None) -> str:
+def _e2e(lad: Ladder) -> RatioSummary:
+    if lad.end_to_end is None:
+        return RatioSummary(1.0, 1.0, 1.0, 0, ())
+    return lad.end_to_end
+
+
+def headline(lad: Ladder, where: str, quick: str | None = None) -> str:
     """The end-to-end sentence: factor with its interval, where it was measured, quick-mode caveat.
 
     ``where`` names the device, precision and threads; ``quick`` (quick mode only) says what the
     quick sizes are, in the same sentence, so the figure is never read beside the case study's
-    without it.
+    without it. The figure is the naive and the final path timed together.
     """
-    e2e = end_to_end(rows)
-    naive = rows[0]["ms_per_image"]
-    final = [r for r in _task(rows) if r["kept"]]
-    last = final[-1]["ms_per_image"] if final else naive
     caveat = f", a quick-mode figure ({quick})" if quick else ""
+    if lad.end_to_end is None:
+        return f"End to end on {where}{caveat}: no rung paid, the naive task is the final one."
+    e2e = lad.end_to_end
+    m = lad.final_stage
+    naive = m[lad.naive].median / m[lad.naive].items * 1e3
+    last = m[lad.final].median / m[lad.final].items * 1e3
     return (
         f"End to end on {where}{caveat}, the saliency task runs **{e2e.median:.1f}x** faster than "
-        f"the naive task (per-round IQR {_interval(e2e)} over {e2e.rounds} rounds; "
-        f"{naive:.2f} -> {last:.2f} ms per image)."
+        f"the naive task (naive and final path timed together: per-round IQR {_interval(e2e)} "
+        f"over {e2e.rounds} rounds; {naive:.2f} -> {last:.2f} ms per image)."
     )
 
 
@@ -498,9 +355,9 @@ def _is_static(name: str) -> bool:
     return any(s in name for s in STATIC_GRAPHS)
 
 
-def static_graph_line(rows: Sequence[Mapping[str, Any]]) -> str:
+def static_graph_line(lad: Ladder) -> str:
     """Whether the final path contains a static graph, and what each static-graph candidate gave."""
-    task = _task(rows)
+    task = _task(lad)
     final = [r for r in task if r["kept"]]
     static = [r for r in final if _is_static(r["candidate"])]
     tried = [
@@ -545,24 +402,29 @@ def article_line(reported: Mapping[str, float] = RESNET101_ONEFLOW) -> str:
     )
 
 
+def dropped_lines(lad: Ladder) -> list[str]:
+    """One line per rung that was not built on, with its generated reason."""
+    return [f"{r['candidate']}: {r['reason']}" for r in lad.rows[1:] if not r["kept"]]
+
+
 def explain_gap(
-    rows: Sequence[Mapping[str, Any]],
+    lad: Ladder,
     ledger_rows: Sequence[Mapping[str, Any]],
     steps: Sequence[Step] | None = None,
 ) -> list[str]:
     """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
 
-    ``rows`` are :func:`ladder_rows`; ``ledger_rows`` are :func:`journey_rows` of ``steps`` (the
-    chapters' factors). Each chapter step is set beside the ladder rungs of :data:`STEP_RUNGS`.
+    ``ledger_rows`` are :func:`journey_rows` of ``steps`` (the chapters' factors). Each chapter
+    step is set beside the ladder rungs of :data:`STEP_RUNGS`.
     """
     steps = TASK_STEPS if steps is None else steps
-    e2e = end_to_end(rows)
-    task = _task(rows)
+    e2e = _e2e(lad)
+    task = _task(lad)
     product = math.prod(r["factor"] for r in task if r["kept"])
     lines = [
-        f"The ladder's kept factors multiply to {product:.2f}x; the end-to-end figure, the median "
-        f"of the per-round naive/final ratios, is {e2e.median:.2f}x (IQR {_interval(e2e)}): "
-        "medians of ratios multiply only approximately, the interval says by how much."
+        f"The ladder's kept factors multiply to {product:.2f}x; the end-to-end figure, naive and "
+        f"final path timed together, is {e2e.median:.2f}x (IQR {_interval(e2e)}): factors "
+        "measured in separate runs multiply only approximately."
     ]
     measured = [r for r in ledger_rows if r["measured"] is not None]
     if measured:
@@ -577,7 +439,7 @@ def explain_gap(
     dropped = [r for r in task if not r["kept"]]
     if dropped:
         lines.append(
-            "Measured but not kept here: "
+            "Measured but not built on here: "
             + ", ".join(f"{r['candidate']} ({r['factor']:.2f}x, {r['verdict']})" for r in dropped)
             + "; a product of chapter factors counts such steps anyway."
         )
@@ -593,7 +455,7 @@ def explain_gap(
         lines.append(
             f"{step.label}: chapter {step.chapter[:2]} measured {row['measured']:.2f}x "
             f"({row['device']}, {row['precision']}) on its own baseline; on the ladder, on top "
-            f"of the rungs below, {names} gave {here:.2f}x."
+            f"of the rungs kept below, {names} gave {here:.2f}x."
         )
     if diffs:
         _, step, row, here = max(diffs, key=lambda d: d[0])
@@ -605,9 +467,9 @@ def explain_gap(
     return lines
 
 
-def ladder_guide(rows: Sequence[Mapping[str, Any]], device: str) -> list[str]:
-    """Decision-guide lines from this machine's ladder: what paid, what did not, deployment."""
-    task = _task(rows)
+def ladder_guide(lad: Ladder, device: str) -> list[str]:
+    """Decision-guide lines from this machine's ladder: what paid, what did not and why, deployment."""
+    task = _task(lad)
     if not task:
         raise ValueError("no rungs above the baseline")
     kept = sorted((r for r in task if r["kept"]), key=lambda r: -r["factor"])
@@ -620,16 +482,16 @@ def ladder_guide(rows: Sequence[Mapping[str, Any]], device: str) -> list[str]:
             or "none"
         )
     ]
-    flat = [r for r in task if not r["kept"]]
-    if flat:
-        lines.append(
-            "not kept here: "
-            + ", ".join(f"{r['candidate']} {r['factor']:.2f}x ({r['verdict']})" for r in flat)
-        )
-    lines.append(static_graph_line(rows))
-    e2e = end_to_end(rows)
-    lines.append(f"the saliency task end to end: {e2e} over the naive task")
-    fwd = [r for r in rows if r["forward_only"]]
+    lines += [f"not built on: {line}" for line in dropped_lines(lad)]
+    lines.append(static_graph_line(lad))
+    e2e = lad.end_to_end
+    lines.append(
+        f"the saliency task end to end: {e2e} over the naive task, on the path "
+        + " -> ".join([lad.naive, *(r["candidate"] for r in task if r["kept"])])
+        if e2e is not None
+        else "the saliency task end to end: no rung paid"
+    )
+    fwd = [r for r in lad.rows if r["forward_only"]]
     if fwd:
         best = min(fwd, key=lambda r: r["ms_per_image"])
         lines.append(

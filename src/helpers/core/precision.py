@@ -44,6 +44,7 @@ __all__ = [
     "MANTISSA_BITS",
     "ACCUMULATION",
     "NETWORK_ACCUMULATION",
+    "MEASURED_ACCUMULATION",
     "REDUCTION",
     "ONEFLOW_TF32_ENV",
     "NVIDIA_TF32_ENV",
@@ -55,6 +56,9 @@ __all__ = [
     "Tolerance",
     "tolerance",
     "output_scale",
+    "accumulation_for",
+    "AccumulationMeasurement",
+    "measure_accumulation",
     "set_tf32",
     "restore_tf32",
     "strict_fp32",
@@ -100,9 +104,12 @@ MANTISSA_BITS: dict[str, int] = {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10}
 #   embedder (MobileNetV2 0.5x), 64 px b32  15.9  7.2         77.9    98.7    80.4
 # A planted bug is far outside every row: BatchNorm eps 1e-5 -> 1e-3 moves the outputs by 24,000 to
 # 1,350,000 units, one convolution's weights x 1.01 by 15,000 to 38,000 (float32 units).
-# NETWORK_ACCUMULATION gives each network about twice its largest measured row (a power of two);
-# a network not listed gets "network" (512, the deepest one's). "op" = 8 is for one convolution or
-# matmul compared on its own (measured: 0.65 rounded, 1.5 truncated, a 3x3x512 convolution, TF32).
+# NETWORK_ACCUMULATION gives each network about twice its largest measured row (a power of two).
+# A network not listed is measured on the spot (:func:`measure_accumulation`, the same method on the
+# reader's own model and inputs, kept for the process); one neither listed nor measured gets
+# "network" (512, the deepest one's), with one printed line saying how to measure it. "op" = 8 is
+# for one convolution or matmul compared on its own (measured: 0.65 rounded, 1.5 truncated, a
+# 3x3x512 convolution, TF32).
 ACCUMULATION: dict[str, float] = {"op": 8.0, "network": 512.0}
 NETWORK_ACCUMULATION: dict[str, float] = {
     "resnet18": 16.0,
@@ -111,6 +118,8 @@ NETWORK_ACCUMULATION: dict[str, float] = {
     "resnet101": 512.0,
     "mobilenet_v2": 256.0,
 }
+# Networks measured in this process by measure_accumulation (name -> factor).
+MEASURED_ACCUMULATION: dict[str, float] = {}
 # The longest dot product of the course's models: 3 x 3 x 512 inputs of a ResNet convolution.
 REDUCTION = 3 * 3 * 512
 
@@ -385,22 +394,18 @@ def tolerance(
       different orders (blocked / tree sums), which differ by about ``log2(K)`` roundings of
       float32; this term is what makes float32 variants, devices and frameworks disagree.
     - ``accumulation``: how much a deep network amplifies these per-layer errors, relative to its
-      output's scale: 'network' (a whole model's outputs: the factor measured for ``network``,
-      e.g. ``"resnet18"``, in :data:`NETWORK_ACCUMULATION`, else 512, the deepest one's), 'op'
-      (8, one layer), or a number of your own.
+      output's scale: 'network' (a whole model's outputs: :func:`accumulation_for` ``network``,
+      e.g. ``"resnet18"``: the course's measured table, or your own network measured with
+      :func:`measure_accumulation`; 512, the deepest one's, when ``network`` is None), 'op'
+      (8, one layer), or a number of your own. A number or 'op' wins over ``network``.
     - ``scale``: the size of the outputs compared, e.g. :func:`output_scale` of the reference.
 
     For a whole network, bf16 and int8 bounds come out at or above the output's own scale:
     elementwise agreement says nothing there; check top-k agreement or cosine (task level).
     """
     u = unit_roundoff(mode)
-    if network is not None and network not in NETWORK_ACCUMULATION:
-        raise ValueError(
-            f"no measured accumulation for network {network!r}; measured: "
-            f"{', '.join(NETWORK_ACCUMULATION)} (or pass accumulation=<number>)"
-        )
     if accumulation == "network" and network is not None:
-        factor: Any = NETWORK_ACCUMULATION[network]
+        factor: Any = accumulation_for(network)  # an explicit number or "op" wins over it
     elif isinstance(accumulation, str):
         factor = ACCUMULATION.get(accumulation)
     else:
@@ -447,6 +452,124 @@ def output_scale(reference: Any, floor: float = 1.0) -> float:
     if values.size == 0 or not np.isfinite(values).all():
         raise ValueError("the reference must be non-empty and finite")
     return max(float(floor), float(np.abs(values).max()))
+
+
+_UNMEASURED_SAID: set[str] = set()
+
+
+def accumulation_for(network: str) -> float:
+    """The accumulation factor :func:`tolerance` uses for ``network``, a name.
+
+    The course's measured table (:data:`NETWORK_ACCUMULATION`), else a measurement made in this
+    process (:func:`measure_accumulation`, kept in :data:`MEASURED_ACCUMULATION`), else 512 (the
+    deepest measured network's factor), with one printed line saying how to measure your own.
+    """
+    if not isinstance(network, str) or not network.strip():
+        raise ValueError(f"network must be a name, got {network!r}")
+    if network in NETWORK_ACCUMULATION:
+        return NETWORK_ACCUMULATION[network]
+    if network in MEASURED_ACCUMULATION:
+        return MEASURED_ACCUMULATION[network]
+    if network not in _UNMEASURED_SAID:
+        _UNMEASURED_SAID.add(network)
+        print(
+            f"precision: {network!r} has no measured accumulation; using "
+            f"{ACCUMULATION['network']:g}, the deepest measured network's (loose): measure yours "
+            f"with precision.measure_accumulation(model, x, name={network!r})"
+        )
+    return ACCUMULATION["network"]
+
+
+# The ways of computing a network that measure_accumulation sets against its float32 output.
+_WAYS = ("float64", "fp32 channels_last", "tf32", "bf16", "fp16")
+_MODE_OF = {"tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
+
+
+@dataclass(frozen=True)
+class AccumulationMeasurement:
+    """What :func:`measure_accumulation` found: each way's error in units, and the factor chosen.
+
+    ``units[way]`` is max |error| / max |float32 output| in units of the way's rounding
+    (``u + log2(REDUCTION) u_fp32``); a way the device cannot run is missing from it.
+    """
+
+    name: str
+    units: dict[str, float]
+    factor: float
+    inputs: tuple[int, ...]
+
+    @property
+    def largest(self) -> tuple[str, float]:
+        """The way that moved the output most, and by how many units."""
+        way = max(self.units, key=lambda k: self.units[k])
+        return way, self.units[way]
+
+    def __str__(self) -> str:
+        ways = ", ".join(f"{k} {v:.3g}" for k, v in self.units.items())
+        way, most = self.largest
+        return (
+            f"{self.name} on {'x'.join(map(str, self.inputs))} inputs, error in units of each "
+            f"way's rounding: {ways}; accumulation {self.factor:g} (the power of two nearest "
+            f"twice the largest, {way} {most:.3g})"
+        )
+
+
+def measure_accumulation(
+    model: Any, x: Any, *, name: str, register: bool = True
+) -> AccumulationMeasurement:
+    """Measure how much ``model`` amplifies rounding, on inputs ``x``; keep it under ``name``.
+
+    The method of the course's own table (``tools/measure_precision.py`` runs it on the course's
+    networks): ``model`` (a PyTorch module in eval mode, with trained or calibrated BatchNorm
+    statistics, so that its outputs depend on its input) runs on ``x`` in float32, then in
+    float64, in float32 channels-last, with TF32 emulated (:func:`emulate_tf32`), under bf16
+    autocast and in float16; each one's largest difference from the float32 output, relative to
+    that output's scale and in units of its own rounding, is kept. The factor is the power of two
+    nearest twice the largest (never below it). With ``register`` the factor is kept for this
+    process: ``tolerance(..., network=name)`` uses it. The model itself is not changed.
+    """
+    import copy
+
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"measure_accumulation needs a torch.nn.Module, got {type(model).__name__}")
+    if model.training:
+        raise ValueError("put the model in eval mode first: in train mode BatchNorm mixes a batch")
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() < 2 or len(x) < 2:
+        raise ValueError("x must be a float32 batch of at least 2 inputs")
+    device = x.device
+    fp32 = UNIT_ROUNDOFF["fp32"]
+    outs: dict[str, Any] = {}
+    with torch.no_grad(), strict_fp32():
+        ref = model(x).float()
+        scale = float(ref.abs().max())
+        if not math.isfinite(scale) or scale == 0.0:
+            raise ValueError(f"{name}: the float32 output is {scale}: nothing to measure against")
+        outs["float64"] = copy.deepcopy(model).double()(x.double())
+        cl = copy.deepcopy(model).to(memory_format=torch.channels_last)
+        outs["fp32 channels_last"] = cl(x.contiguous(memory_format=torch.channels_last))
+        with emulate_tf32(copy.deepcopy(model)) as tf32:
+            outs["tf32"] = tf32(x)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            outs["bf16"] = model(x)
+        try:
+            outs["fp16"] = copy.deepcopy(model).half()(x.half())
+        except (RuntimeError, NotImplementedError):  # an op with no float16 kernel here
+            pass
+    units = {
+        way: float((outs[way].float() - ref).abs().max())
+        / scale
+        / (UNIT_ROUNDOFF[_MODE_OF.get(way, "fp32")] + math.log2(REDUCTION) * fp32)
+        for way in _WAYS
+        if way in outs
+    }
+    largest = max(units.values())
+    factor = 2.0 ** max(0, round(math.log2(max(2.0 * largest, 1.0))))
+    result = AccumulationMeasurement(name, units, factor, tuple(x.shape))
+    if register:
+        MEASURED_ACCUMULATION[name] = factor
+    return result
 
 
 # ------------------------------------------------------------------------------ switching TF32 off

@@ -6,6 +6,7 @@
 - :mod:`~helpers.measure.profiling` -- per-stage timing, PyTorch profiler tables, peak tensor memory
 - :mod:`~helpers.measure.roofline` -- this machine's compute ceilings and a model's FLOPs
 - :mod:`~helpers.measure.batch_sweep` -- batch-size sweeps, thread counts, GPU utilisation
+- :mod:`~helpers.measure.ladder` -- a speed-up ladder: each rung timed on the last kept path (ch. 10)
 
 ``from helpers import measure`` gives the names of the first three (``measure.benchmark``,
 ``measure.Measurement``, ``measure.paired_ratio``, ...); import the others as modules.

@@ -2,6 +2,10 @@
 
 - ResNet-18/50/101 classifiers (case study 1; ResNet-101 in full mode, a smaller
   sibling in quick mode),
+- any other classifier, the reader's own (:func:`build_classifier`: a torchvision name, or
+  ``module:function``; ``COURSE_MODEL`` names it for the pages that invite your own model, see
+  :func:`own_arch`), with flowvision's namesake as its OneFlow twin where one exists
+  (:func:`oneflow_counterpart` says why not otherwise),
 - a MobileNetV2 face-style embedder producing L2-normalised embeddings (case study 2),
 
 plus weight transfer in both directions through NumPy, which names any
@@ -11,6 +15,9 @@ All weights are random or trained here: nothing is downloaded.
 
 from __future__ import annotations
 
+import importlib
+import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,6 +29,11 @@ __all__ = [
     "RESNETS",
     "framework_of",
     "nn_namespace",
+    "OWN_MODEL_ENV",
+    "own_arch",
+    "resolve_builder",
+    "build_classifier",
+    "oneflow_counterpart",
     "build_resnet",
     "build_embedder",
     "state_dict_numpy",
@@ -29,6 +41,8 @@ __all__ = [
     "transfer_weights",
     "twin",
     "calibrate_batchnorm",
+    "precise_batchnorm",
+    "batchnorm_momentum",
 ]
 
 FRAMEWORKS = ("torch", "oneflow")
@@ -61,6 +75,114 @@ def nn_namespace(framework: str) -> tuple[Any, Any, Any]:
     return flow, flow.nn, flow.nn.functional
 
 
+# The environment variable naming the reader's own classifier (a torchvision name or
+# module:function) for the pages that invite it; `make ladder MODEL=...` sets it.
+OWN_MODEL_ENV = "COURSE_MODEL"
+
+
+def own_arch(default: str) -> str:
+    """``$COURSE_MODEL`` when set (your own classifier), else ``default`` (the page's model).
+
+    The name is checked here, so that a typo fails at the top of the page with the list of what
+    would work, not minutes later.
+    """
+    value = os.environ.get(OWN_MODEL_ENV, "").strip()
+    if not value:
+        return default
+    resolve_builder(value)
+    return value
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def resolve_builder(arch: str) -> Callable[..., Any]:
+    """The PyTorch builder of ``arch``: a torchvision classification model's name, or
+    ``"package.module:function"`` (your own; called with ``num_classes=``)."""
+    if not isinstance(arch, str) or not arch.strip():
+        raise ValueError(f"arch must be a model name or 'module:function', got {arch!r}")
+    if ":" in arch:
+        module_name, _, attr = arch.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(f"cannot import {module_name!r} for {arch!r}: {exc}") from exc
+        fn = getattr(module, attr, None)
+        if not callable(fn):
+            raise ValueError(f"{module_name} has no function {attr!r} (from {arch!r})")
+        return fn
+    names = _torchvision_names()
+    if arch not in names:
+        raise ValueError(
+            f"unknown model {arch!r}: give a torchvision classifier ({', '.join(names[:8])}, ... "
+            "torchvision.models.list_models(module=torchvision.models) lists all) or "
+            "'package.module:function' for your own"
+        )
+    import torchvision
+
+    return lambda **kw: torchvision.models.get_model(arch, weights=None, **kw)
+
+
+def _takes_zero_init(arch: str) -> bool:
+    return ":" not in arch and arch.startswith(("resnet", "resnext", "wide_resnet"))
+
+
+def oneflow_counterpart(arch: str) -> str | None:
+    """None when flowvision has ``arch`` under the same name, else the reason OneFlow sits out.
+
+    A namesake can still differ from torchvision's (flowvision 0.2.1's RegNets have an unpadded
+    stem convolution): only comparing the twins' outputs tells (chapter 2's check).
+    """
+    if ":" in arch:
+        return f"{arch} is your own builder: it has no flowvision counterpart"
+    import_oneflow()
+    import flowvision
+
+    if not callable(getattr(flowvision.models, arch, None)):
+        return f"flowvision 0.2.1 has no {arch}"
+    return None
+
+
+def build_classifier(
+    framework: str,
+    arch: str,
+    num_classes: int = 1000,
+    zero_init_residual: bool | None = False,
+) -> Any:
+    """A randomly initialised classifier ``arch`` in PyTorch or OneFlow (nothing is downloaded).
+
+    ``arch``: a torchvision classification model's name (its flowvision namesake for OneFlow), or
+    ``"package.module:function"`` (PyTorch only; called with ``num_classes=``).
+    ``zero_init_residual`` (ResNets and their kin): the last BatchNorm of every residual branch
+    starts at zero, so each block starts as its shortcut (Goyal et al., 2017) and a network
+    trained from scratch learns in few steps; ``None`` sets it where the architecture offers it.
+    """
+    _check_framework(framework)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError("num_classes must be >= 1")
+    takes = _takes_zero_init(arch)
+    if zero_init_residual and not takes:
+        raise ValueError(f"{arch} has no zero_init_residual option (ResNets have it)")
+    kw: dict[str, Any] = {"num_classes": num_classes}
+    if takes:
+        kw["zero_init_residual"] = bool(zero_init_residual is None or zero_init_residual)
+    if framework == "torch":
+        return resolve_builder(arch)(**kw)
+    reason = oneflow_counterpart(arch)
+    if reason is not None:
+        raise ValueError(f"no OneFlow model for {arch}: {reason}")
+    import warnings
+
+    import flowvision
+
+    with warnings.catch_warnings():  # in-place activations OneFlow runs out of place
+        warnings.filterwarnings("ignore", message=".*do not support inplace.*")
+        return getattr(flowvision.models, arch)(pretrained=False, **kw)
+
+
 def build_resnet(
     framework: str,
     arch: str = "resnet101",
@@ -77,18 +199,7 @@ def build_resnet(
     _check_framework(framework)
     if arch not in RESNETS:
         raise ValueError(f"unknown arch {arch!r}; use one of {', '.join(RESNETS)}")
-    if num_classes < 1:
-        raise ValueError("num_classes must be >= 1")
-    if framework == "torch":
-        import torchvision
-
-        build = getattr(torchvision.models, arch)
-        return build(weights=None, num_classes=num_classes, zero_init_residual=zero_init_residual)
-    import_oneflow()
-    import flowvision
-
-    build = getattr(flowvision.models, arch)
-    return build(pretrained=False, num_classes=num_classes, zero_init_residual=zero_init_residual)
+    return build_classifier(framework, arch, num_classes, zero_init_residual)
 
 
 def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> Any:
@@ -223,4 +334,59 @@ def calibrate_batchnorm(module: Any, x: Any) -> Any:
         for m, momentum in zip(norms, saved):
             m.momentum = momentum
         module.eval()
+    return module
+
+
+def _norms(module: Any) -> list[Any]:
+    return [m for m in module.modules() if hasattr(m, "running_mean") and hasattr(m, "momentum")]
+
+
+def batchnorm_momentum(module: Any) -> float | None:
+    """The smallest BatchNorm momentum of ``module`` (None: no BatchNorm, or a cumulative one).
+
+    torchvision's MobileNetV3 and EfficientNets use 0.01: their running statistics follow the
+    weights ten times slower than PyTorch's default 0.1, so after a short training they still
+    describe the weights of long ago (eval mode then gives near-chance answers).
+    """
+    values = [m.momentum for m in _norms(module) if m.momentum is not None]
+    return min(values) if values else None
+
+
+def precise_batchnorm(module: Any, x: Any, batch_size: int = 64) -> Any:
+    """Recompute every BatchNorm's running statistics as the exact average over inputs ``x``.
+
+    After training, the running statistics are a moving average of batches seen while the
+    weights still changed; this pass (weights untouched, gradients off) replaces them by the
+    statistics of the final weights over ``x`` (cumulative average, batches of ``batch_size``).
+    ``x``: a NumPy array or tensor of training inputs. Returns ``module`` in eval mode.
+    """
+    fw, _, _ = nn_namespace(framework_of(module))
+    norms = _norms(module)
+    if not norms:
+        raise ValueError(f"{type(module).__name__} has no BatchNorm layers to recompute")
+    if len(x) < 2 or batch_size < 2:
+        raise ValueError("precise_batchnorm needs at least 2 inputs and batches of at least 2")
+    params = [p for p in module.parameters()]
+    device = params[0].device if params else "cpu"
+    saved = [m.momentum for m in norms]
+    was = [(m, m.training) for m in module.modules()]
+    try:
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average over every batch below
+        module.eval()
+        for m in norms:
+            m.train()  # BatchNorm alone in train mode: dropout and the like stay off
+        with fw.no_grad():
+            for i in range(0, len(x) - 1, batch_size):
+                xb = x[i : i + batch_size]
+                if len(xb) < 2:
+                    break
+                t = xb if hasattr(xb, "device") else fw.from_numpy(np.ascontiguousarray(xb))
+                module(t.to(device))
+    finally:
+        for m, momentum in zip(norms, saved):
+            m.momentum = momentum
+        for m, _training in was:
+            m.train(False)
     return module

@@ -6,6 +6,9 @@
 
     print(assert_above_chance(result.val_accuracy, len(val_split), 8, "resnet18"))
 
+    # your own model: train until it decides (more steps, BatchNorm statistics recomputed)
+    result = train_until_above_chance(model, train_split, val_split, steps=60, classes=8)
+
 For training two frameworks *identically* (chapter 2), see :mod:`helpers.chapters.ch02_alignment`.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +27,9 @@ __all__ = [
     "assert_above_chance",
     "augment_batch",
     "train_classifier",
+    "batch_stats_accuracy",
+    "chance_advice",
+    "train_until_above_chance",
 ]
 
 
@@ -41,6 +47,7 @@ class TrainResult:
     val_accuracy: float | None = None
     device: str = "cpu"
     math_mode: str = "fp32"
+    notes: tuple[str, ...] = ()  # what train_until_above_chance changed, one line each
 
     @property
     def steps(self) -> int:
@@ -56,6 +63,7 @@ class TrainResult:
             f"{self.steps} steps of batch {self.batch_size} in {self.seconds:.1f} s on "
             f"{self.device} ({self.math_mode}); "
             f"loss {self.losses[0]:.3f} -> {tail:.3f} (mean of the last 10%){acc}"
+            + "".join(f"\n  {note}" for note in self.notes)
         )
 
 
@@ -182,8 +190,128 @@ def assert_above_chance(accuracy: float, samples: int, classes: int, name: str =
         f" (chance {chance:.1%} + 3 SE on {samples} images)"
     )
     if not accuracy > need:
-        raise AssertionError(line.format("<=") + ": it learned too little for a check")
+        raise AssertionError(
+            line.format("<=") + ": it learned too little for a check "
+            "(training.chance_advice(model, fit, val, classes) says what to change)"
+        )
     return line.format(">")
+
+
+def batch_stats_accuracy(model: Any, x: Any, y: Any, batch_size: int = 64) -> float:
+    """Top-1 accuracy with every BatchNorm normalising by its batch's own statistics.
+
+    A copy of ``model`` runs with its BatchNorm layers in train mode (everything else, dropout
+    included, in eval mode, gradients off), so its running statistics play no part. Far above
+    the eval-mode accuracy, it says those running statistics lag behind the weights.
+    """
+    import copy
+
+    import torch
+
+    y = np.asarray(y)
+    probe = copy.deepcopy(model).eval()
+    for m in probe.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.train()
+    device = next(probe.parameters()).device
+    hits = 0
+    with torch.no_grad():
+        for i in range(0, len(x), batch_size):
+            xb = torch.as_tensor(np.ascontiguousarray(x[i : i + batch_size])).to(device)
+            hits += int((probe(xb).argmax(1).cpu().numpy() == y[i : i + batch_size]).sum())
+    return hits / len(y)
+
+
+def chance_advice(model: Any, fit: TrainResult, val: Any, classes: int) -> str:
+    """What to change when ``model`` (trained as ``fit`` says) stays at chance on ``val``.
+
+    With each batch's own BatchNorm statistics above the bar: recompute the running statistics
+    (:func:`helpers.workload.models.precise_batchnorm`). Otherwise: train longer (and, for a
+    ResNet, start its residual branches at zero). Empty when the model is above the bar.
+    """
+    from helpers.workload import models
+
+    bar = above_chance_bar(len(val.y), classes)
+    if fit.val_accuracy is not None and fit.val_accuracy > bar:
+        return ""
+    batch_stats = batch_stats_accuracy(model, val.x, val.y)
+    if batch_stats > bar:
+        momentum = models.batchnorm_momentum(model)
+        lag = f" (momentum {momentum:g})" if momentum is not None else ""
+        return (
+            f"with each batch's own statistics it scores {batch_stats:.1%}: its BatchNorm "
+            f"running statistics{lag} lag behind its weights; recompute them with "
+            "models.precise_batchnorm(model, train.x)"
+        )
+    tail = fit.losses[-max(1, fit.steps // 10) :].mean()
+    return (
+        f"its loss went {fit.losses[0]:.3f} -> {tail:.3f} in {fit.steps} steps and each "
+        f"batch's own statistics give {batch_stats:.1%}: train longer (steps={2 * fit.steps} "
+        "or more; for a ResNet, build it with zero_init_residual=True)"
+    )
+
+
+def train_until_above_chance(
+    model: Any,
+    train: Any,
+    val: Any,
+    *,
+    steps: int,
+    classes: int,
+    max_rounds: int = 5,
+    name: str = "model",
+    **kw: Any,
+) -> TrainResult:
+    """Train ``model`` in rounds of ``steps`` until it beats the above-chance bar on ``val``.
+
+    For a model the course has not tuned a recipe for (your own): after each round of
+    :func:`train_classifier`, when the held-out accuracy is not above the bar, the BatchNorm
+    running statistics are recomputed if they lag (:func:`chance_advice`), else another round is
+    trained, up to ``max_rounds``; then it raises with the advice. The result sums the rounds
+    (their losses, seconds) and its ``notes`` say what was done. The course's own models pass in
+    the first round, unchanged.
+    """
+    from helpers.workload import models
+    from helpers.workload.predict import accuracy
+
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
+    bar = above_chance_bar(len(val.y), classes)
+    losses: list[np.ndarray] = []
+    notes: list[str] = []
+    seconds = 0.0
+    fit: TrainResult | None = None
+    for r in range(max_rounds):
+        fit = train_classifier(model, train, steps=steps, val=val, seed=r, **kw)
+        losses.append(fit.losses)
+        seconds += fit.seconds
+        if fit.val_accuracy is not None and fit.val_accuracy > bar:
+            break
+        advice = chance_advice(model, fit, val, classes)
+        if "BatchNorm" in advice:
+            models.precise_batchnorm(model, train.x)
+            after = accuracy(model, val.x, val.y)
+            notes.append(
+                f"after {sum(map(len, losses))} steps: held-out {fit.val_accuracy:.1%}; "
+                f"BatchNorm statistics recomputed (they lagged): {after:.1%}"
+            )
+            fit = replace(fit, val_accuracy=after)
+            if after > bar:
+                break
+        elif r + 1 < max_rounds:
+            notes.append(
+                f"after {sum(map(len, losses))} steps: held-out {fit.val_accuracy:.1%} <= the "
+                f"bar {bar:.1%}: {steps} more steps"
+            )
+    assert fit is not None
+    fit = replace(fit, losses=np.concatenate(losses), seconds=seconds, notes=tuple(notes))
+    if not (fit.val_accuracy is not None and fit.val_accuracy > bar):
+        advice = chance_advice(model, fit, val, classes)
+        raise AssertionError(
+            f"{name}: held-out accuracy {fit.val_accuracy:.1%} <= the bar {bar:.1%} after "
+            f"{fit.steps} steps in {len(losses)} rounds: {advice}"
+        )
+    return fit
 
 
 # ---- saved from notebooks/02_precision_alignment.ipynb by tools/save_cells.py: edit it there ----

@@ -1,0 +1,343 @@
+"""A speed-up ladder: each rung built on the last kept one, kept only when it pays.
+
+Chapter 10's method, for any task on any model (the page builds the paths; this module climbs)::
+
+    naive = {"variant": "original", "batch": 1, "workers": 1}      # the settings of a path
+    rungs = [
+        Rung("pruning", "pruning", {"pruning": {"variant": "single_forward"}}),
+        Rung("batching", "batching", {"batching": {"batch": 16}}),
+        ...
+    ]
+    lad = climb(naive, rungs, build, rounds=15)   # build(settings) -> Timed(call, items)
+
+- A **path** is a dict of settings; the page's ``build(settings)`` returns one timed call of the
+  task those settings describe (:class:`Timed`: the call, the images it processes).
+- A **rung** offers candidate changes. Each candidate is the kept path's settings updated by its
+  change; the kept path (the rung's *base*), the candidates and the rung's controls (an A/A twin,
+  another control) are timed together in one interleaved run
+  (:func:`~helpers.measure.timer.benchmark_interleaved`), and a candidate's factor is the paired
+  ratio base / candidate (:func:`~helpers.measure.measurement.paired_ratio`). The fastest is the
+  rung's pick; it is **kept** only when ``keep(ratio)`` (:func:`keep_rule`: the per-round interval
+  lies wholly above 1), and then the next rung builds on it. A rung that is not kept leaves the
+  base as it was, so no later rung contains it, and its row carries a generated reason.
+- A ``later`` rung is measured on its base and never built on (the technique is applied again
+  further up); it is timed with the next rung, which has the same base.
+- A **forward-only branch** (``forward_only=True``, ``branch=<rung key>``) leaves from the path kept
+  right after that rung; its rungs then build on each other.
+- Last, the naive path and the final kept task path are timed together: the **end-to-end**
+  factor, measured directly (the product of the kept factors is only its estimate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+from helpers.measure.timer import benchmark_interleaved
+
+__all__ = [
+    "Timed",
+    "Rung",
+    "Ladder",
+    "keep_rule",
+    "drop_reason",
+    "chain",
+    "climb",
+]
+
+Settings = Mapping[str, Any]
+Change = Mapping[str, Any] | Callable[[Settings], Settings]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One timed call of a path: ``call()`` processes ``items`` images; ``framework`` says how
+    the timer waits for its work (``"torch"``, ``"oneflow"``, ``"none"``)."""
+
+    call: Callable[[], Any]
+    items: int
+    framework: str = "torch"
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: candidate changes (label -> settings to update, or a function of the base's
+    settings), controls timed beside them (never picked), and ``twins`` (label, twin) pairs kept
+    apart in the rounds. ``why(row)`` may add the page's own reason when the rung is dropped.
+    ``task_change``: the rung changes the task itself (forward only, no saliency map): it is
+    always taken, its factor is shown but never counted as a speed-up. ``reported`` is the case
+    study's factor for this step, if it has one."""
+
+    key: str
+    label: str
+    candidates: Mapping[str, Change]
+    controls: Mapping[str, Change] = field(default_factory=dict)
+    twins: tuple[tuple[str, str], ...] = ()
+    forward_only: bool = False
+    branch: str | None = None
+    later: bool = False
+    task_change: bool = False
+    reported: float | None = None
+    why: Callable[[Mapping[str, Any]], str] | None = None
+
+
+def keep_rule(ratio: RatioSummary) -> bool:
+    """A rung is kept only when its per-round interval (p25-p75) lies wholly above 1."""
+    return ratio.p25 > 1.0
+
+
+def drop_reason(ratio: RatioSummary, later: bool = False) -> str:
+    """Why a rung with this factor was not built on, from its numbers."""
+    if later:
+        return "measured, not built on: the ladder applies it again further up"
+    if ratio.p75 < 1.0:
+        return (
+            f"slower: {ratio.median:.2f}x, its per-round interval "
+            f"{ratio.p25:.2f}-{ratio.p75:.2f} lies below 1"
+        )
+    if ratio.p25 > 1.0:
+        return f"faster ({ratio.median:.2f}x), but the page's keep rule refused it"
+    return (
+        f"inconclusive: {ratio.median:.2f}x, its per-round interval "
+        f"{ratio.p25:.2f}-{ratio.p75:.2f} holds 1"
+    )
+
+
+def chain(ratios: Sequence[RatioSummary]) -> RatioSummary:
+    """The product of factors measured in separate runs: medians and quartiles multiplied.
+
+    An estimate of the cumulative factor, not a measurement (the quartiles of a product are not
+    the product of quartiles); the ladder measures the end-to-end factor directly.
+    """
+    if not ratios:
+        return RatioSummary(1.0, 1.0, 1.0, 0, ())
+    return RatioSummary(
+        median=math.prod(r.median for r in ratios),
+        p25=math.prod(r.p25 for r in ratios),
+        p75=math.prod(r.p75 for r in ratios),
+        rounds=min(r.rounds for r in ratios),
+        ratios=(),
+    )
+
+
+@dataclass
+class Ladder:
+    """What :func:`climb` measured.
+
+    ``rows``: one per rung (the first is the naive baseline), each a dict with ``rung``, ``key``,
+    ``candidate`` (the pick), ``base`` (the path it was measured over) and ``over`` (that path's
+    rung key), ``ms_per_image``, ``factor``/``ratio``, ``candidates`` (every candidate's ratio),
+    ``kept``, ``verdict``, ``reason``, ``level`` (:func:`chain` of the kept factors up to it),
+    ``cumulative`` (its median), ``reported``, ``cumulative_reported``, ``forward_only``,
+    ``stage`` (the measurements of the run it was timed in, controls included).
+    ``paths``: the settings of every timed path by label; ``timed``: their :class:`Timed`;
+    ``stages``: each interleaved run's measurements; ``final``: the last kept task path;
+    ``end_to_end``: naive / final, measured together (None when nothing was kept).
+    """
+
+    rows: list[dict[str, Any]]
+    paths: dict[str, dict[str, Any]]
+    timed: dict[str, Timed]
+    stages: list[dict[str, Measurement]]
+    naive: str
+    final: str
+    end_to_end: RatioSummary | None
+    final_stage: dict[str, Measurement] = field(default_factory=dict)
+
+    def kept(self, forward_only: bool = False) -> list[dict[str, Any]]:
+        """The kept rows of the task (or of the forward-only branch)."""
+        return [r for r in self.rows[1:] if r["kept"] and r["forward_only"] == forward_only]
+
+    def measurement(self, label: str) -> Measurement:
+        """The last measurement of path ``label`` (from the last stage that timed it)."""
+        for stage in reversed([*self.stages, self.final_stage]):
+            if label in stage:
+                return stage[label]
+        raise KeyError(f"no path {label!r} was timed")
+
+
+def _apply(base: Settings, change: Change) -> dict[str, Any]:
+    if callable(change):
+        return dict(change(dict(base)))
+    return {**base, **change}
+
+
+def _ms(m: Measurement) -> float:
+    return m.median / m.items * 1e3
+
+
+def climb(
+    naive: Settings,
+    rungs: Sequence[Rung],
+    build: Callable[[dict[str, Any]], Timed],
+    *,
+    naive_label: str = "naive",
+    rounds: int = 15,
+    warmup: int = 1,
+    keep: Callable[[RatioSummary], bool] = keep_rule,
+    progress: bool = False,
+    seed: int = 0,
+    timer: Callable[..., dict[str, Measurement]] = benchmark_interleaved,
+) -> Ladder:
+    """Climb ``rungs`` from the ``naive`` settings, each rung on the last kept path.
+
+    Every stage is one :func:`~helpers.measure.timer.benchmark_interleaved` run of ``rounds``
+    rounds (``warmup`` calls each first): the base, the rung's candidates and controls (a
+    ``later`` rung shares the next rung's stage). ``build`` is called once per path. Returns a
+    :class:`Ladder`; the last stage times the naive and the final kept task path together.
+    ``timer`` takes benchmark_interleaved's arguments (a test gives a fake one).
+    """
+    if not rungs:
+        raise ValueError("no rungs given")
+    keys = [r.key for r in rungs]
+    if len(set(keys)) != len(keys) or naive_label in keys:
+        raise ValueError(f"rung keys must be unique and differ from {naive_label!r}: {keys}")
+    labels = [naive_label]
+    for r in rungs:
+        if not r.candidates:
+            raise ValueError(f"rung {r.key!r} has no candidates")
+        labels += [*r.candidates, *r.controls]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"path labels must be unique across the ladder: {labels}")
+    for r in rungs:
+        if r.branch is not None and (not r.forward_only or r.branch not in keys):
+            raise ValueError(f"rung {r.key!r}: branch must name a rung, on a forward-only rung")
+        if r.later and r.forward_only:
+            raise ValueError(f"rung {r.key!r}: a forward-only rung cannot be 'later'")
+        if r.task_change and (r.later or len(r.candidates) != 1):
+            raise ValueError(f"rung {r.key!r}: a task change has one candidate and is not 'later'")
+        if r.forward_only and r.branch is not None and keys.index(r.branch) > keys.index(r.key):
+            raise ValueError(f"rung {r.key!r} branches from {r.branch!r}, a rung above it")
+
+    paths: dict[str, dict[str, Any]] = {naive_label: dict(naive)}
+    timed: dict[str, Timed] = {}
+    key_of: dict[str, str] = {naive_label: naive_label}
+
+    def timed_of(label: str) -> Timed:
+        if label not in timed:
+            timed[label] = build(dict(paths[label]))
+        return timed[label]
+
+    def run(labels: list[str], twins: Sequence[tuple[str, str]]) -> dict[str, Measurement]:
+        runs = {label: timed_of(label) for label in labels}
+        return timer(
+            {k: t.call for k, t in runs.items()},
+            items={k: t.items for k, t in runs.items()},
+            framework={k: t.framework for k, t in runs.items()},
+            apart=list(twins),
+            warmup=warmup,
+            repeats=rounds,
+            progress=progress,
+            seed=seed + len(stages),
+        )
+
+    stages: list[dict[str, Measurement]] = []
+    rows: list[dict[str, Any]] = []
+    level_of: dict[str, list[RatioSummary]] = {naive_label: []}
+    cum_r_of: dict[str, float] = {naive_label: 1.0}
+    task: str = naive_label  # the last kept task path
+    fwd: str | None = None  # the last kept path of the forward-only branch
+    after: dict[str, str] = {}  # rung key -> the task path kept right after it
+    pending: list[Rung] = []
+    for rung in rungs:
+        if rung.forward_only:
+            base = after[rung.branch] if rung.branch is not None else fwd
+            if base is None:
+                raise ValueError(f"forward-only rung {rung.key!r} has no branch to build on")
+        else:
+            base = task
+        for label, change in {**rung.candidates, **rung.controls}.items():
+            paths[label] = _apply(paths[base], change)
+            key_of[label] = rung.key
+        if rung.later:
+            pending.append(rung)
+            continue
+        group, pending = [*pending, rung], []
+        stage_labels = [base] + [lab for r in group for lab in (*r.candidates, *r.controls)]
+        measured = run(stage_labels, [t for r in group for t in r.twins])
+        stages.append(measured)
+        if not rows:
+            rows.append(_baseline_row(naive_label, measured[naive_label]))
+        for r in group:
+            ratios = {c: paired_ratio(measured[base], measured[c]) for c in r.candidates}
+            pick = max(ratios, key=lambda c: ratios[c].median)
+            ratio = ratios[pick]
+            kept = (r.task_change or bool(keep(ratio))) and not r.later
+            level = level_of[base] + ([ratio] if kept and not r.task_change else [])
+            cum_r = cum_r_of[base] * (r.reported if kept and r.reported else 1.0)
+            row = {
+                "rung": r.label,
+                "key": r.key,
+                "candidate": pick,
+                "base": base,
+                "over": key_of[base],
+                "ms_per_image": _ms(measured[pick]),
+                "factor": ratio.median,
+                "ratio": ratio,
+                "candidates": ratios,
+                "kept": kept,
+                "verdict": "a different task" if r.task_change else _verdict(ratio, kept, r.later),
+                "reason": "",
+                "level": chain(level),
+                "cumulative": chain(level).median,
+                "reported": r.reported,
+                "cumulative_reported": cum_r,
+                "forward_only": r.forward_only,
+                "stage": measured,
+            }
+            if not kept:
+                own = r.why(row) if r.why is not None else ""
+                others = [f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick]
+                row["reason"] = drop_reason(ratio, r.later) + "".join(
+                    f"; {part}" for part in (", ".join(others), own) if part
+                )
+            rows.append(row)
+            if kept:
+                level_of[pick], cum_r_of[pick] = level, cum_r
+            if r.forward_only:
+                fwd = pick if kept else base
+            else:
+                task = pick if kept else task
+                after[r.key] = task
+    if pending:
+        raise ValueError(f"the last rung {pending[-1].key!r} is 'later': nothing to time it with")
+    final_stage: dict[str, Measurement] = {}
+    e2e = None
+    if task != naive_label:
+        final_stage = run([naive_label, task], [])
+        e2e = paired_ratio(final_stage[naive_label], final_stage[task])
+    return Ladder(rows, paths, timed, stages, naive_label, task, e2e, final_stage)
+
+
+def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> str:
+    if kept:
+        return "kept"
+    if later:
+        return "measured, not built on"
+    return "not kept (slower)" if ratio.p75 < 1.0 else "not kept (inconclusive)"
+
+
+def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:
+    one = RatioSummary(1.0, 1.0, 1.0, len(m.times_s), ())
+    return {
+        "rung": label,
+        "key": label,
+        "candidate": label,
+        "base": "",
+        "over": "",
+        "ms_per_image": _ms(m),
+        "factor": 1.0,
+        "ratio": one,
+        "candidates": {},
+        "kept": True,
+        "verdict": "baseline",
+        "reason": "",
+        "level": one,
+        "cumulative": 1.0,
+        "reported": None,
+        "cumulative_reported": 1.0,
+        "forward_only": False,
+    }
