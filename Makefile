@@ -12,6 +12,7 @@
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
 #   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (~75 min)
 #   make trainproxy  full mode's training recipes at full steps, 64 px images, on this CPU (~40 min)
+#   make ladder MODEL=mobilenet_v3_small  chapter 10's ladder on your classifier (or pkg.mod:fn)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
 # COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
 # VENV=dir (a conda environment: VENV=$CONDA_PREFIX) given once to make setup is remembered.
@@ -60,11 +61,11 @@ RUN_ENV := $(if $(MODE),COURSE_MODE=$(MODE),) PYTHONHASHSEED=0 OMP_WAIT_POLICY=P
 PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: help setup book test test-unit test-notebooks lab bench fullcpu trainproxy clean distclean check doctor \
+.PHONY: help setup book test test-unit test-notebooks lab bench fullcpu trainproxy ladder clean distclean check doctor \
   wheelhouse kernel restore audit
 
 help:
-	@sed -n '2,17p' Makefile | sed 's/^# //'
+	@sed -n '2,18p' Makefile | sed 's/^# //'
 
 # The doctor runs before anything is installed, so with the course's Python if it exists, else the system's.
 # It is told where `make kernel` registered the kernel (KERNEL_SPEC, remembered in $(LOCAL_MK)).
@@ -211,6 +212,13 @@ fullcpu: setup
 # tests/gpu runs them at 224 px). Not part of make test.
 trainproxy: setup
 	$(PY) tools/training_proxy.py
+
+# Chapter 10's whole ladder on your own classifier: MODEL is a torchvision classifier's name or
+# package.module:function (your builder, called with num_classes=). The executed page goes to
+# results/local/ladder/; the decision guide is printed. FEWEST=1 runs the fewest rounds.
+ladder: setup
+	@[ -n "$(MODEL)" ] || { echo "make ladder MODEL=<torchvision name or package.module:function>"; exit 2; }
+	$(RUN_ENV) $(PY) tools/ladder.py "$(MODEL)" $(if $(filter 1,$(FEWEST)),--fewest)
 
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.

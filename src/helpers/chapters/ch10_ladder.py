@@ -586,7 +586,9 @@ def journey_rows(
         raise ValueError("no steps given")
     idx = index_records(records)
     remeasured = dict(remeasured or {})
-    rows, cum_m, cum_r = [], 1.0, 1.0
+    rows: list[dict[str, Any]] = []
+    cum_m: float | None = None  # no product until a step was measured
+    cum_r = 1.0
     for s in steps:
         rec = idx.get((s.chapter, s.record))
         value = float(rec["value"]) if rec is not None else remeasured.get(s.key)
@@ -601,7 +603,7 @@ def journey_rows(
                 raise ValueError(
                     f"step {s.key!r} has a non-positive or non-finite factor {value!r}"
                 )
-            cum_m *= value
+            cum_m = value if cum_m is None else cum_m * value
         if s.reported is not None:
             cum_r *= s.reported
         rows.append(
