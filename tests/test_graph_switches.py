@@ -19,7 +19,7 @@ from helpers.workload import models
 @pytest.fixture(scope="module")
 def torch_model(torch_mod):
     torch_mod.manual_seed(0)
-    return models.build_resnet("torch", "resnet18", num_classes=4).eval()
+    return models.build_classifier("torch", "resnet18", num_classes=4).eval()
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_mlir_environments():
 
 def test_switched_graph_add_fusion_against_its_control(flow):
     assert gs.switch_names() == ("amp", "conv_search", "add_fusion")
-    fm = models.build_resnet("oneflow", "resnet18", num_classes=4).eval()
+    fm = models.build_classifier("oneflow", "resnet18", num_classes=4).eval()
     xf = flow.tensor(np.random.default_rng(1).normal(size=(1, 3, 32, 32)).astype(np.float32))
     plain, fused = gs.SwitchedGraph(fm), gs.SwitchedGraph(fm, add_fusion=True)
     assert isinstance(fused, gs.graphs.InferenceGraph)  # built on chapter 3's one wrapper

@@ -19,23 +19,23 @@ def _input(batch=2, size=SIZE, seed=0):
 @pytest.fixture(scope="module")
 def torch_resnet(torch_mod):
     torch_mod.manual_seed(0)
-    return models.build_resnet("torch", "resnet18", num_classes=CLASSES).eval()
+    return models.build_classifier("torch", "resnet18", num_classes=CLASSES).eval()
 
 
 @pytest.fixture(scope="module")
 def flow_resnet(flow):
-    return models.build_resnet("oneflow", "resnet18", num_classes=CLASSES).eval()
+    return models.build_classifier("oneflow", "resnet18", num_classes=CLASSES).eval()
 
 
 def test_unknown_framework_and_arch():
     with pytest.raises(ValueError, match="unknown framework 'jax'"):
-        models.build_resnet("jax", "resnet18")
+        models.build_classifier("jax", "resnet18")
     with pytest.raises(ValueError, match="unknown framework"):
         models.nn_namespace("tensorflow")
     with pytest.raises(ValueError, match="resnet7"):
-        models.build_resnet("torch", "resnet7")
+        models.build_classifier("torch", "resnet7")
     with pytest.raises(ValueError, match="num_classes"):
-        models.build_resnet("torch", "resnet18", num_classes=0)
+        models.build_classifier("torch", "resnet18", num_classes=0)
 
 
 def test_zero_init_residual_starts_each_block_as_its_shortcut(torch_mod):
@@ -48,8 +48,8 @@ def test_zero_init_residual_starts_each_block_as_its_shortcut(torch_mod):
             if type(b).__name__ == "BasicBlock"
         ]
 
-    zeroed = models.build_resnet("torch", "resnet18", CLASSES, zero_init_residual=True)
-    plain = models.build_resnet("torch", "resnet18", CLASSES)
+    zeroed = models.build_classifier("torch", "resnet18", CLASSES, zero_init_residual=True)
+    plain = models.build_classifier("torch", "resnet18", CLASSES)
     assert last_bn_weights(zeroed) and not any(last_bn_weights(zeroed))
     assert all(last_bn_weights(plain))
 
@@ -81,8 +81,8 @@ def test_torch_to_oneflow_resnet_outputs_match(torch_mod, flow, torch_resnet, fl
 
 def test_oneflow_to_torch_resnet_outputs_match(torch_mod, flow):
     flow.manual_seed(1)
-    src = models.build_resnet("oneflow", "resnet18", num_classes=CLASSES).eval()
-    dst = models.build_resnet("torch", "resnet18", num_classes=CLASSES).eval()
+    src = models.build_classifier("oneflow", "resnet18", num_classes=CLASSES).eval()
+    dst = models.build_classifier("torch", "resnet18", num_classes=CLASSES).eval()
     assert models.transfer_weights(src, dst) is dst
     x = _input(seed=1)
     with torch_mod.no_grad():
@@ -91,7 +91,7 @@ def test_oneflow_to_torch_resnet_outputs_match(torch_mod, flow):
 
 
 def test_transfer_to_different_arch_names_keys(torch_resnet):
-    other = models.build_resnet("torch", "resnet34", num_classes=CLASSES)
+    other = models.build_classifier("torch", "resnet34", num_classes=CLASSES)
     with pytest.raises(KeyError) as info:
         models.transfer_weights(torch_resnet, other)
     msg = str(info.value)
@@ -99,7 +99,7 @@ def test_transfer_to_different_arch_names_keys(torch_resnet):
 
 
 def test_transfer_with_wrong_num_classes_names_shape(torch_resnet):
-    other = models.build_resnet("torch", "resnet18", num_classes=10)
+    other = models.build_classifier("torch", "resnet18", num_classes=10)
     with pytest.raises(ValueError) as info:
         models.transfer_weights(torch_resnet, other)
     msg = str(info.value)
@@ -109,7 +109,7 @@ def test_transfer_with_wrong_num_classes_names_shape(torch_resnet):
 def test_non_strict_transfer_keeps_own_extras(torch_mod, torch_resnet):
     state = models.state_dict_numpy(torch_resnet)
     state.pop("fc.bias")
-    dst = models.build_resnet("torch", "resnet18", num_classes=CLASSES)
+    dst = models.build_classifier("torch", "resnet18", num_classes=CLASSES)
     before = dst.fc.bias.detach().clone()
     with pytest.raises(KeyError, match="fc.bias"):
         models.load_numpy_state(dst, state)
@@ -150,7 +150,7 @@ def test_calibrate_batchnorm_makes_outputs_depend_on_input(torch_mod, flow):
     assert not emb.training and bn.momentum == momentum  # eval mode and momentum restored
     # with the batch's own statistics, embeddings of different inputs differ (before, they nearly coincide)
     assert spread(emb, x) > 10 * before
-    fr = models.build_resnet("oneflow", "resnet18", num_classes=CLASSES)
+    fr = models.build_classifier("oneflow", "resnet18", num_classes=CLASSES)
     models.calibrate_batchnorm(fr, flow.tensor(_input(4)))
     assert not fr.training
     with pytest.raises(ValueError, match="at least 2 inputs"):

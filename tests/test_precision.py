@@ -386,7 +386,7 @@ def resnet():
     from helpers.workload import data, models
 
     torch.manual_seed(0)
-    model = models.build_resnet("torch", "resnet18", num_classes=8)
+    model = models.build_classifier("torch", "resnet18", num_classes=8)
     images, _ = data.make_images(24, 64, seed=1)
     batch = torch.from_numpy(data.normalize(images))
     models.calibrate_batchnorm(model, batch[8:])

@@ -14,13 +14,13 @@ SHAPE = (2, 3, 32, 32)
 @pytest.fixture(scope="module")
 def torch_model(torch_mod):
     torch_mod.manual_seed(0)
-    return models.build_resnet("torch", "resnet18", num_classes=4).eval()
+    return models.build_classifier("torch", "resnet18", num_classes=4).eval()
 
 
 @pytest.fixture(scope="module")
 def flow_model(flow, torch_model):
     return models.twin(
-        torch_model, "oneflow", models.build_resnet, "resnet18", num_classes=4
+        torch_model, "oneflow", models.build_classifier, "resnet18", num_classes=4
     ).eval()
 
 
@@ -105,7 +105,7 @@ def test_graph_op_counts_show_the_waste(flow, flow_model, x_np):
 
 def test_bad_inputs(torch_mod, flow, torch_model, flow_model, x_np):
     with pytest.raises(ValueError, match="eval mode"):
-        st.make_task(models.build_resnet("torch", "resnet18", num_classes=4), "original")
+        st.make_task(models.build_classifier("torch", "resnet18", num_classes=4), "original")
     task = st.make_task(torch_model, "single_forward")
     with pytest.raises(ValueError, match=r"\(batch, 3, H, W\)"):
         task(torch_mod.zeros(3, 32, 32))

@@ -40,8 +40,12 @@ def test_model_structure_and_output(torch_mod, model):
 
 
 def test_bad_arguments_and_inputs(torch_mod, model):
-    with pytest.raises(ValueError, match="unknown backbone 'vgg16'"):
-        team_model.BusinessModel("vgg16")
+    with pytest.raises(ValueError, match="no model 'no_such_net'"):
+        team_model.BusinessModel("no_such_net")
+    assert team_model.BusinessModel("mobilenet_v3_small")(torch_mod.zeros(2, 3, 32, 32)).shape == (
+        2,
+        8,
+    )  # any torchvision backbone: its last linear layer replaced by the head
     with pytest.raises(ValueError, match="num_classes and hidden"):
         team_model.BusinessModel("resnet18", num_classes=0)
     with pytest.raises(ValueError, match=r"\(batch, 3, height, width\)"):

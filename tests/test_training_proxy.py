@@ -49,7 +49,7 @@ def test_each_recipe_is_the_pages(proxy):
     ch2, ch8 = _training_cell("02_precision_alignment"), _training_cell("08_int8_quantization")
     assert "team_model.BusinessModel(" in ch2 and "zero_init_residual=True" in ch2
     assert "steps=S.train_steps, batch_size=32," in ch2
-    assert 'models.build_resnet("torch", ARCH, num_classes=S.num_classes)' in ch8
+    assert 'models.build_classifier("torch", ARCH, num_classes=S.num_classes)' in ch8
     assert "steps=4 * S_train.train_steps, val=val_split" in ch8  # the default batch
     default_batch = inspect.signature(train_classifier).parameters["batch_size"].default
     want = {"ch2": ("BusinessModel", True, 1, 32), "ch8": ("resnet", False, 4, default_batch)}

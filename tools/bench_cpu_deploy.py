@@ -93,7 +93,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
     seed_everything(0)
     size = S.image_size // 2 if S.mode == "quick" else S.image_size  # as chapter 8 trains
     train, val = data.make_splits(S.train_images, S.val_images, size, num_classes=S.num_classes)
-    net = models.build_resnet("torch", S.arch, num_classes=S.num_classes).to(device)
+    net = models.build_classifier("torch", S.arch, num_classes=S.num_classes).to(device)
     start = time.perf_counter()
     result = training.train_classifier(net, train, steps=4 * S.train_steps, val=val)
     print(f"trained {S.arch} at {size}px in {time.perf_counter() - start:.0f} s: {result}")
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     n_img = args.batch + args.calibration
     x_all = data.normalize(data.make_images(n_img, args.image_size, seed=5, num_classes=8)[0])
     xb, calib = np.ascontiguousarray(x_all[: args.batch]), x_all[args.batch :]
-    r101 = models.build_resnet("torch", "resnet101", num_classes=8)
+    r101 = models.build_classifier("torch", "resnet101", num_classes=8)
     models.calibrate_batchnorm(r101, torch.from_numpy(xb))
     r101.eval()
     onnx_path = export.export_and_verify(r101, torch.from_numpy(xb[:2]), work / "resnet101.onnx")

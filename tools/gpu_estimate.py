@@ -100,7 +100,7 @@ def _cost(p: Pass) -> dict[str, float]:
         if arch == "mobilenetv2":
             net = models.build_embedder("torch", 512, 1.0)
         else:
-            net = models.build_resnet("torch", arch, num_classes=8)
+            net = models.build_classifier("torch", arch, num_classes=8)
     x = torch.empty(batch, 3, size, size, device="meta")
     flops, traffic = FlopCounterMode(display=False), Traffic()
     opt = torch.optim.SGD(net.parameters(), lr=0.0) if kind in ("task", "train") else None

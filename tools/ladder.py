@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = ROOT / "results" / "local" / "ladder"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / (re.sub(r"[^\w.-]+", "_", args.model) + ".ipynb")
-    env = {**os.environ, "COURSE_MODEL": args.model}
+    env = {**os.environ, "COURSE_MODEL": args.model}  # every S.arch of the page
     if args.fewest:
         env["COURSE_FEWEST"] = "1"
     print(f"chapter 10 on {args.model}: executing into {out.relative_to(ROOT)} (minutes)")

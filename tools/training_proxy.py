@@ -64,7 +64,7 @@ def run(name: str, size: int, device: str = "cpu", splits: Any = None) -> dict[s
         kw = dict(num_classes=full.num_classes, zero_init_residual=r["zero_init"])
         model = team_model.BusinessModel(full.arch, **kw)
     else:
-        model = models.build_resnet("torch", full.arch, num_classes=full.num_classes)
+        model = models.build_classifier("torch", full.arch, num_classes=full.num_classes)
     model = model.to(device)
     untrained = predict.accuracy(model.eval(), val.x, val.y)
     steps = r["times"] * full.train_steps

@@ -207,14 +207,14 @@ def resnet_pair(
     """
     import torch
 
-    from helpers.workload.models import build_resnet, calibrate_batchnorm, twin
+    from helpers.workload.models import build_classifier, calibrate_batchnorm, twin
 
     given = same_threads(threads)  # before OneFlow starts: it reads its thread setting then
     flow = import_oneflow()
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, 3, image_size, image_size, generator=gen)
-    tm = calibrate_batchnorm(build_resnet("torch", arch, num_classes=8), x)
-    fm = twin(tm, "oneflow", build_resnet, arch, num_classes=8).eval()
+    tm = calibrate_batchnorm(build_classifier("torch", arch, num_classes=8), x)
+    fm = twin(tm, "oneflow", build_classifier, arch, num_classes=8).eval()
     fx = flow.tensor(x.numpy())
     with torch.inference_mode(), flow.no_grad():
         res = benchmark_interleaved(

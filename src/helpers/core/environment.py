@@ -30,7 +30,9 @@ __all__ = [
     "MODE_ENV",
     "MODES",
     "FEWEST_ENV",
+    "MODEL_ENV",
     "fewest",
+    "own_model",
     "Sizes",
     "SIZES",
     "get_mode",
@@ -58,6 +60,9 @@ __all__ = [
 MODE_ENV = "COURSE_MODE"
 MODES = ("quick", "full")
 FEWEST_ENV = "COURSE_FEWEST"
+# Your own classifier in every chapter's S.arch: a torchvision name, or package.module:function
+# (helpers.workload.models.build_classifier builds it). `make ladder MODEL=...` sets it.
+MODEL_ENV = "COURSE_MODEL"
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class Sizes:
     """Problem sizes for one mode; every chapter reads its sizes from here."""
 
     mode: str
-    arch: str  # the ResNet of case study 1 (a smaller sibling in quick mode)
+    arch: str  # case study 1's ResNet (a smaller sibling in quick mode), or $COURSE_MODEL
     image_size: int  # height = width of network inputs
     batch_size: int  # the "batch 16" of the case study
     batch_sweep: tuple[int, ...]  # batch sizes for sweeps
@@ -152,12 +157,24 @@ def _fewest(s: Sizes) -> Sizes:
     return replace(s, warmup=1, repeats=3, train_steps=steps, batch_sweep=sweep, fewest=True)
 
 
+def own_model() -> str | None:
+    """``$COURSE_MODEL``: your own classifier for every chapter's ``S.arch``, or None."""
+    value = os.environ.get(MODEL_ENV, "").strip()
+    return value or None
+
+
 def sizes(mode: str | None = None) -> Sizes:
-    """Problem sizes for ``mode`` (default: the current mode), repeats cut under ``COURSE_FEWEST=1``."""
+    """Problem sizes for ``mode`` (default: the current mode), repeats cut under ``COURSE_FEWEST=1``.
+
+    ``COURSE_MODEL`` (a torchvision classifier's name or ``package.module:function``) replaces
+    the course's ResNet as ``arch``, at the mode's sizes: your own model through the chapters.
+    """
     mode = get_mode() if mode is None else mode
     if mode not in SIZES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-    return _fewest(SIZES[mode]) if fewest() else SIZES[mode]
+    s = _fewest(SIZES[mode]) if fewest() else SIZES[mode]
+    own = own_model()
+    return replace(s, arch=own) if own else s
 
 
 def sizes_on(device: Any, mode: str | None = None) -> Sizes:

@@ -3,9 +3,9 @@
 - ResNet-18/50/101 classifiers (case study 1; ResNet-101 in full mode, a smaller
   sibling in quick mode),
 - any other classifier, the reader's own (:func:`build_classifier`: a torchvision name, or
-  ``module:function``; ``COURSE_MODEL`` names it for the pages that invite your own model, see
-  :func:`own_arch`), with flowvision's namesake as its OneFlow twin where one exists
-  (:func:`oneflow_counterpart` says why not otherwise),
+  ``module:function``; ``COURSE_MODEL`` puts it in every chapter's ``S.arch``, see
+  :func:`helpers.core.environment.sizes`), with flowvision's namesake as its OneFlow twin where
+  one exists (:func:`oneflow_counterpart` says why not otherwise),
 - a MobileNetV2 face-style embedder producing L2-normalised embeddings (case study 2),
 
 plus weight transfer in both directions through NumPy, which names any
@@ -16,7 +16,6 @@ All weights are random or trained here: nothing is downloaded.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,12 +28,9 @@ __all__ = [
     "RESNETS",
     "framework_of",
     "nn_namespace",
-    "OWN_MODEL_ENV",
-    "own_arch",
     "resolve_builder",
     "build_classifier",
     "oneflow_counterpart",
-    "build_resnet",
     "build_embedder",
     "state_dict_numpy",
     "load_numpy_state",
@@ -73,24 +69,6 @@ def nn_namespace(framework: str) -> tuple[Any, Any, Any]:
         return torch, torch.nn, torch.nn.functional
     flow = import_oneflow()
     return flow, flow.nn, flow.nn.functional
-
-
-# The environment variable naming the reader's own classifier (a torchvision name or
-# module:function) for the pages that invite it; `make ladder MODEL=...` sets it.
-OWN_MODEL_ENV = "COURSE_MODEL"
-
-
-def own_arch(default: str) -> str:
-    """``$COURSE_MODEL`` when set (your own classifier), else ``default`` (the page's model).
-
-    The name is checked here, so that a typo fails at the top of the page with the list of what
-    would work, not minutes later.
-    """
-    value = os.environ.get(OWN_MODEL_ENV, "").strip()
-    if not value:
-        return default
-    resolve_builder(value)
-    return value
 
 
 def _torchvision_names() -> list[str]:
@@ -159,6 +137,7 @@ def build_classifier(
     ``zero_init_residual`` (ResNets and their kin): the last BatchNorm of every residual branch
     starts at zero, so each block starts as its shortcut (Goyal et al., 2017) and a network
     trained from scratch learns in few steps; ``None`` sets it where the architecture offers it.
+    The course's ResNets (:data:`RESNETS`) are built the same way.
     """
     _check_framework(framework)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
@@ -181,25 +160,6 @@ def build_classifier(
     with warnings.catch_warnings():  # in-place activations OneFlow runs out of place
         warnings.filterwarnings("ignore", message=".*do not support inplace.*")
         return getattr(flowvision.models, arch)(pretrained=False, **kw)
-
-
-def build_resnet(
-    framework: str,
-    arch: str = "resnet101",
-    num_classes: int = 1000,
-    zero_init_residual: bool = False,
-) -> Any:
-    """A randomly initialised ResNet from torchvision or flowvision (same structure, same keys).
-
-    ``zero_init_residual``: the last BatchNorm of every residual branch starts at zero, so that
-    each block starts as its shortcut (Goyal et al., 2017). A network to be trained from scratch
-    in a few steps needs it: without it a ResNet-101 at 224 px, 30 steps of batch 32, ended
-    near chance with its loss above where it started.
-    """
-    _check_framework(framework)
-    if arch not in RESNETS:
-        raise ValueError(f"unknown arch {arch!r}; use one of {', '.join(RESNETS)}")
-    return build_classifier(framework, arch, num_classes, zero_init_residual)
 
 
 def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> Any:

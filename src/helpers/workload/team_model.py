@@ -7,8 +7,9 @@ edits its four import lines on the page, and it imports the file unchanged under
 ``oneflow.mock_torch`` (:mod:`helpers.porting.migration`), as chapters 2 and 3 do too. So keep it
 free of course-specific code and of framework branches, and keep its import lines as they are.
 
-- :class:`BusinessModel` -- ``torchvision.models.<arch>`` backbone (ResNet-101 in the case study)
-  whose classifier is replaced by :class:`TaskHead` (Linear -> ReLU -> Dropout -> Linear);
+- :class:`BusinessModel` -- ``torchvision.models.<arch>`` backbone (ResNet-101 in the case study;
+  any torchvision classifier works, the reader's own too) whose last linear layer is replaced by
+  :class:`TaskHead` (Linear -> ReLU -> Dropout -> Linear);
 - :func:`train_steps` -- the team's training loop (SGD with momentum, cross-entropy);
 - :func:`predict` -- class probabilities for a batch, gradients off;
 - :func:`compile_for_serving` -- ``torch.compile`` for deployment (a PyTorch 2 API).
@@ -38,8 +39,9 @@ class TaskHead(nn.Module):
 
 
 class BusinessModel(nn.Module):
-    """A torchvision ResNet backbone (its ``fc`` removed) followed by a :class:`TaskHead`;
-    ``zero_init_residual`` is torchvision's (each residual block starts as its shortcut)."""
+    """A torchvision backbone (its last linear layer removed) followed by a :class:`TaskHead`;
+    ``zero_init_residual`` is torchvision's (ResNets: each residual block starts as its shortcut).
+    """
 
     def __init__(
         self,
@@ -50,21 +52,35 @@ class BusinessModel(nn.Module):
         zero_init_residual: bool = False,
     ):
         super().__init__()
-        if arch not in ARCHS:
-            raise ValueError(f"unknown backbone {arch!r}; use one of {', '.join(ARCHS)}")
+        if not callable(getattr(torchvision.models, arch, None)):
+            raise ValueError(f"torchvision.models has no model {arch!r} (the case study: {ARCHS})")
         if num_classes < 1 or hidden < 1:
             raise ValueError(f"num_classes and hidden must be >= 1, got {num_classes} and {hidden}")
         # random weights: nothing is downloaded
-        backbone = getattr(torchvision.models, arch)(zero_init_residual=zero_init_residual)
-        in_features = backbone.fc.in_features
-        backbone.fc = nn.Identity()
+        options = {"zero_init_residual": True} if zero_init_residual else {}
+        backbone = getattr(torchvision.models, arch)(**options)
+        parent, name, last = _last_linear(backbone)
+        setattr(parent, name, nn.Identity())  # the backbone now ends with its features
         self.backbone = backbone
-        self.head = TaskHead(in_features, num_classes, hidden, dropout)
+        self.head = TaskHead(last.in_features, num_classes, hidden, dropout)
 
     def forward(self, images):
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError("expected images of shape (batch, 3, height, width)")
         return self.head(torch.flatten(self.backbone(images), 1))
+
+
+def _last_linear(backbone):
+    """(parent module, attribute name, layer) of the backbone's last ``nn.Linear``: a ResNet's
+    ``fc``, a MobileNet's ``classifier[3]``."""
+    found = None
+    for parent in backbone.modules():
+        for name, child in parent.named_children():
+            if type(child).__name__ == "Linear":  # by name: whichever framework built it
+                found = (parent, name, child)
+    if found is None:
+        raise ValueError(f"{type(backbone).__name__} has no linear layer to replace by the head")
+    return found
 
 
 def train_steps(
