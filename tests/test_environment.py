@@ -209,3 +209,15 @@ def test_cpu_family_names_the_generation():
     family = env._cpu_family()
     assert family is None or family.startswith("family ")
     assert env.environment_report()["cpu_family"] == family
+
+
+def test_course_model_is_every_chapters_arch_at_the_modes_sizes(monkeypatch, capsys):
+    """Your own model: COURSE_MODEL replaces the course's ResNet in S and in OneFlow's S_flow."""
+    monkeypatch.delenv(env.MODEL_ENV, raising=False)
+    assert env.sizes("quick").arch == "resnet18" and env.own_model() is None
+    monkeypatch.setenv(env.MODEL_ENV, " mobilenet_v3_small ")
+    quick, full = env.sizes("quick"), env.sizes("full")
+    assert quick.arch == full.arch == "mobilenet_v3_small"
+    assert quick.image_size == 64 and full.image_size == 224  # the mode's sizes stay
+    monkeypatch.setenv(env.MODE_ENV, "full")
+    assert env.sizes_on("cpu").arch == "mobilenet_v3_small"  # OneFlow's follow
