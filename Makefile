@@ -151,7 +151,9 @@ setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(T
 # clone; nbval records each one's wall time and peak memory in _build/nbval_times/ (conftest.py).
 # The OneFlow split is not a crash guard (the native crashes in nn.Graph runs were a race in
 # OneFlow 0.9.0's launcher, fixed before OneFlow starts by helpers/core/oneflow_fix.py); it keeps OneFlow's runtime threads (its VM scheduler spins between
-# instructions) off the cores of the PyTorch tests, and it shows those tests need no OneFlow at all.
+# instructions) off the cores of the PyTorch tests, and it shows those tests need no OneFlow at all
+# (tests/conftest.py fails the no-oneflow test after which OneFlow is loaded; README.md says which
+# group guards what).
 UNIT := $(PY) -m pytest -q tests --ignore=tests/book
 test: setup
 	$(RUN_ENV) COURSE_TEST_GROUP=no-oneflow $(UNIT)

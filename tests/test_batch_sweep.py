@@ -45,6 +45,8 @@ def test_fastest_thread_count(torch_mod):
         best in (1, 2) and set(times) == {1, 2} and all(len(m.times_s) == 2 for m in times.values())
     )
     assert set(seen) == {1, 2}  # each candidate really ran with its thread count
+    # and each measurement states its own count (not the count PyTorch was left with)
+    assert {t: m.threads for t, m in times.items()} == {1: 1, 2: 2}
     assert torch_mod.get_num_threads() == before  # restored
     with pytest.raises(ValueError, match="positive thread counts"):
         batch_sweep.fastest_thread_count(lambda: None, [0])

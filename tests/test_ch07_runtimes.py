@@ -86,14 +86,16 @@ def test_embedder_timings_reads_back_the_policy_of_its_process(tmp_path, torch_m
     export.export_onnx(emb, torch_mod.from_numpy(x[:2]), tmp_path / "embedder_simplified.onnx")
     job = dict(arch="mobilenet_v2", dim=8, width=0.25, work_dir=str(tmp_path), threads=1)
     job |= dict(batches=[1, 4], warmup=1, repeats=2)
+    # a spinning session in a PASSIVE process: each setting is read back from its own source
+    # (the session's options, the process's environment), not derived from the other
     out = run_in_subprocess(
         "helpers.chapters.ch07_runtimes:embedder_timings",
-        dict(job, spinning=False),
+        dict(job, spinning=True),
         env={"OMP_WAIT_POLICY": "PASSIVE"},
         unset=["OMP_WAIT_POLICY"],
         timeout_s=300,
     )["result"]
-    assert out["policy"] == "PASSIVE" and out["ort_spinning"] == "0"
+    assert out["policy"] == "PASSIVE" and out["ort_spinning"] == "1" and out["torch_threads"] == 1
     assert set(out["rows"]) == {
         "PyTorch eager, batch 1",
         "PyTorch eager, batch 4",

@@ -16,15 +16,10 @@ from helpers.core.comparison import (
 )
 
 
-def test_to_numpy_accepts_tensors_arrays_and_lists(torch_mod, flow):
+def test_to_numpy_accepts_tensors_arrays_and_lists(torch_mod):
+    """OneFlow tensors: in tests/test_comparison_oneflow.py, so this file runs without OneFlow."""
     ref = np.arange(6, dtype=np.float64).reshape(2, 3)
-    for x in (
-        ref,
-        ref.tolist(),
-        torch_mod.tensor(ref),
-        flow.tensor(ref),
-        torch_mod.tensor(ref).half(),
-    ):
+    for x in (ref, ref.tolist(), torch_mod.tensor(ref), torch_mod.tensor(ref).half()):
         out = to_numpy(x)
         assert out.dtype == np.float64 and out.shape == (2, 3)
         np.testing.assert_array_equal(out, ref)
@@ -220,6 +215,22 @@ def test_bound_used_is_what_the_assertion_reports_and_fails_above_one():
         bound_used(ref, ref, mode="bf16")
     with pytest.raises(ValueError, match="different shapes"):
         bound_used(ref[:3], ref, mode="fp32")
+
+
+def test_an_explicit_accumulation_reaches_the_bound_with_a_named_network():
+    """``accumulation="op"`` with ``network`` named: the assertion and ``bound_used`` apply the
+    one-layer bound, 64 times tighter than ResNet-101's; an error between the two fails."""
+    ref = np.linspace(-2.0, 2.0, 50)
+    op = precision.tolerance("fp32", accumulation="op", scale=2.0)
+    out = ref + 4 * op.atol  # four one-layer bounds, inside ResNet-101's 64 of them
+    kwargs = dict(mode="fp32", network="resnet101")
+    assert bound_used(out, ref, **kwargs) < 0.1  # the control: the network's bound passes it
+    assert_outputs_close(out, ref, **kwargs)
+    assert bound_used(out, ref, accumulation="op", **kwargs) > 2
+    with pytest.raises(AssertionError, match="differ by more than"):
+        assert_outputs_close(out, ref, accumulation="op", **kwargs)
+    cmp = assert_outputs_close(ref + 0.5 * op.atol, ref, accumulation="op", **kwargs)
+    assert cmp.tolerance.accumulation == 8.0 and 0.2 < cmp.used <= 0.5
 
 
 @pytest.mark.parametrize("mode", ["tf32", "bf16", "fp16", "int8"])

@@ -1,5 +1,8 @@
 """The book's structure: every notebook is in the table of contents, committed clean, and uses helpers."""
 
+# course-test-group: no-oneflow
+# (OneFlow appears here in patterns the pages must contain and in a subprocess's code)
+
 from __future__ import annotations
 
 import json

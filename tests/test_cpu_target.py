@@ -40,6 +40,26 @@ def test_streams_runner_keeps_every_image_in_its_place(tiny):
     assert two.call(x[:1]).shape == (1, 4)  # a batch smaller than the streams
 
 
+def test_each_variant_states_the_threads_its_runtime_has(tiny, torch_mod):
+    """Chapter 8's thread-matched comparison: the threads each variant states are read back from
+    what runs it (the ONNX Runtime session's options, PyTorch's getter, the compiled model)."""
+    model, path, _, _ = tiny
+    saved = torch_mod.get_num_threads()
+    try:
+        for n in (1, 2):
+            ort = cpu_target.ort_variant("ort", path, n)
+            options = ort.call.__self__.handle.get_session_options()  # the runner's session
+            assert (options.intra_op_num_threads, options.inter_op_num_threads) == (n, 1)
+            assert ort.threads == n and ort.settings["inter_op_threads"] == 1
+            torch_n = cpu_target.torch_variants(model, n)
+            assert torch_mod.get_num_threads() == n
+            assert {v.threads for v in torch_n.values()} == {n}
+            ov = cpu_target.openvino_variant("ov", path, n)
+            assert ov.threads == ov.settings["threads"] == n
+    finally:
+        torch_mod.set_num_threads(saved)
+
+
 def test_openvino_variant_rejects_bad_settings(tiny):
     _, path, _, _ = tiny
     with pytest.raises(ValueError, match="streams"):

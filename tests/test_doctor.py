@@ -5,6 +5,9 @@ here by path. Its constants are checked against what they describe: the OneFlow 
 helpers.core.cuda_compat, the glibc floor against nvidia-pytriton's wheel tag and binaries.
 """
 
+# course-test-group: no-oneflow
+# (OneFlow appears only as a package name of faked machines)
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,8 @@
 """tools/full_cpu_run.py (`make fullcpu`): what it reads from nbval's files and the table it writes."""
 
+# course-test-group: no-oneflow
+# ("oneflow" is only a framework name in the GPU estimate's tables)
+
 from __future__ import annotations
 
 import importlib.util

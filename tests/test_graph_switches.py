@@ -63,6 +63,25 @@ def test_switched_graph_add_fusion_against_its_control(flow):
     np.testing.assert_allclose(y_fused, y_plain, atol=1e-4, rtol=1e-4)
 
 
+def test_each_switch_reaches_the_graphs_config(flow):
+    """AMP and the convolution search change nothing on a CPU, so their effect is read back from
+    the graph's own config (the proto OneFlow compiles with); every switch against its default."""
+    fm = models.build_resnet("oneflow", "resnet18", num_classes=4).eval()
+
+    def config(**switches):
+        p = gs.SwitchedGraph(fm, **switches).config.proto
+        return (
+            p.enable_auto_mixed_precision,
+            p.cudnn_conv_heuristic_search_algo,
+            p.enable_fuse_add_to_output,
+        )
+
+    assert config() == (False, True, False)  # the control: OneFlow's defaults
+    assert config(amp=True) == (True, True, False)
+    assert config(conv_search=True) == (False, False, False)  # measured, not guessed
+    assert config(add_fusion=True) == (False, True, True)
+
+
 def test_variant_validation():
     assert gs._variant_switches({"name": "x", "amp": 1}) == {
         "amp": True,

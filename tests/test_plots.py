@@ -1,5 +1,8 @@
 """helpers.show.plots: every figure function returns an Axes and rejects empty input."""
 
+# course-test-group: no-oneflow
+# ("oneflow" is only a curve's label here)
+
 from __future__ import annotations
 
 import pytest

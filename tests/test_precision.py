@@ -282,6 +282,25 @@ def test_tolerance_formula_and_use():
     assert_outputs_close(np.ones(3) + 0.9 * tol.atol, np.ones(3), **tol.as_kwargs())
 
 
+def test_an_explicit_accumulation_wins_over_a_named_network():
+    """``accumulation="op"`` or a number sets the bound even when ``network`` is named too; only
+    the default ``"network"`` takes the named network's measured factor (M04 of the mutation
+    sample: a named network overrode them, a bound up to 64x looser)."""
+    per_unit = 2.0**-11 + math.log2(4608) * U32  # TF32's u + the float32 order term
+    op = precision.tolerance("tf32", accumulation="op", network="resnet101", scale=3.0)
+    assert (op.rtol, op.atol) == pytest.approx((8 * per_unit, 3 * 8 * per_unit))
+    number = precision.tolerance("tf32", accumulation=2.0, network="resnet18", scale=3.0)
+    assert (number.rtol, number.atol) == pytest.approx((2 * per_unit, 3 * 2 * per_unit))
+    for acc in ("op", 2.0):  # the same bound as without the network
+        alone = precision.tolerance("fp32", accumulation=acc, scale=5.0)
+        named = precision.tolerance("fp32", accumulation=acc, network="resnet101", scale=5.0)
+        assert (named.atol, named.rtol) == (alone.atol, alone.rtol)
+    # the control: the default accumulation does take the network's factor (16 for ResNet-18)
+    r18 = precision.tolerance("tf32", network="resnet18", scale=3.0)
+    assert (r18.rtol, r18.atol) == pytest.approx((16 * per_unit, 3 * 16 * per_unit))
+    assert precision.tolerance("tf32", network="resnet101").rtol == pytest.approx(64 * op.rtol)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -182,3 +182,28 @@ def test_quantize_onnx_per_tensor_weights_have_one_scale(tiny, tmp_path):
             if n.op_type == "DequantizeLinear" and getattr(inits.get(n.input[0]), "ndim", 0) == 4
         ]
         assert len(sizes) == 2 and all((s > 1) == per_channel for s in sizes), sizes
+
+
+def _activation_scales(path) -> list[float]:
+    """The scales of a QDQ model's activations: the QuantizeLinear nodes' second inputs."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(path))
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    return [float(inits[n.input[1]]) for n in proto.graph.node if n.op_type == "QuantizeLinear"]
+
+
+def test_the_calibration_method_reaches_the_activation_scales(tiny, tmp_path):
+    """The method the report names is the one that chose the ranges: a percentile calibration
+    clips the extremes a min-max one keeps, so its scales come out smaller (read from the file)."""
+    _, path, calib = tiny
+    reps = {
+        method: q.quantize_onnx(path, tmp_path / f"{method}.onnx", calib, method=method)
+        for method in ("minmax", "percentile")
+    }
+    scales = {method: _activation_scales(rep.path) for method, rep in reps.items()}
+    assert reps["percentile"].settings["method"] == "percentile"
+    assert len(scales["minmax"]) == len(scales["percentile"]) > 0
+    assert all(p <= m for p, m in zip(scales["percentile"], scales["minmax"]))
+    assert scales["percentile"] != scales["minmax"]

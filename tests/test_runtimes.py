@@ -127,6 +127,30 @@ def test_openvino_f32_matches_and_reports_precision(tiny_onnx, capsys):
     assert all(p != "bf16" for (_, p) in runner.info["runtime_precisions"])
 
 
+def test_openvino_settings_are_read_back_from_the_compiled_model(tiny_onnx):
+    """Threads, performance hint and precision as the compiled model has them."""
+    import openvino as ov
+
+    path, _, _ = tiny_onnx
+    for threads, hint in ((1, "THROUGHPUT"), (2, "LATENCY")):
+        runner = runtimes.openvino_model(
+            path, precision="f32", threads=threads, performance_hint=hint, verbose=False
+        )
+        compiled = runner.handle
+        assert compiled.get_property("INFERENCE_NUM_THREADS") == runner.threads == threads
+        assert str(compiled.get_property("PERFORMANCE_HINT")) == hint
+        assert runtimes.ov_type_name(compiled.get_property("INFERENCE_PRECISION_HINT")) in (
+            "f32",
+            "float32",
+        )
+    if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        bf16 = runtimes.openvino_model(path, precision="bf16", threads=1, verbose=False)
+        assert runtimes.ov_type_name(bf16.handle.get_property("INFERENCE_PRECISION_HINT")) in (
+            "bf16",
+            "bfloat16",
+        )
+
+
 def test_openvino_runner_is_safe_to_call_from_threads(tiny_onnx):
     """Chapter 10's pipeline calls one runner from two threads: each must get its own answer."""
     import threading
@@ -232,6 +256,138 @@ def test_runner_states_device_math_mode_and_threads(tiny_onnx):
     assert "cpu" in str(runner) and "1 threads" in str(runner)
     ov = runtimes.openvino_model(path, precision="f32", threads=1, verbose=False)
     assert (ov.device, ov.math_mode, ov.threads, ov.on_device) == ("cpu", "fp32", 1, False)
+
+
+def test_create_session_applies_threads_wait_policy_and_optimisation(tiny_onnx, monkeypatch):
+    """Read back from the session ONNX Runtime built, not from the runner's label (M11 of the
+    mutation sample: threads never passed on while the runner still reported them)."""
+    path, _, _ = tiny_onnx
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # so spinning=True differs from the default
+    for intra, inter, spinning, level in ((1, 1, False, "basic"), (2, 3, True, "extended")):
+        runner = runtimes.create_session(
+            path,
+            "cpu",
+            intra_op_threads=intra,
+            inter_op_threads=inter,
+            spinning=spinning,
+            optimization=level,
+            verbose=False,
+        )
+        opts = runner.handle.get_session_options()
+        assert (opts.intra_op_num_threads, opts.inter_op_num_threads) == (intra, inter)
+        for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+            assert opts.get_session_config_entry(key) == ("1" if spinning else "0")
+        want = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED"}[level]
+        assert opts.graph_optimization_level.name == want
+        assert runner.threads == runner.info["intra_op_threads"] == intra
+    # left to ONNX Runtime: its default threads (0 in the options), stated as such; the wait
+    # policy follows PyTorch's (OMP_WAIT_POLICY=PASSIVE: no spinning)
+    default = runtimes.create_session(path, "cpu", verbose=False)
+    opts = default.handle.get_session_options()
+    assert opts.intra_op_num_threads == 0 and default.threads == "default"
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+class _FakeOrtSession:
+    """Stands in for ``onnxruntime.InferenceSession`` on a machine without a GPU: records what
+    it was given and reports the first provider as started."""
+
+    made: list = []
+
+    def __init__(self, path, sess_options=None, providers=()):
+        self.path, self.options, self.providers = path, sess_options, list(providers)
+        _FakeOrtSession.made.append(self)
+
+    def get_providers(self):
+        return [p if isinstance(p, str) else p[0] for p in self.providers]
+
+    def get_session_options(self):
+        return self.options
+
+    def get_inputs(self):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name="input", shape=[None, 3, 8, 8])]
+
+    def get_outputs(self):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name="output", shape=[None, 4])]
+
+
+def test_gpu_sessions_get_their_provider_options_device_and_threads(tiny_onnx, monkeypatch):
+    """The GPU path without a GPU: the options given for CUDA or TensorRT reach that provider
+    (and only it), and the runner's device and math mode are derived from what was passed."""
+    import onnxruntime as ort
+
+    path, _, _ = tiny_onnx
+    monkeypatch.setattr(
+        runtimes, "provider_status", lambda: dict.fromkeys(runtimes.ORT_PROVIDERS, "usable")
+    )
+    monkeypatch.setattr(ort, "preload_dlls", lambda: None, raising=False)
+    monkeypatch.setattr(ort, "InferenceSession", _FakeOrtSession)
+    _FakeOrtSession.made = []
+    cuda = runtimes.create_session(
+        path,
+        "cuda",
+        provider_options={"use_tf32": 0, "device_id": 1},
+        intra_op_threads=2,
+        verbose=False,
+    )
+    sess = _FakeOrtSession.made[-1]
+    assert sess.providers == [
+        ("CUDAExecutionProvider", {"use_tf32": 0, "device_id": 1}),
+        "CPUExecutionProvider",  # the fallback for unsupported ops gets no GPU options
+    ]
+    assert (cuda.device, cuda.math_mode, cuda.on_device) == ("cuda:1", "fp32", True)
+    assert sess.options.intra_op_num_threads == 2 and cuda.threads == 2
+    trt = runtimes.create_session(
+        path,
+        "tensorrt",
+        provider_options={"trt_fp16_enable": True},
+        trt_cache_dir=path.parent,
+        verbose=False,
+    )
+    name, opts = _FakeOrtSession.made[-1].providers[0]
+    assert name == "TensorrtExecutionProvider" and opts["trt_fp16_enable"] == "True"
+    assert opts["trt_engine_cache_path"] == str(path.parent) and trt.math_mode == "fp16"
+    assert _FakeOrtSession.made[-1].providers[1:] == [
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    ]
+
+
+def test_a_bound_gpu_run_is_timed_until_its_outputs_are_ready(monkeypatch, tiny_onnx):
+    """``Runner.benchmark`` on a GPU times the I/O-bound run through ``synchronize_outputs``: a
+    stand-in session whose work is done only then shows each timed call holding its work."""
+    from helpers.measure import timer
+
+    clock = type("Clock", (), {"now": 0.0, "perf_counter": lambda self: self.now})()
+    monkeypatch.setattr(timer, "time", clock)
+    events = []
+
+    class Session:
+        def run_with_iobinding(self, binding):
+            events.append("run")
+            binding.queued += 1
+            clock.now += 0.001  # the launch
+
+    class Binding:
+        queued = 0
+
+        def synchronize_outputs(self):
+            events.append("sync")
+            clock.now += 0.010 * self.queued  # the work
+            self.queued = 0
+
+    path, x, _ = tiny_onnx
+    runner = runtimes.create_session(path, "cpu", intra_op_threads=1, verbose=False)
+    runner.device = "cuda:0"
+    bound = runtimes.BoundRun(Session(), Binding(), None, "cuda:0", len(x))
+    monkeypatch.setattr(runner, "bind", lambda arr: bound)
+    m = runner.benchmark(x, warmup=2, repeats=3)
+    assert m.meta["io_binding"] is True and m.times_s == pytest.approx([0.011] * 3)
+    assert events == ["run", "sync"] * 5  # every call, warm-up included, waits for its outputs
 
 
 def test_io_binding_on_the_cpu_matches_the_plain_run(tiny_onnx):

@@ -1,5 +1,8 @@
 """helpers.serving.triton_repo: Triton model configurations built, written and validated with Triton's own schema."""
 
+# course-test-group: no-oneflow
+# (OneFlow-Serving layouts are written from a stand-in saved graph; no OneFlow is imported)
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -162,6 +165,82 @@ def test_python_runtime_model_layout(tmp_path, onnx_file):
             inputs=IMG,
             outputs=EMB,
         )
+
+
+def _load_written_model(model_dir: Path, monkeypatch) -> object:
+    """Instantiate the model.py a repository holds as Triton's Python backend would: its own
+    config.pbtxt as JSON, with a stand-in for the stub's ``triton_python_backend_utils``."""
+    import importlib.util
+    import sys
+    import types
+
+    import numpy as np
+    from google.protobuf import json_format
+
+    utils = types.ModuleType("triton_python_backend_utils")
+    utils.triton_string_to_numpy = lambda name: {"TYPE_FP32": np.float32}[name]
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    spec = importlib.util.spec_from_file_location("written_model", model_dir / "1" / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = sr.validate_model_dir(model_dir)
+    model = module.TritonPythonModel()
+    model.initialize(
+        {
+            "model_config": json_format.MessageToJson(cfg, preserving_proto_field_name=True),
+            "model_repository": str(model_dir),
+            "model_version": "1",
+            "model_instance_kind": "CPU",
+        }
+    )
+    return model
+
+
+def test_the_threads_a_served_model_is_given_reach_its_runtime(tmp_path, torch_mod, monkeypatch):
+    """``threads=`` of a Python-backend model, through config.pbtxt and the model.py it runs,
+    is what the ONNX Runtime session and the compiled OpenVINO model have (spies on both)."""
+    import numpy as np
+    import onnxruntime as ort
+    import openvino as ov
+
+    from helpers.deploy import export
+
+    net = torch_mod.nn.Sequential(torch_mod.nn.Flatten(), torch_mod.nn.Linear(3 * 8 * 8, 4))
+    onnx_path = export.export_onnx(
+        net.eval(), torch_mod.zeros(2, 3, 8, 8), tmp_path / "m.onnx"
+    ).path
+    sessions, compiled = [], []
+    real_session, real_compile = ort.InferenceSession, ov.Core.compile_model
+    monkeypatch.setattr(
+        ort,
+        "InferenceSession",
+        lambda *a, **k: sessions.append(real_session(*a, **k)) or sessions[-1],
+    )
+    monkeypatch.setattr(
+        ov.Core,
+        "compile_model",
+        lambda self, *a, **k: compiled.append(real_compile(self, *a, **k)) or compiled[-1],
+    )
+    x = np.zeros((2, 3, 8, 8), np.float32)
+    for threads in (1, 2):
+        for runtime in ("onnxruntime", "openvino"):
+            model_dir = sr.python_runtime_model(
+                tmp_path / f"repo{threads}",
+                runtime,
+                onnx_path,
+                runtime=runtime,
+                inputs=IMG,
+                outputs=EMB,
+                max_batch_size=4,
+                threads=threads,
+            )
+            model = _load_written_model(model_dir, monkeypatch)
+            assert model.run(x).shape == (2, 4)
+        options = sessions[-1].get_session_options()
+        assert (options.intra_op_num_threads, options.inter_op_num_threads) == (threads, 1)
+        assert compiled[-1].get_property("INFERENCE_NUM_THREADS") == threads
+        # and the explicit precision (OpenVINO would pick bf16 on a CPU that has it)
+        assert compiled[-1].get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
 
 
 def test_production_layouts(tmp_path, onnx_file, saved_graph):

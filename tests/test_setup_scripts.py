@@ -1,5 +1,8 @@
 """tools/check_disk.sh, which `make setup` leans on, and how `make test` runs its pytest processes."""
 
+# course-test-group: no-oneflow
+# (OneFlow appears here as a group name and a stand-in module; the pytest runs are subprocesses)
+
 from __future__ import annotations
 
 import os
@@ -58,20 +61,81 @@ def test_make_test_runs_each_pytest_process_once() -> None:
         assert "COURSE_TEST_GROUP=oneflow $(UNIT)" in recipe
 
 
-def test_unit_test_groups_split_every_file_once() -> None:
-    """Each test file lands in exactly one of the two unit-test processes."""
+def _tests_conftest():
     import importlib.util
 
     # by path: "conftest" in sys.modules may be another folder's (tests/gpu has one)
     spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
     tests_conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tests_conftest)
-    uses_oneflow = tests_conftest.uses_oneflow
+    return tests_conftest
+
+
+def test_unit_test_groups_split_every_file_once() -> None:
+    """Each test file lands in exactly one of the two unit-test processes; a file that names
+    OneFlow only as a label declares its group."""
+    conftest = _tests_conftest()
+    uses_oneflow, file_group = conftest.uses_oneflow, conftest.file_group
 
     files = sorted((ROOT / "tests").glob("test_*.py"))
-    flow_files = {f.name for f in files if uses_oneflow(f.read_text())}
-    assert "test_graphs.py" in flow_files and "test_data.py" not in flow_files
+    groups = {f.name: file_group(f.read_text()) for f in files}
+    assert set(groups.values()) == set(conftest.TEST_GROUPS)
+    assert groups["test_graphs.py"] == "oneflow" and groups["test_data.py"] == "no-oneflow"
+    # the guards of the settings' effects run in the group a developer runs first
+    for name in ("test_timer.py", "test_comparison.py", "test_serving_repo.py", "test_ladder.py"):
+        assert groups[name] == "no-oneflow", name
+    assert groups["test_timer_oneflow.py"] == groups["test_comparison_oneflow.py"] == "oneflow"
     assert uses_oneflow("def test_x(flow):") and not uses_oneflow("import torch  # workflow")
+    declared = "# course-test-group: no-oneflow\ndef test_x(flow): ..."
+    assert file_group(declared) == "no-oneflow" and file_group("import oneflow") == "oneflow"
+    for bad in ("# course-test-group: gpu\n", "# course-test-group: oneflow\n" * 2):
+        with pytest.raises(pytest.UsageError, match="declares"):
+            file_group(bad)
+
+
+def _pytest_in(folder: Path, group: str, *args: str) -> subprocess.CompletedProcess:
+    """pytest with the course's tests/conftest.py on the test files of ``folder``, in a subprocess."""
+    import sys
+
+    shutil.copy(ROOT / "tests" / "conftest.py", folder / "conftest.py")
+    env = dict(os.environ, COURSE_TEST_GROUP=group)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=folder,
+    )
+
+
+def test_named_files_are_filtered_and_a_test_that_loads_oneflow_fails(tmp_path: Path) -> None:
+    """In the no-oneflow process: a named file of the other group is not imported (one skipped
+    test says which group), and the test after which OneFlow is loaded fails, once, so a wrong
+    declaration cannot pass unseen; a stand-in put back by monkeypatch is no offence."""
+    (tmp_path / "test_other.py").write_text(
+        "raise RuntimeError('the other group was imported')\n\ndef test_x(flow):\n    pass\n"
+    )
+    (tmp_path / "test_declared.py").write_text(
+        "# course-test-group: no-oneflow\n"
+        "import sys, types\n\n"
+        "def test_a_stand_in_put_back(monkeypatch):\n"
+        "    monkeypatch.setitem(sys.modules, 'oneflow', types.ModuleType('oneflow'))\n\n"
+        "def test_loads_it():\n"
+        "    sys.modules['oneflow'] = types.ModuleType('oneflow')\n\n"
+        "def test_after():\n"
+        "    pass\n"
+    )
+    out = _pytest_in(tmp_path, "no-oneflow", "test_other.py", "test_declared.py")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "3 passed, 1 skipped, 1 error" in out.stdout
+    assert "the other group was imported" not in out.stdout
+    assert "test_other.py is in the oneflow test group" in out.stdout
+    assert "left out 1 named file(s) of the other group: test_other.py" in out.stdout
+    assert "ERROR at teardown of test_loads_it" in out.stdout
+    assert "OneFlow was imported in the no-oneflow test process" in out.stdout
+    bad = _pytest_in(tmp_path, "gpu", "test_declared.py")
+    assert bad.returncode != 0 and "COURSE_TEST_GROUP must be one of" in bad.stderr
 
 
 def test_no_oneflow_group_never_imports_oneflow(tmp_path: Path) -> None:

@@ -1,6 +1,12 @@
 """helpers.core.threads: the same CPU threads for every framework of a comparison."""
 
+# course-test-group: no-oneflow
+# (an imported OneFlow is a stand-in module here: OneFlow 0.9.0 has no getter to read back)
+
 from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +31,23 @@ def test_same_threads_sets_every_framework(monkeypatch, torch_mod):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="positive int"):
             threads.same_threads(bad)
+
+
+def test_same_threads_sets_an_imported_oneflow(monkeypatch, torch_mod):
+    """An already imported OneFlow gets ``set_num_threads(n)`` (a spy: it has no getter), and
+    the count the measurements record is the one it was given."""
+    monkeypatch.delenv(threads.ONEFLOW_THREADS_ENV, raising=False)
+    monkeypatch.setattr(threads, "_flow_threads", None)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    given = []
+    monkeypatch.setitem(sys.modules, "oneflow", SimpleNamespace(set_num_threads=given.append))
+    saved = torch_mod.get_num_threads()
+    try:
+        assert threads.same_threads(1) == 1
+        assert given == [1] and torch_mod.get_num_threads() == 1
+        assert threads.framework_threads("oneflow") == threads.oneflow_threads() == 1
+    finally:
+        torch_mod.set_num_threads(saved)
 
 
 def test_oneflow_threads_default_and_env(monkeypatch):

@@ -1,6 +1,16 @@
-"""helpers.measure.timer: the timing loop, benchmark, interleaved rounds and their order."""
+"""helpers.measure.timer: the timing loop, benchmark, interleaved rounds and their order.
+
+The GPU path of every timer is tested here without a GPU, on a stand-in device whose work is done
+only when it is synchronised. OneFlow itself: tests/test_timer_oneflow.py.
+"""
+
+# course-test-group: no-oneflow
+# (OneFlow appears here only as a framework name and a stand-in module; none is imported)
 
 from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -89,6 +99,95 @@ def test_benchmark_is_the_time_loop_plus_checks(monkeypatch):
     assert seen == [(0, 3, False)]
 
 
+class _FakeDevice:
+    """A GPU stand-in on the fake clock: a call only queues its work (1 ms on the clock); the work
+    itself runs when the device is synchronised, as on a CUDA stream or in OneFlow's VM."""
+
+    QUEUE_S = 0.001
+
+    def __init__(self, clock, framework):
+        self.clock, self.framework = clock, framework
+        self.queued, self.events = [], []
+
+    def call(self, label="fn", work_s=0.010):
+        def fn():
+            self.events.append(label)
+            self.queued.append(work_s)
+            self.clock.now += self.QUEUE_S
+
+        return fn
+
+    def synchronize(self):
+        self.events.append("sync")
+        self.clock.now += sum(self.queued)
+        self.queued.clear()
+
+
+@pytest.fixture(params=["torch", "oneflow"])
+def fake_device(request, monkeypatch, torch_mod):
+    """The timer's GPU path for each framework on a :class:`_FakeDevice`: PyTorch with CUDA
+    available and initialised (``torch.cuda.synchronize``), or an imported OneFlow (its
+    ``eager.Sync``); either synchronises the fake device. The timer reads the fake clock."""
+    clock = _FakeClock()
+    monkeypatch.setattr(timer, "time", clock)
+    device = _FakeDevice(clock, request.param)
+    if request.param == "torch":
+        monkeypatch.setattr(torch_mod.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch_mod.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch_mod.cuda, "synchronize", device.synchronize)
+    else:
+        eager = SimpleNamespace(Sync=device.synchronize)
+        stand_in = SimpleNamespace(_oneflow_internal=SimpleNamespace(eager=eager))
+        monkeypatch.setitem(sys.modules, "oneflow", stand_in)
+    return device
+
+
+def test_every_timer_waits_for_the_device_after_each_timed_call(fake_device):
+    """Each timed call of benchmark, time_calls and benchmark_interleaved takes its queueing plus
+    its own work, no more and no less: the timer synchronised after it, and after the warm-up
+    (M06 of the mutation sample: interleaved rounds that never synchronised)."""
+    dev, fw = fake_device, fake_device.framework
+    m = benchmark(dev.call(), framework=fw, warmup=2, repeats=3)
+    assert m.times_s == pytest.approx([0.011] * 3) and not dev.queued
+    assert time_calls(dev.call(), 3, framework=fw) == pytest.approx([0.011] * 3)
+    fns = {"a": dev.call("a", 0.010), "b": dev.call("b", 0.030)}  # b's work is three times a's
+    for order in ("fixed", "random"):
+        res = benchmark_interleaved(fns, framework=fw, warmup=2, repeats=4, order=order)
+        assert res["a"].times_s == pytest.approx([0.011] * 4)
+        assert res["b"].times_s == pytest.approx([0.031] * 4)
+        assert not dev.queued
+    # the control: the stand-in device does tell; unsynchronised calls time the queueing only
+    # (benchmark still synchronises after the warm-up, so its work stays out of the first call)
+    lying = benchmark(dev.call(), framework=fw, warmup=2, repeats=3, sync=False)
+    assert lying.times_s == pytest.approx([0.001] * 3)
+    assert time_calls(dev.call(), 2, framework=fw, sync=False) == pytest.approx([0.001] * 2)
+
+
+def test_interleaved_rounds_synchronise_each_warm_up_and_each_call(fake_device):
+    """The order of calls and synchronisations: each variant's warm-up, then one synchronised
+    call of each variant per round (a spy on the device)."""
+    dev, fw = fake_device, fake_device.framework
+    fns = {"a": dev.call("a"), "b": dev.call("b")}
+    benchmark_interleaved(fns, framework=fw, warmup=2, repeats=3, order="fixed")
+    warmups = ["a", "a", "sync", "b", "b", "sync"]
+    # time_loop synchronises after its (empty) warm-up too, before the clock starts
+    rounds = ["sync", "a", "sync", "sync", "b", "sync"] * 3
+    assert dev.events == ["sync"] + warmups + rounds  # the first: the idle check
+
+
+def test_benchmark_interleaved_passes_a_synchronising_wait_to_every_loop(monkeypatch):
+    seen, real = [], timer.time_loop
+
+    def spy(fn, *, warmup, repeats, sync):
+        seen.append((warmup, repeats, sync is None))
+        return real(fn, warmup=warmup, repeats=repeats, sync=sync)
+
+    monkeypatch.setattr(timer, "time_loop", spy)
+    fns = {"a": lambda: None, "b": lambda: None}
+    benchmark_interleaved(fns, framework="none", warmup=1, repeats=2, order="fixed")
+    assert seen == [(1, 0, False)] * 2 + [(0, 1, False)] * 4  # warm-ups, then 2 rounds of 2
+
+
 @pytest.mark.parametrize("repeats", [0, -1, 2.5, True])
 def test_benchmark_rejects_bad_repeats(repeats):
     with pytest.raises(ValueError, match="repeats"):
@@ -117,13 +216,6 @@ def test_benchmark_torch_op(torch_mod):
     x = torch_mod.randn(16, 16)
     m = benchmark(lambda: x @ x, framework="torch", warmup=1, repeats=3)
     assert len(m.times_s) == 3 and m.mean > 0
-
-
-def test_benchmark_oneflow_sync_path(flow):
-    x = flow.randn(16, 16)
-    synchronize("oneflow")
-    m = benchmark(lambda: flow.matmul(x, x), label="flow", framework="oneflow", warmup=1, repeats=3)
-    assert m.framework == "oneflow" and len(m.times_s) == 3 and m.mean > 0
 
 
 def test_track_memory_records_a_peak():

@@ -148,7 +148,10 @@ def ort_variant(
     precision: str = "fp32",
     optimization: str = "all",
 ) -> Variant:
-    """An ONNX Runtime CPU session on ``threads`` intra-op threads (one inter-op thread)."""
+    """An ONNX Runtime CPU session on ``threads`` intra-op threads (one inter-op thread).
+
+    The threads it states are read back from the session's options, not from the request.
+    """
     from helpers.deploy import runtimes
 
     runner = runtimes.create_session(
@@ -159,13 +162,14 @@ def ort_variant(
         inter_op_threads=1,
         verbose=False,
     )
+    options = runner.handle.get_session_options()
     return Variant(
         label,
         "ONNX Runtime",
         precision,
-        threads,
+        options.intra_op_num_threads,
         runner.run,
-        settings={"optimization": optimization, "inter_op_threads": 1},
+        settings={"optimization": optimization, "inter_op_threads": options.inter_op_num_threads},
     )
 
 

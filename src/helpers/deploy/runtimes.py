@@ -598,7 +598,8 @@ def create_session(
     ``{"trt_int8_enable": True}``, ``{"use_tf32": 0}`` for IEEE float32 on the CUDA EP).
     The runner's ``math_mode`` is :func:`ort_math_mode` of the provider that started, its
     options and the file (the CUDA EP's default is TF32 on Ampere and newer; a quantized graph is
-    int8); ``precision`` is a label for tables, by default that mode.
+    int8); ``precision`` is a label for tables, by default that mode. Its ``threads`` are the
+    intra-op threads read back from the session's options ('default' when left to ONNX Runtime).
     """
     import onnxruntime as ort
 
@@ -634,7 +635,8 @@ def create_session(
     math_mode = ort_math_mode(short, provider_options, quantized=quantized)
     if precision is None:
         precision = math_mode
-    threads = intra_op_threads or "default"
+    # the label is read back from the session (0: ONNX Runtime's default), not from the request
+    threads = sess.get_session_options().intra_op_num_threads or "default"
     device_id = int((provider_options or {}).get("device_id", 0)) if short != "cpu" else 0
     device = "cpu" if short == "cpu" else f"cuda:{device_id}"
     runner = Runner(

@@ -149,6 +149,7 @@ def fastest_thread_count(
             framework="torch",
             warmup=warmup,
             repeats=repeats,
+            threads={t: t for t in candidates},  # read once at the end, torch's would be the last's
         )
     finally:
         torch.set_num_threads(saved)
