@@ -2,7 +2,7 @@
 #   make book   create the environment if missing, execute every chapter, render _build/html
 #   make test   create the environment if missing, unit tests + every notebook executed by nbval
 #   make lab    JupyterLab on the course (headless; LAB_IP, LAB_PORT, LAB_TOKEN; works as root)
-#   make kernel register the environment as the Jupyter kernel "course" (MODE=full sets COURSE_MODE)
+#   make kernel register the environment as the Jupyter kernel "course" (MODE=quick|full pins a mode)
 #   make setup  only the environment (idempotent; WHEELHOUSE=dir installs offline from make wheelhouse)
 #   make doctor check this machine before installing: a table of what is found, needed, how to fix
 #   make restore after a rental instance is re-created from its data disk: system packages, kernel
@@ -10,10 +10,10 @@
 #   make wheelhouse  download every pinned package once into WHEELHOUSE (default wheelhouse/)
 #   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
-#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (~75 min)
+#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (hours)
 #   make trainproxy  full mode's training recipes at full steps, 64 px images, on this CPU (~40 min)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
-# COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
+# COURSE_MODE=quick|full picks problem sizes (default: full where GPU memory and RAM fit it, else quick).
 # VENV=dir (a conda environment: VENV=$CONDA_PREFIX) given once to make setup is remembered.
 
 SHELL := /bin/bash
@@ -214,7 +214,8 @@ trainproxy: setup
 
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.
-# MODE=full|quick pins the mode; KERNEL_INSTALL=--sys-prefix or --prefix=DIR instead of --user.
+# MODE=full|quick pins the mode (without it every chapter chooses from the machine it runs on: an
+# instance restarted without its GPU falls back to quick); KERNEL_INSTALL=--sys-prefix or --prefix=DIR.
 # The registration (its arguments, where the spec landed) is remembered for make restore and make doctor.
 KERNEL_INSTALL ?= --user
 kernel: setup
