@@ -205,6 +205,7 @@ fullcpu: setup
 	$(PY) tools/chapter_times.py record-full \
 	  results/reference/$$(COURSE_MODE=full COURSE_FEWEST=1 $(PY) -m helpers.record.ledger slug --features | tail -1)-cpu
 	$(PY) tools/chapter_times.py write
+	$(PY) tools/machine_needs.py write
 
 # make fullcpu trains at a tenth of full mode's steps: whether chapters 2 and 8's full-mode
 # recipes learn in their full steps shows here, on 64 px images (tools/training_proxy.py; on a GPU,
