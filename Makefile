@@ -2,7 +2,7 @@
 #   make book   create the environment if missing, execute every chapter, render _build/html
 #   make test   create the environment if missing, unit tests + every notebook executed by nbval
 #   make lab    JupyterLab on the course (headless; LAB_IP, LAB_PORT, LAB_TOKEN; works as root)
-#   make kernel register the environment as the Jupyter kernel "course" (MODE=quick|full pins a mode)
+#   make kernel register the environment as the Jupyter kernel "course" (MODE= pins a mode; NO_GPU=1)
 #   make setup  only the environment (idempotent; WHEELHOUSE=dir installs offline from make wheelhouse)
 #   make doctor check this machine before installing: a table of what is found, needed, how to fix
 #   make restore after a rental instance is re-created from its data disk: system packages, kernel
@@ -40,6 +40,7 @@ TRT_STAMP := $(VENV)/.course-tensorrt
 GPU_SEEN := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 GPU ?=
 MODE ?=
+NO_GPU ?=
 # What `make setup` installs besides requirements.txt; `make wheelhouse` downloads the same list.
 # pip >= 26.2: every pip before it has published vulnerabilities (the last, CVE-2026-13346, was fixed
 # in 26.2; pip < 25 has six). Below 27: a new year's pip can drop old build paths (25.3 dropped the
@@ -217,13 +218,16 @@ trainproxy: setup
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.
 # MODE=full|quick pins the mode (without it every chapter chooses from the machine it runs on: an
 # instance restarted without its GPU falls back to quick); KERNEL_INSTALL=--sys-prefix or --prefix=DIR.
+# NO_GPU=1 hides the GPUs from the kernel (CUDA_VISIBLE_DEVICES empty): a quick-mode hub on a GPU
+# machine, where twenty kernels would otherwise each open a CUDA context on the shared card.
 # The registration (its arguments, where the spec landed) is remembered for make restore and make doctor.
 KERNEL_INSTALL ?= --user
 kernel: setup
 	@out=$$($(PY) -m ipykernel install $(KERNEL_INSTALL) --name course --display-name "Course (fast-inference)" \
-	  $(if $(MODE),--env COURSE_MODE $(MODE)) --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0 2>&1); \
+	  $(if $(MODE),--env COURSE_MODE $(MODE)) $(if $(filter 1,$(NO_GPU)),--env CUDA_VISIBLE_DEVICES "") \
+	  --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0 2>&1); \
 	rc=$$?; echo "$$out"; [ $$rc = 0 ] || exit $$rc; \
-	bash tools/remember.sh $(LOCAL_MK) KERNEL_ARGS "$(strip $(if $(MODE),MODE=$(MODE)) KERNEL_INSTALL=$(KERNEL_INSTALL))" && \
+	bash tools/remember.sh $(LOCAL_MK) KERNEL_ARGS "$(strip $(if $(MODE),MODE=$(MODE)) $(if $(filter 1,$(NO_GPU)),NO_GPU=1) KERNEL_INSTALL=$(KERNEL_INSTALL))" && \
 	bash tools/remember.sh $(LOCAL_MK) KERNEL_SPEC "$$(echo "$$out" | sed -n 's/^Installed kernelspec course in //p')"
 
 # After a rental instance is re-created from its saved data disk, one command puts back what lived on the

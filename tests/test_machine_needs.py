@@ -94,7 +94,7 @@ def test_host_memory_prefers_a_lower_container_limit(tmp_path):
     (tmp_path / "memory.max").write_text(f"{16 << 30}\n")
     assert mn.host_memory(meminfo, tmp_path, "0::/\n") == (
         16 << 30,
-        "the container's memory limit (its cgroup)",
+        "the container's cgroup limit",
     )
     (tmp_path / "memory.max").write_text("max\n")
     assert mn.host_memory(meminfo, tmp_path, "0::/\n") == (263842304 * 1024, "MemTotal")

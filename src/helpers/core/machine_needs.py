@@ -75,7 +75,7 @@ def host_memory(
     total = _meminfo_total(meminfo)
     limit = cgroup.memory_limit(cgroup.find(cgroup_root, self_cgroup))
     if limit is not None and (total is None or limit < total):
-        return limit, "the container's memory limit (its cgroup)"
+        return limit, "the container's cgroup limit"
     return total, "MemTotal"
 
 
