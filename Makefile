@@ -2,7 +2,7 @@
 #   make book   create the environment if missing, execute every chapter, render _build/html
 #   make test   create the environment if missing, unit tests + every notebook executed by nbval
 #   make lab    JupyterLab on the course (headless; LAB_IP, LAB_PORT, LAB_TOKEN; works as root)
-#   make kernel register the environment as the Jupyter kernel "course" (MODE=full sets COURSE_MODE)
+#   make kernel register the environment as the Jupyter kernel "course" (MODE= pins a mode; NO_GPU=1)
 #   make setup  only the environment (idempotent; WHEELHOUSE=dir installs offline from make wheelhouse)
 #   make doctor check this machine before installing: a table of what is found, needed, how to fix
 #   make restore after a rental instance is re-created from its data disk: system packages, kernel
@@ -10,11 +10,11 @@
 #   make wheelhouse  download every pinned package once into WHEELHOUSE (default wheelhouse/)
 #   make check  ruff (lint + format) and the page/package single-source check
 #   make bench  full-mode run of every chapter into results/reference/<machine>/ (readers with a GPU)
-#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (~75 min)
+#   make fullcpu  full-mode sizes on this CPU, fewest repeats: time and memory per chapter (hours)
 #   make trainproxy  full mode's training recipes at full steps, 64 px images, on this CPU (~40 min)
 #   make ladder MODEL=mobilenet_v3_small  chapter 10's ladder on your classifier (or pkg.mod:fn)
 #   make clean  remove the rendered book, your ledger and the chapters' exported models (make distclean: and .venv)
-# COURSE_MODE=quick|full picks problem sizes (default: full with a GPU, quick without).
+# COURSE_MODE=quick|full picks problem sizes (default: full where GPU memory and RAM fit it, else quick).
 # VENV=dir (a conda environment: VENV=$CONDA_PREFIX) given once to make setup is remembered.
 
 SHELL := /bin/bash
@@ -41,6 +41,7 @@ TRT_STAMP := $(VENV)/.course-tensorrt
 GPU_SEEN := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 GPU ?=
 MODE ?=
+NO_GPU ?=
 # What `make setup` installs besides requirements.txt; `make wheelhouse` downloads the same list.
 # pip >= 26.2: every pip before it has published vulnerabilities (the last, CVE-2026-13346, was fixed
 # in 26.2; pip < 25 has six). Below 27: a new year's pip can drop old build paths (25.3 dropped the
@@ -208,6 +209,7 @@ fullcpu: setup
 	$(PY) tools/chapter_times.py record-full \
 	  results/reference/$$(COURSE_MODE=full COURSE_FEWEST=1 $(PY) -m helpers.record.ledger slug --features | tail -1)-cpu
 	$(PY) tools/chapter_times.py write
+	$(PY) tools/machine_needs.py write
 
 # make fullcpu trains at a tenth of full mode's steps: whether chapters 2 and 8's full-mode
 # recipes learn in their full steps shows here, on 64 px images (tools/training_proxy.py; on a GPU,
@@ -224,14 +226,18 @@ ladder: setup
 
 # Register the environment as a Jupyter kernel ("Course (fast-inference)") for a JupyterLab that runs
 # from another environment (a GPU rental's, a hub's): the course's settings live in the kernel spec's env.
-# MODE=full|quick pins the mode; KERNEL_INSTALL=--sys-prefix or --prefix=DIR instead of --user.
+# MODE=full|quick pins the mode (without it every chapter chooses from the machine it runs on: an
+# instance restarted without its GPU falls back to quick); KERNEL_INSTALL=--sys-prefix or --prefix=DIR.
+# NO_GPU=1 hides the GPUs from the kernel (CUDA_VISIBLE_DEVICES empty): a quick-mode hub on a GPU
+# machine, where twenty kernels would otherwise each open a CUDA context on the shared card.
 # The registration (its arguments, where the spec landed) is remembered for make restore and make doctor.
 KERNEL_INSTALL ?= --user
 kernel: setup
 	@out=$$($(PY) -m ipykernel install $(KERNEL_INSTALL) --name course --display-name "Course (fast-inference)" \
-	  $(if $(MODE),--env COURSE_MODE $(MODE)) --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0 2>&1); \
+	  $(if $(MODE),--env COURSE_MODE $(MODE)) $(if $(filter 1,$(NO_GPU)),--env CUDA_VISIBLE_DEVICES "") \
+	  --env OMP_WAIT_POLICY PASSIVE --env PYTHONHASHSEED 0 2>&1); \
 	rc=$$?; echo "$$out"; [ $$rc = 0 ] || exit $$rc; \
-	bash tools/remember.sh $(LOCAL_MK) KERNEL_ARGS "$(strip $(if $(MODE),MODE=$(MODE)) KERNEL_INSTALL=$(KERNEL_INSTALL))" && \
+	bash tools/remember.sh $(LOCAL_MK) KERNEL_ARGS "$(strip $(if $(MODE),MODE=$(MODE)) $(if $(filter 1,$(NO_GPU)),NO_GPU=1) KERNEL_INSTALL=$(KERNEL_INSTALL))" && \
 	bash tools/remember.sh $(LOCAL_MK) KERNEL_SPEC "$$(echo "$$out" | sed -n 's/^Installed kernelspec course in //p')"
 
 # After a rental instance is re-created from its saved data disk, one command puts back what lived on the

@@ -219,6 +219,7 @@ class _FakeMachine:
 
         self.readers = machine._Readers(
             proc_stat=lambda: (round(self.busy * ticks), round(self.steal * ticks)),
+            container_cpu_s=lambda: None,  # no container CPU quota: /proc/stat is read
             family_cpu_s=lambda: self.own,
             process_cpu_s=lambda: self.own,
             wall_s=lambda: self.wall,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
 
+from helpers.core.threads import available_cores
 from helpers.measure import batch_sweep
 from helpers.measure.measurement import Measurement
 
@@ -56,4 +56,4 @@ def test_fastest_thread_count(torch_mod):
 
 def test_fastest_thread_count_default_candidates(torch_mod):
     _, times = batch_sweep.fastest_thread_count(lambda: None, warmup=0, repeats=1)
-    assert set(times) == {1, torch_mod.get_num_threads(), os.cpu_count()}
+    assert set(times) == {1, torch_mod.get_num_threads(), available_cores()}

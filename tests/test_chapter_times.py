@@ -200,3 +200,36 @@ def test_machines_compare_by_model_family_cores_and_flags():
     assert not ct.same_machine(a, a | {"cpu_family": "family 23, model 49"})
     assert not ct.same_machine(a, a | {"flags": ["avx2", "avx512f"]})
     assert not ct.same_machine(a, a | {"cores": 4})
+
+
+def test_the_rented_room_figures_come_from_the_plans_and_the_estimates(monkeypatch):
+    """GPU-hours are the plans' sessions; the card table's OneFlow column follows compute
+    capability (Hopper: the CPU); a card below full mode's GPU need is named, not hidden."""
+    times = ct._load_times()
+    f = ct.room_figures(times)
+    assert f["plan_hours"] == {
+        plan: len(sessions) * ct.SESSION_MIN / 60 for plan, sessions in ct.PLANS.items()
+    }
+    cards = {c["card"]: c for c in f["cards"]}
+    assert cards["H100, H800"]["oneflow_gpu"] is False and cards["H20"]["oneflow_gpu"] is False
+    assert cards["A100, A800"]["oneflow_gpu"] is True and cards["L20"]["oneflow_gpu"] is True
+    whole_a100 = sum(v["A100"] for v in times["gpu_estimate"].values()) / 60
+    assert cards["A100, A800"]["whole_min"] == pytest.approx(whole_a100)
+    block = ct.room_block(times)
+    assert "Every card here holds" in block and f"{f['plan_hours']['Two days']:.1f}" in block
+    monkeypatch.setattr(ct, "CARDS", [*ct.CARDS, ("RTX 4060", (8, 9), "8", None)])
+    assert "All but RTX 4060 hold" in ct.room_block(times)  # the control: an 8 GB card
+    zh = ct.room_block(times, zh=True)
+    assert "除 RTX 4060 外" in zh and "显卡" in zh
+
+
+def test_the_hub_totals_scale_the_measured_quick_peaks():
+    times = ct._load_times() | {
+        "quick_shm": {"mib": {"09_triton_serving": 40.0, "05_parallelism": 2.0}, "date": "d"}
+    }
+    f = ct.room_figures(times)
+    assert f["shm_mib"] == 40.0 and f["shm_chapter"] == "09_triton_serving"
+    block = ct.room_block(times)
+    hub = f["hub"]
+    assert f"{2 * hub} cores" in block and f"`/dev/shm` {40.0 * hub:.0f} MiB" in block
+    assert f"{f['quick_gib'] * hub:.0f} GiB of RAM" in block

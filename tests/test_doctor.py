@@ -57,6 +57,10 @@ GOOD = doctor.Facts(
     kernel_python_exists=True,
     packages={"torch": "2.10.0", "oneflow": "0.9.0"},
     pins={"torch": "2.10.0", "oneflow": "0.9.0"},
+    host_memory=64 << 30,
+    gpu_memory_mib=23028,  # an A10G's 24 GB as nvidia-smi reports it
+    cpus=8,
+    cgroup_version=2,
 )
 
 
@@ -176,12 +180,57 @@ def test_kernel_lost_with_the_system_disk_points_to_make_restore(tmp_path: Path)
     assert doctor.check_kernel(stale).status == "WARN"
     # the facts come from the kernel.json make kernel wrote
     spec = tmp_path / "kernels" / "course"
-    assert doctor._kernel(str(spec)) == (False, None, False)
+    assert doctor._kernel(str(spec)) == (False, None, False, None)
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(f'{{"argv": ["{sys.executable}", "-m", "ipykernel"]}}')
-    assert doctor._kernel(str(spec)) == (True, sys.executable, True)
-    (spec / "kernel.json").write_text('{"argv": ["/gone/bin/python"]}')
-    assert doctor._kernel(str(spec)) == (True, "/gone/bin/python", False)
+    assert doctor._kernel(str(spec)) == (True, sys.executable, True, None)
+    (spec / "kernel.json").write_text(
+        '{"argv": ["/gone/bin/python"], "env": {"COURSE_MODE": "full"}}'
+    )
+    assert doctor._kernel(str(spec)) == (True, "/gone/bin/python", False, "full")
+
+
+def test_a_kernel_pinned_to_full_on_an_instance_without_its_card() -> None:
+    """AutoDL's 无卡模式: the kernel registered with MODE=full would run full sizes on the CPU."""
+    pinned = dataclasses.replace(GOOD, kernel_mode="full", gpus=(), nvidia_smi=False)
+    row = doctor.check_kernel(pinned)
+    assert (
+        row.status == "WARN" and "pins COURSE_MODE=full" in row.found and "make kernel" in row.fix
+    )
+    assert status(doctor.check_kernel, kernel_mode="full") == "ok"  # with its GPU: as asked
+    assert status(doctor.check_kernel, gpus=(), nvidia_smi=False) == "ok"  # not pinned: it chooses
+
+
+def test_memory_against_the_measured_peaks() -> None:
+    n = doctor.machine_needs.NEEDS
+    row = doctor.check_memory(dataclasses.replace(GOOD, host_memory=16 << 30))  # a 16 GB rental
+    assert row.status == "WARN" and n["full_host_chapter"] in row.fix and "quick mode" in row.fix
+    assert f"{n['full_host_gib']:.1f} GiB" in row.needed
+    tiny = doctor.check_memory(dataclasses.replace(GOOD, host_memory=4 << 30))
+    assert tiny.status == "WARN" and n["quick_host_chapter"] in tiny.fix
+    assert status(doctor.check_memory, host_memory=None) == "info"
+    assert status(doctor.check_memory, host_memory=16 << 30, gpus=()) == "info"  # quick anyway
+
+
+def test_gpu_memory_and_the_mode_the_course_will_choose() -> None:
+    laptop = dataclasses.replace(GOOD, gpus=(("RTX 4060 Laptop GPU", (8, 9)),), gpu_memory_mib=8188)
+    row = doctor.check_gpu_memory(laptop)
+    assert row.status == "WARN" and "quick mode" in row.fix
+    mode = doctor.check_mode(laptop)
+    assert mode.found == "quick" and "the GPU has 8.0 GiB" in mode.fix
+    assert doctor.check_mode(GOOD).found == "full"
+    small_ram = doctor.check_mode(dataclasses.replace(GOOD, host_memory=16 << 30))
+    assert small_ram.found == "quick" and "16.0 GiB of RAM" in small_ram.fix
+    no_card = doctor.check_mode(dataclasses.replace(GOOD, gpus=(), nvidia_smi=False))
+    assert no_card.found == "quick" and no_card.fix == "no CUDA GPU"
+    assert doctor.check_gpu_memory(dataclasses.replace(GOOD, gpus=())).status == "info"
+
+
+def test_cpu_row_reads_the_container_quota() -> None:
+    shared = doctor.check_cpu(dataclasses.replace(GOOD, cpus=64, cpu_quota=4.0))
+    assert "quota 4" in shared.found and "4 thread(s)" in shared.fix and "cgroup" in shared.fix
+    assert status(doctor.check_cpu, cpus=1) == "WARN"
+    assert status(doctor.check_cpu, cpus=64, cpu_quota=1.5) == "WARN"  # 1.5 CPUs: one thread
 
 
 def test_a_preinstalled_image_with_other_versions_is_told_to_install_beside_it() -> None:

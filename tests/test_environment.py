@@ -17,9 +17,11 @@ def test_mode_from_env_quick_and_full(monkeypatch):
     assert env.get_mode() == "full"
 
 
-def test_mode_default_follows_gpu(monkeypatch):
+def test_mode_default_follows_what_the_machine_holds(monkeypatch):
     monkeypatch.delenv("COURSE_MODE", raising=False)
-    assert env.get_mode() == ("full" if env.has_cuda() else "quick")
+    assert env.get_mode() == env.mode_choice()[0]
+    if not env.has_cuda():
+        assert env.get_mode() == "quick"
 
 
 def test_unknown_mode_is_a_clear_error(monkeypatch):
@@ -221,3 +223,48 @@ def test_course_model_is_every_chapters_arch_at_the_modes_sizes(monkeypatch, cap
     assert quick.image_size == 64 and full.image_size == 224  # the mode's sizes stay
     monkeypatch.setenv(env.MODE_ENV, "full")
     assert env.sizes_on("cpu").arch == "mobilenet_v3_small"  # OneFlow's follow
+
+
+def _fake_machine(monkeypatch, gpu_gib, host_gib):
+    """A machine with a GPU of ``gpu_gib`` (None: no card) and ``host_gib`` of RAM."""
+    from helpers.core import machine_needs
+
+    monkeypatch.delenv("COURSE_MODE", raising=False)
+    monkeypatch.setattr(
+        env, "gpu_memory_bytes", lambda: None if gpu_gib is None else gpu_gib * 2**30
+    )
+    monkeypatch.setattr(machine_needs, "host_memory", lambda: (host_gib * 2**30, "MemTotal"))
+    env._auto_mode.cache_clear()
+    env._say_once.cache_clear()
+
+
+@pytest.fixture
+def fresh_mode_choice():
+    yield
+    env._auto_mode.cache_clear()
+    env._say_once.cache_clear()
+
+
+def test_mode_full_only_where_the_machine_holds_it(monkeypatch, capsys, fresh_mode_choice):
+    _fake_machine(monkeypatch, gpu_gib=80, host_gib=128)
+    assert env.get_mode() == "full"
+    assert capsys.readouterr().out == ""  # nothing to explain
+    _fake_machine(monkeypatch, gpu_gib=8, host_gib=32)  # a laptop's 8 GB card
+    assert env.get_mode() == "quick"
+    out = capsys.readouterr().out
+    assert out.startswith("NOTE: quick mode: the GPU has 8.0 GiB") and "COURSE_MODE=full" in out
+    assert env.get_mode() == "quick" and capsys.readouterr().out == ""  # one line per process
+    _fake_machine(monkeypatch, gpu_gib=24, host_gib=16)  # a 16 GB rental with an RTX 4090
+    assert env.get_mode() == "quick" and "16.0 GiB of RAM" in capsys.readouterr().out
+
+
+def test_mode_without_a_card_and_when_pinned(monkeypatch, capsys, fresh_mode_choice):
+    _fake_machine(monkeypatch, gpu_gib=None, host_gib=64)  # AutoDL's 无卡模式
+    assert env.get_mode() == "quick"
+    assert capsys.readouterr().out.strip() == (
+        "NOTE: quick mode: no CUDA GPU. COURSE_MODE=full runs full mode anyway"
+    )
+    _fake_machine(monkeypatch, gpu_gib=8, host_gib=16)
+    monkeypatch.setenv("COURSE_MODE", "full")  # asked for: the machine is not second-guessed
+    assert env.get_mode() == "full" and env.mode_choice() == ("full", "COURSE_MODE=full")
+    assert capsys.readouterr().out == ""

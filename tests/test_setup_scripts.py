@@ -526,6 +526,17 @@ def test_restore_puts_back_the_system_packages_and_the_kernel_as_registered(tmp_
     assert "ipykernel install" not in bare.stdout and "no make kernel registration" in bare.stdout
 
 
+def test_kernel_pins_a_mode_and_hides_the_gpu_only_when_asked(tmp_path: Path) -> None:
+    """make kernel without MODE lets every chapter choose; NO_GPU=1 is a quick-mode hub's kernel."""
+    local = f"LOCAL_MK={tmp_path}/local.mk"
+    plain = _make("-n", "kernel", local, "VENV=/nonexistent-venv", "GPU=0").stdout
+    assert "ipykernel install" in plain
+    assert "COURSE_MODE" not in plain and "CUDA_VISIBLE_DEVICES" not in plain
+    hub = _make("-n", "kernel", local, "VENV=/nonexistent-venv", "GPU=0", "MODE=quick", "NO_GPU=1")
+    assert '--env COURSE_MODE quick --env CUDA_VISIBLE_DEVICES ""' in hub.stdout
+    assert 'KERNEL_ARGS "MODE=quick NO_GPU=1 KERNEL_INSTALL=--user"' in hub.stdout  # for restore
+
+
 # -- make audit: pip-audit's report read honestly ------------------------------------------------------
 
 

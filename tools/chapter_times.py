@@ -316,7 +316,7 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
         rows.append(
             f"| {_title(nb)} | {quick_text} | {full_text} | {read} min | "
             f"{size['exercises']} x {MIN_PER_EXERCISE} min | "
-            f"{f'{peak[0] / 1024:.1f} GB' if peak else 'not measured'} |"
+            f"{f'{peak[0] / 1024:.1f} GiB' if peak else 'not measured'} |"
         )
     out = "\n".join(rows) + "\n\n"
     machine = times["machine"]
@@ -367,9 +367,9 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
         gb = peaks[stem][0] / 1024
         out += (
             f"\nThe heaviest chapter, {_title(root / 'notebooks' / f'{stem}.ipynb')}, peaked at "
-            f"{gb:.1f} GB for its whole process tree (kernel, servers, workers; "
+            f"{gb:.1f} GiB for its whole process tree (kernel, servers, workers; "
             f"{PEAK_SUMS[times.get('quick_peak_sums', 'rss')]}): give each participant at least "
-            f"{math.ceil(gb * 1.25)} GB, one chapter's kernel at a time.\n"
+            f"{math.ceil(gb * 1.25)} GiB, one chapter's kernel at a time.\n"
         )
     for plan, sessions in PLANS.items():
         out += f"\n### {plan}\n\n| session | chapters (exercises in the room) | minutes |\n"
@@ -384,15 +384,218 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
     return out
 
 
+# A room of rented GPUs: the cards Chinese rentals offer, each with its compute capability and
+# memory (the cards' datasheets) and the column of tools/gpu_estimate.py that estimates it where
+# one does: the A800 is the A100's chip and the H800 the H100's, each with a slower link between
+# GPUs, which one GPU per participant does not use; the RTX 4090, L20 and H20 have no column.
+CARDS: list[tuple[str, tuple[int, int], str, str | None]] = [
+    ("A100, A800", (8, 0), "40 / 80", "A100"),
+    ("RTX 4090, 4090D", (8, 9), "24", None),
+    ("L20", (8, 9), "48", None),
+    ("L4", (8, 9), "24", "L4"),
+    ("H100, H800", (9, 0), "80", "H100"),
+    ("H20", (9, 0), "96", None),
+]
+ROOM = 30  # participants of the review's two-day workshop on rented GPUs
+HUB = 20  # participants of one shared hub (The Littlest JupyterHub's room)
+_ROOM_BLOCK = re.compile(r"(<!-- rented-room:start.*?-->\n).*?(<!-- rented-room:end -->)", re.S)
+ZH_INDEX = ROOT / "book" / "zh" / "index.md"
+
+
+def _doctor() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_doctor", ROOT / "tools" / "doctor.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["course_doctor"] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def room_figures(times: dict[str, Any], root: Path = ROOT) -> dict[str, Any]:
+    """The numbers of the rented-room section, each from a measurement or an estimate file:
+    GPU-hours per plan, each card's estimate of a whole full run, the hub's totals."""
+    doctor = _doctor()
+    needs = doctor.machine_needs.NEEDS
+    est = times.get("gpu_estimate", {})
+    whole = {g: sum(v[g] for v in est.values()) for g in next(iter(est.values()), {})}
+    plans = {plan: len(sessions) * SESSION_MIN / 60 for plan, sessions in PLANS.items()}
+    slowest_run = max(  # minutes, the slowest estimated chapter on any GPU column
+        (s / 60, stem) for stem, per in est.items() for s in per.values()
+    )
+    reading = {}
+    for _, sessions in PLANS["Two days"]:
+        for stem, _ in sessions:
+            size = page_size(root / "notebooks" / f"{stem}.ipynb")
+            reading[stem] = size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN
+    runs_shorter = all(
+        max(est.get(stem, {}).values(), default=0) / 60 < read for stem, read in reading.items()
+    )
+    peaks = times["quick_peak_mb"]
+    heavy = max(peaks, key=lambda k: peaks[k][0])
+    shm = times.get("quick_shm", {})
+    shm_mib = shm.get("mib", {})
+    shm_heavy = max(shm_mib, key=lambda k: shm_mib[k]) if shm_mib else None
+    cards = [
+        {
+            "card": name,
+            "cc": f"{cc[0]}.{cc[1]}",
+            "memory_gb": mem,
+            "oneflow_gpu": doctor.runs_on(cc, doctor.ONEFLOW_SASS),
+            "column": col,
+            "whole_min": whole[col] / 60 if col else None,
+            # the smallest memory the card is sold with, in GB, against the need in GiB
+            "holds_full": float(mem.split("/")[0]) * 1e9 >= needs["full_gpu_gib"] * 2**30,
+        }
+        for name, cc, mem, col in CARDS
+    ]
+    return {
+        "cards": cards,
+        "full_gpu_gib": needs["full_gpu_gib"],
+        "full_host_gib": needs["full_host_gib"],
+        "full_host_chapter": needs["full_host_chapter"],
+        "above_12": [(k, v) for k, v in sorted(needs["full_host_by_chapter"].items()) if v > 12],
+        "plan_hours": plans,
+        "room": ROOM,
+        "runs_shorter": runs_shorter,
+        "slowest_run": slowest_run,
+        "hub": HUB,
+        "quick_gib": peaks[heavy][0] / 1024,
+        "quick_chapter": heavy,
+        "quick_advice_gb": math.ceil(peaks[heavy][0] / 1024 * 1.25),
+        "shm_mib": shm_mib[shm_heavy] if shm_heavy else None,
+        "shm_chapter": shm_heavy,
+        "shm_date": shm.get("date"),
+    }
+
+
+def _card_rows(f: dict[str, Any], zh: bool) -> list[str]:
+    if zh:
+        rows = [
+            "| 显卡 | 计算能力 | 显存 (GB) | OneFlow 0.9.0 | 完整模式跑完全部章节（估计） |",
+            "|---|---|---|---|---|",
+        ]
+    else:
+        rows = [
+            "| card | compute capability | memory (GB) | OneFlow 0.9.0 | whole full-mode run "
+            "(estimate) |",
+            "|---|---|---|---|---|",
+        ]
+    for c in f["cards"]:
+        flow = (
+            ("GPU" if zh else "on the GPU") if c["oneflow_gpu"] else ("CPU" if zh else "on the CPU")
+        )
+        if c["column"]:
+            whole = (
+                f"约 {c['whole_min']:.0f} 分钟（{c['column']} 一列）"
+                if zh
+                else f"about {c['whole_min']:.0f} min ({c['column']} column)"
+            )
+        else:
+            whole = "没有估计" if zh else "no estimate"
+        rows.append(f"| {c['card']} | {c['cc']} | {c['memory_gb']} | {flow} | {whole} |")
+    return rows
+
+
+def room_block(times: dict[str, Any], root: Path = ROOT, zh: bool = False) -> str:
+    """The generated part of the rented-room section (English, or Chinese for book/zh/)."""
+    f = room_figures(times, root)
+    hours = f["plan_hours"]
+    one, two = hours["One day"], hours["Two days"]
+    shm = f["shm_mib"]
+    hub_shm_gib = shm * f["hub"] / 1024 if shm is not None else None
+    hub_shm = (
+        f"{hub_shm_gib:.1f} GiB"
+        if hub_shm_gib and hub_shm_gib >= 1
+        else f"{(shm or 0) * f['hub']:.0f} MiB"
+    )
+    rows = "\n".join(_card_rows(f, zh)) + "\n\n"
+    above = ", ".join(f"{k} {v:.1f} GiB" for k, v in f["above_12"])
+    if zh:
+        short = [c["card"] for c in f["cards"] if not c["holds_full"]]
+        holds = "每张卡的显存都超过" if not short else f"除 {'、'.join(short)} 外，显存都超过"
+        text = rows + (
+            f"{holds}完整模式最重一章的需求（约 {f['full_gpu_gib']:.1f} GiB，按元设备计数加上"
+            "每个框架假定的 1 GiB，还没有在 GPU 上实测）。最后一列是 `tools/gpu_estimate.py` 按公开"
+            "峰值给出的估计（A800 与 A100 同一芯片，H800 与 H100 同一芯片），不是实测；RTX 4090、L20 和 "
+            "H20 没有对应的估计列。\n\n"
+            f"**每位学员的 GPU 小时数**（实例只在上课时段开机）：一天的日程 {one:.1f} 小时，两天 {two:.1f}"
+            f" 小时；{f['room']} 位学员分别约 {one * f['room']:.0f} 和 {two * f['room']:.0f} GPU 小时，"
+            "另加讲师自己的一台（制作镜像、前一晚的 `make bench MODE=full`）。\n\n"
+            f"**内存：** 完整模式下有几章的峰值超过 12 GiB（{above}，在 CPU 上以完整规模实测）。"
+            f"内存少于 {f['full_host_gib']:.1f} GiB 的实例会自动选择 quick 模式，并输出一行原因。\n"
+        )
+        if hub_shm_gib is not None:
+            text += (
+                f"\n**共享服务器（{f['hub']} 人，quick 模式）合计：** {2 * f['hub']} 个 CPU 核"
+                f"（quick 模式按每人 2 核测量），内存峰值 {f['quick_gib'] * f['hub']:.0f} GiB"
+                f"（每人 {f['quick_gib']:.1f} GiB，{f['quick_chapter']}；按每人 "
+                f"{f['quick_advice_gb']} GiB 准备则为 {f['quick_advice_gb'] * f['hub']} GiB），"
+                f"`/dev/shm` {hub_shm}（每人峰值 {shm:.0f} MiB，{f['shm_chapter']}，每 0.1 秒采样一次，"
+                "是下限；Docker 默认的 64 MB 不够）。\n"
+            )
+        return text
+    short = [c["card"] for c in f["cards"] if not c["holds_full"]]
+    holds = "Every card here holds" if not short else f"All but {', '.join(short)} hold"
+    text = rows + (
+        f"{holds} full mode's heaviest chapter (about {f['full_gpu_gib']:.1f} GiB of "
+        "GPU memory, counted on PyTorch's meta device with 1 GiB assumed per framework: not yet "
+        "measured on a GPU). The last column is `tools/gpu_estimate.py`'s estimate against "
+        "published peaks, not a measurement; the A800 is estimated by the A100's column and the "
+        "H800 by the H100's (the same chips), and the RTX 4090, L20 and H20 have no column.\n\n"
+        f"**GPU-hours.** With each instance running only during the sessions, a participant "
+        f"needs {one:.1f} GPU-hours for the one-day plan and {two:.1f} for the two-day plan: "
+        f"{one * f['room']:.0f} and {two * f['room']:.0f} for a room of {f['room']}, plus the "
+        "teacher's own instance (building the image, and `make bench MODE=full` the evening "
+        "before, the whole-run estimate above)."
+    )
+    if f["runs_shorter"]:
+        text += (
+            " In full mode on these GPUs every chapter of the plans is estimated to run in less "
+            f"time than its reading (the slowest, {f['slowest_run'][1]}, about "
+            f"{f['slowest_run'][0]:.0f} min), so the plans' sessions hold as they are."
+        )
+    text += (
+        f"\n\n**Host memory.** Measured at full size (on a CPU), {above} peak above 12 GiB. An "
+        f"instance with less than {f['full_host_gib']:.1f} GiB of RAM chooses quick mode on its "
+        "own and prints one line saying why; `make doctor` lists the chapters that do not fit.\n"
+    )
+    if hub_shm_gib is not None:
+        text += (
+            f"\n**Totals for a hub of {f['hub']}** (quick mode, one chapter's kernel each): "
+            f"{2 * f['hub']} cores (quick mode was measured on 2 per participant); "
+            f"{f['quick_gib'] * f['hub']:.0f} GiB of RAM if every kernel peaks at once "
+            f"({f['quick_gib']:.1f} GiB each, {f['quick_chapter']}), "
+            f"{f['quick_advice_gb'] * f['hub']} GiB at the {f['quick_advice_gb']} GiB each the next "
+            f"section advises; `/dev/shm` {hub_shm} ({shm:.0f} MiB each at the peak, {f['shm_chapter']}: "
+            f"measured {f['shm_date']}, the chapter's own mappings sampled every 0.1 s, so a lower "
+            "bound; Docker's default of 64 MB is below it).\n"
+        )
+    return text
+
+
+def _swap(path: Path, block: re.Pattern[str], body: str, dry: bool) -> bool:
+    text = path.read_text(encoding="utf-8")
+    if not block.search(text):
+        raise ValueError(f"{path}: no generated block {block.pattern[:30]!r}")
+    new = block.sub(lambda m: m.group(1) + body + m.group(2), text)
+    if new != text and not dry:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
 def _workshop(times: dict[str, Any], root: Path, dry: bool) -> bool:
     path = root / WORKSHOP.relative_to(ROOT)
     text = path.read_text(encoding="utf-8")
     if not _BLOCK.search(text):
         raise ValueError(f"{path}: no '<!-- chapter-times:start -->' block")
-    new = _BLOCK.sub(lambda m: m.group(1) + workshop_block(times, root) + m.group(2), text)
-    if new != text and not dry:
-        path.write_text(new, encoding="utf-8")
-    return new != text
+    changed = _swap(path, _BLOCK, workshop_block(times, root), dry)
+    if _ROOM_BLOCK.search(text):
+        changed |= _swap(path, _ROOM_BLOCK, room_block(times, root), dry)
+    zh = root / ZH_INDEX.relative_to(ROOT)
+    if zh.exists() and _ROOM_BLOCK.search(zh.read_text(encoding="utf-8")):
+        changed |= _swap(zh, _ROOM_BLOCK, room_block(times, root, zh=True), dry)
+    return changed
 
 
 def _load_times(path: Path = TIMES) -> dict[str, Any]:

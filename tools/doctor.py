@@ -3,10 +3,14 @@
 Runs before anything is installed (``make setup`` calls it first), so it uses the standard library only
 and any Python 3 (the course's ``.venv`` if it exists, else the system ``python3``). It checks the
 things that otherwise fail half-way through an install or a chapter: Linux x86-64, Python 3.10 with a
-shared libpython, glibc, free disk, ``/dev/shm``, the GPU and its driver, a C++ compiler, nginx and
-libb64 (chapter 9), Chromium (the book's browser test only: optional off CI), and the Jupyter kernel
-``make kernel`` registered (lost with the system disk when a rental instance is re-created: ``make
-restore``). Each check is a pure function of a :class:`Facts` record, so the tests fake machines (an old
+shared libpython, glibc, free disk, ``/dev/shm``, the GPU and its driver, host RAM and GPU memory
+against the chapters' measured peaks (and so the mode the course will choose), the CPUs a container
+may use (its cgroup's quota), a C++ compiler, nginx and libb64 (chapter 9), Chromium (the book's
+browser test only: optional off CI), and the Jupyter kernel ``make kernel`` registered (lost with
+the system disk when a rental instance is re-created: ``make restore``). What full mode needs and
+the cgroup readers come from the course's own ``helpers.core.machine_needs`` and
+``helpers.core.cgroup`` (standard library only, loaded from ``src/``), so the doctor and the
+notebooks apply one rule. Each check is a pure function of a :class:`Facts` record, so the tests fake machines (an old
 Ubuntu, a 64 MB container, an H100, a pyenv build without ``--enable-shared``) without owning one.
 
 Exit status: 1 when something blocks the install itself (``FAIL``), else 0 (``WARN`` rows name the
@@ -41,6 +45,8 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from helpers.core import cgroup, machine_needs  # noqa: E402 - standard library only
 
 # glibc: torch 2.10.0 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
 # nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
@@ -110,6 +116,14 @@ class Facts:
     kernel_spec_exists: bool = False
     kernel_python: str | None = None  # the Python its kernel.json starts
     kernel_python_exists: bool = False
+    kernel_mode: str | None = None  # COURSE_MODE pinned in that kernel's spec, if any
+    host_memory: int | None = None  # bytes: MemTotal, or the container's lower memory limit
+    host_memory_where: str = "MemTotal"
+    gpu_memory_mib: int | None = None  # the first GPU's total memory (nvidia-smi)
+    cpus: int | None = None  # CPUs in the affinity mask
+    cpu_quota: float | None = None  # the cgroup's CPU quota in CPUs, None: none
+    cgroup_version: int | None = None
+    lxcfs: bool = False  # /proc/stat is the container's own (lxcfs), not the host's
 
 
 @dataclass(frozen=True)
@@ -303,6 +317,102 @@ def check_driver(f: Facts) -> Row:
     return Row("driver", OK, _v(f.driver), needed)
 
 
+def _gib(n: float) -> str:
+    return f"{n:.1f} GiB"
+
+
+def check_memory(f: Facts) -> Row:
+    """Host RAM against the chapters' measured peaks: full mode's heaviest, quick mode's."""
+    n = machine_needs.NEEDS
+    needed = (
+        f"{_gib(n['full_host_gib'])} for full mode ({n['full_host_chapter']}, measured), "
+        f"{_gib(n['quick_host_gib'])} for quick mode ({n['quick_host_chapter']})"
+    )
+    if f.host_memory is None:
+        return Row("memory", INFO, "unknown", needed)
+    have = f.host_memory / machine_needs.GIB
+    found = f"{_gib(have)} ({f.host_memory_where})"
+    if have < n["quick_host_gib"]:
+        return Row(
+            "memory",
+            WARN,
+            found,
+            needed,
+            f"below quick mode's heaviest chapter: {n['quick_host_chapter']} may be killed for "
+            "memory. Close other programs, restart the kernel between chapters, or use a "
+            "larger machine (on WSL2, raise memory= in .wslconfig)",
+        )
+    above = machine_needs.chapters_above(have)
+    if above:
+        names = ", ".join(f"{k} {_gib(v)}" for k, v in above)
+        return Row(
+            "memory",
+            WARN if f.gpus else INFO,
+            found,
+            needed,
+            f"full mode does not fit: its full-size peaks above this machine's RAM: {names} "
+            "(measured on a CPU). The course chooses quick mode here on its own; on a GPU "
+            "rental pick an instance with more RAM for full mode",
+        )
+    return Row("memory", OK, found, needed)
+
+
+def check_gpu_memory(f: Facts) -> Row:
+    """The GPU's memory against full mode's heaviest chapter (a count until a GPU run)."""
+    n = machine_needs.NEEDS
+    needed = f"about {_gib(n['full_gpu_gib'])} for full mode ({n['full_gpu_chapter']}, counted)"
+    if not f.gpus:
+        return Row("gpu memory", INFO, "no GPU", needed)
+    if f.gpu_memory_mib is None:
+        return Row("gpu memory", WARN, "?", needed, "nvidia-smi did not report memory.total")
+    found = _gib(f.gpu_memory_mib / 1024)
+    if f.gpu_memory_mib * 2**20 < n["full_gpu_gib"] * machine_needs.GIB:
+        return Row(
+            "gpu memory",
+            WARN,
+            found,
+            needed,
+            "too small for full mode: the course chooses quick mode here on its own (its "
+            "PyTorch work still runs on this GPU). MODE=full would run out of memory in "
+            f"{n['full_gpu_chapter']}",
+        )
+    return Row("gpu memory", OK, found, needed)
+
+
+def check_mode(f: Facts) -> Row:
+    """The mode the course will choose here on its own (helpers.core.environment.get_mode)."""
+    gpu = f.gpu_memory_mib * 2**20 if f.gpus and f.gpu_memory_mib is not None else None
+    fits, why = machine_needs.full_mode_fits(f.host_memory, gpu)
+    needed = "full mode where GPU memory and RAM hold the heaviest chapter, else quick"
+    return Row("mode", OK if fits or not f.gpus else INFO, "full" if fits else "quick", needed, why)
+
+
+def check_cpu(f: Facts) -> Row:
+    """The CPUs this process may use, and what the busy-machine rule reads in a container."""
+    needed = "2 CPUs per participant (quick mode was measured on 2)"
+    if f.cpus is None:
+        return Row("cpu", INFO, "?", needed)
+    if f.cpu_quota is not None:
+        threads = max(1, min(f.cpus, int(f.cpu_quota)))
+        found = f"{f.cpus} CPUs in the mask, cgroup v{f.cgroup_version} quota {f.cpu_quota:g}"
+        fix = (
+            f"a container limited by CPU time: the course computes with {threads} thread(s), and "
+            "calls a timing contended only when the container's own other processes took CPU "
+            "time (its cgroup), not the host's other tenants"
+        )
+    else:
+        found = f"{f.cpus} CPUs" + (
+            f", cgroup v{f.cgroup_version}, no quota" if f.cgroup_version else ""
+        )
+        source = "the container's own (lxcfs)" if f.lxcfs else "the machine's"
+        fix = (
+            f"timings count other processes on these CPUs ({source} /proc/stat): on a shared "
+            "host without a quota, others' work shows as CONTENDED"
+        )
+    status = WARN if min(f.cpus, f.cpu_quota or f.cpus) < 2 else OK
+    return Row("cpu", status, found, needed, fix if status == WARN or f.cpu_quota else "")
+
+
 def check_cxx(f: Facts) -> Row:
     needed = "a C++ compiler (torch.compile's CPU backend, chapter 6)"
     if f.cxx:
@@ -362,7 +472,17 @@ def check_kernel(f: Facts) -> Row:
     """The kernel `make kernel` registered: still there after the instance was re-created?"""
     needed = "the kernel 'course' of make kernel (only for a JupyterLab you did not start)"
     if not f.kernel_spec:
-        return Row("kernel", INFO, "not registered by make kernel", needed, "make kernel MODE=full")
+        return Row("kernel", INFO, "not registered by make kernel", needed, "make kernel")
+    if f.kernel_spec_exists and f.kernel_mode == "full" and not f.gpus:
+        return Row(
+            "kernel",
+            WARN,
+            f"{f.kernel_spec} pins COURSE_MODE=full",
+            needed,
+            "this machine has no GPU (an instance started without its card?): every chapter "
+            "would run at full size on the CPU, for hours. make kernel (without MODE) lets the "
+            "course choose",
+        )
     if not f.kernel_spec_exists:
         return Row(
             "kernel",
@@ -412,6 +532,10 @@ CHECKS = (
     check_shm,
     check_gpu,
     check_driver,
+    check_memory,
+    check_gpu_memory,
+    check_mode,
+    check_cpu,
     check_cxx,
     check_nginx,
     check_libb64,
@@ -512,23 +636,29 @@ def _glibcxx() -> int | None:
     return None
 
 
-def _gpus() -> tuple[bool, tuple, tuple[int, ...] | None]:
+def _gpus() -> tuple[bool, tuple, tuple[int, ...] | None, int | None]:
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return False, (), None
-    out = _run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"])
+        return False, (), None, None
+    out = _run(
+        [smi, "--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv,noheader"]
+    )
     if out is None:  # drivers before 510 have no compute_cap field
-        out = _run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]) or ""
+        out = _run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
         out = "\n".join(
-            f"{a},?,{b}" for a, b in (ln.rsplit(",", 1) for ln in out.splitlines() if ln)
+            f"{a},?,{b},{c}"
+            for a, b, c in (ln.rsplit(",", 2) for ln in (out or "").splitlines() if ln)
         )
-    gpus, driver = [], None
+    gpus, driver, memory = [], None, None
     for line in out.splitlines():
-        name, cc, drv = (s.strip() for s in line.split(","))
+        name, cc, drv, mem = (s.strip() for s in line.split(","))
         m = re.match(r"(\d+)\.(\d+)", cc)
         gpus.append((name, (int(m.group(1)), int(m.group(2))) if m else None))
         driver = tuple(int(x) for x in re.findall(r"\d+", drv)) or None
-    return True, tuple(gpus), driver
+        mib = re.match(r"(\d+)", mem)
+        if memory is None and mib:
+            memory = int(mib.group(1))  # "24564 MiB"
+    return True, tuple(gpus), driver, memory
 
 
 def _libb64() -> str | None:
@@ -551,16 +681,28 @@ def _distro() -> str:
     return f"{fields.get('ID', '')} {fields.get('ID_LIKE', '')}".strip()
 
 
-def _kernel(spec: str) -> tuple[bool, str | None, bool]:
-    """Whether the kernel spec folder exists, the Python its kernel.json starts, whether that exists."""
+def _kernel(spec: str) -> tuple[bool, str | None, bool, str | None]:
+    """Whether the kernel spec folder exists, the Python its kernel.json starts, whether that
+    exists, and the COURSE_MODE its environment pins (None: the course chooses)."""
     if not spec:
-        return False, None, False
+        return False, None, False, None
     try:
-        argv = json.loads((Path(spec) / "kernel.json").read_text())["argv"]
+        data = json.loads((Path(spec) / "kernel.json").read_text())
+        argv = data["argv"]
     except (OSError, ValueError, KeyError, TypeError):
-        return False, None, False
+        return False, None, False, None
     python = argv[0] if argv else None
-    return True, python, bool(python) and Path(python).exists()
+    mode = (data.get("env") or {}).get("COURSE_MODE") or None
+    return True, python, bool(python) and Path(python).exists(), mode
+
+
+def _lxcfs() -> bool:
+    """Whether /proc/stat is lxcfs's per-container view (mounted over the host's)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text()
+    except OSError:
+        return False
+    return any(ln.startswith("lxcfs /proc/stat ") for ln in mounts.splitlines())
 
 
 def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> Facts:
@@ -585,8 +727,14 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
         shm_bytes = shm.f_blocks * shm.f_frsize
     except OSError:
         shm_bytes = None
-    has_smi, gpus, driver = _gpus()
-    spec_exists, kernel_python, kernel_python_ok = _kernel(kernel_spec)
+    has_smi, gpus, driver, gpu_mib = _gpus()
+    spec_exists, kernel_python, kernel_python_ok, kernel_mode = _kernel(kernel_spec)
+    host, host_where = machine_needs.host_memory()
+    cg = cgroup.find()
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count()
     return Facts(
         system=platform.system(),
         machine=platform.machine(),
@@ -623,6 +771,14 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
         kernel_spec_exists=spec_exists,
         kernel_python=kernel_python,
         kernel_python_exists=kernel_python_ok,
+        kernel_mode=kernel_mode,
+        host_memory=host,
+        host_memory_where=host_where,
+        gpu_memory_mib=gpu_mib,
+        cpus=cpus,
+        cpu_quota=cgroup.cpu_quota(cg),
+        cgroup_version=cg.version if cg else None,
+        lxcfs=_lxcfs(),
     )
 
 

@@ -52,6 +52,7 @@ import json
 import re
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +86,37 @@ def _cost(p: Pass) -> dict[str, float]:
     arch, kind, batch, size = p
 
     class Traffic(TorchDispatchMode):
+        """Bytes read and written, operators, and the peak bytes of live tensors: every
+        storage is counted from the operator that creates it until Python frees it (a
+        finalizer), the weights, the input and what autograd saves for the backward included."""
+
         def __init__(self) -> None:
             super().__init__()
             self.bytes = self.ops = 0
+            self.live: dict[int, int] = {}
+            self.now = self.peak = 0
+
+        def hold(self, t: torch.Tensor) -> None:
+            storage = t.untyped_storage()
+            key = id(storage)
+            if key in self.live:
+                return
+            self.live[key] = n = storage.nbytes()
+            self.now += n
+            self.peak = max(self.peak, self.now)
+            weakref.finalize(storage, self._free, key)
+
+        def _free(self, key: int) -> None:
+            self.now -= self.live.pop(key, 0)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             out = func(*args, **(kwargs or {}))
             flat = torch.utils._pytree.tree_leaves((args, kwargs, out))
             self.bytes += sum(t.nbytes for t in flat if isinstance(t, torch.Tensor))
             self.ops += 1
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.hold(t)
             return out
 
     with torch.device("meta"):
@@ -103,6 +126,8 @@ def _cost(p: Pass) -> dict[str, float]:
             net = models.build_classifier("torch", arch, num_classes=8)
     x = torch.empty(batch, 3, size, size, device="meta")
     flops, traffic = FlopCounterMode(display=False), Traffic()
+    for t in [*net.parameters(), *net.buffers(), x]:
+        traffic.hold(t)
     opt = torch.optim.SGD(net.parameters(), lr=0.0) if kind in ("task", "train") else None
     with flops, traffic:
         if kind == "fwd":
@@ -120,7 +145,15 @@ def _cost(p: Pass) -> dict[str, float]:
             if kind == "task":
                 with torch.no_grad():
                     net(x)
-    return {"flops": flops.get_total_flops(), "bytes": traffic.bytes, "ops": traffic.ops}
+    # the pages train with AdamW (helpers.workload.training): two moments per weight, held for
+    # the whole training, where this pass steps a stateless SGD
+    adamw = 2 * sum(t.nbytes for t in net.parameters()) if kind == "train" else 0
+    return {
+        "flops": flops.get_total_flops(),
+        "bytes": traffic.bytes,
+        "ops": traffic.ops,
+        "peak_bytes": traffic.peak + adamw,
+    }
 
 
 def pass_seconds(cost: dict[str, float], gpu: str, math: str = "tf32") -> float:
@@ -283,14 +316,25 @@ def cost(p: Any) -> dict[str, float]:
     if p not in _costs:
         if isinstance(p, tuple) and p[0] == "matmul":
             n = p[1]
-            _costs[p] = {"flops": 2 * n**3, "bytes": 12 * n * n, "ops": 1, "math": "fp32"}
+            _costs[p] = {
+                "flops": 2 * n**3,
+                "bytes": 12 * n * n,
+                "ops": 1,
+                "math": "fp32",
+                "peak_bytes": 12 * n * n,  # A, B and the product, float32
+            }
         else:
             arch, kind, batch, size = p
             base = kind.replace("_bf16", "").replace("fwd64", "fwd")
             c = _cost((arch, base, batch, size))
             math = "bf16" if kind.endswith("_bf16") else "fp64" if kind == "fwd64" else "tf32"
             scale = {"bf16": 0.5, "fp64": 2.0}.get(math, 1.0)  # measured in float32
-            _costs[p] = {**c, "bytes": c["bytes"] * scale, "math": math}
+            _costs[p] = {
+                **c,
+                "bytes": c["bytes"] * scale,
+                "peak_bytes": c["peak_bytes"] * scale,
+                "math": math,
+            }
     return _costs[p]
 
 
@@ -321,6 +365,38 @@ def estimate(stem: str, row: dict[str, Any], gpu: str) -> dict[str, float]:
     return {"host_s": host, "device_s": device, "total_s": host + device}
 
 
+# GPU memory: each framework that opens the GPU in a chapter keeps its largest pass's tensors
+# reserved (PyTorch's and OneFlow's caching allocators hand freed blocks back to themselves, not
+# to the GPU), and adds its CUDA context, library handles and workspaces, which no meta-device
+# count sees. Assumed per framework until a GPU run measures it:
+CONTEXT_GIB = 1.0
+
+
+def gpu_memory(stem: str, gpu: str) -> dict[str, Any]:
+    """GiB of GPU memory a chapter needs on ``gpu``: per framework that uses the GPU there
+    (PyTorch; OneFlow where it has kernels, not on an H100; ONNX Runtime's GPU providers where
+    the chapter builds a TensorRT engine), its largest pass's live tensors counted on the meta
+    device, plus :data:`CONTEXT_GIB` each."""
+    largest: dict[str, float] = {}
+    for _, fw, p, _ in WORK.get(stem, []):
+        if isinstance(p, str):
+            if p == "tensorrt":
+                largest.setdefault("onnxruntime", 0.0)
+            continue
+        if fw == "oneflow" and gpu == "H100":
+            continue  # OneFlow on the CPU at quick sizes
+        if fw == "torch~flow" and gpu == "H100" and p[0] != "matmul":
+            p = _quick(p)
+        name = "oneflow" if fw == "oneflow" else "torch"
+        largest[name] = max(largest.get(name, 0.0), cost(p)["peak_bytes"] / 2**30)
+    tensors = sum(largest.values())
+    return {
+        "tensors_gib": round(tensors, 2),
+        "frameworks": sorted(largest),
+        "need_gib": round(tensors + CONTEXT_GIB * len(largest), 2),
+    }
+
+
 GPU_NOTE = (
     "GPU estimates: host part (this CPU's full-size run, minus the cells that move to the "
     f"GPU) + device part (full mode's passes, each max(FLOPs / ({COMPUTE_EFF:.0%} of the "
@@ -328,6 +404,15 @@ GPU_NOTE = (
     f"operator; TF32 for float32 models; torch.compile {FIXED_S['compile']:.0f} s, "
     f"max-autotune {FIXED_S['compile_autotune']:.0f} s, a TensorRT engine "
     f"{FIXED_S['tensorrt']:.0f} s: assumptions). Estimates until a GPU run replaces them."
+)
+
+
+GPU_MEMORY_NOTE = (
+    "GPU memory (a count until a GPU run measures it): per framework that uses the GPU in the "
+    "chapter, the live tensors of its largest pass counted on PyTorch's meta device (weights, "
+    "input, activations saved for the backward, gradients, AdamW's two moments in training), "
+    f"plus {CONTEXT_GIB:g} GiB assumed per framework for its CUDA context, libraries and "
+    "workspaces; OneFlow's and ONNX Runtime's passes counted as PyTorch's."
 )
 
 
@@ -367,10 +452,18 @@ def main(argv: list[str] | None = None) -> int:
             "passed": row["passed"],
             **{g: {k: round(v, 1) for k, v in e.items()} for g, e in est.items()},
         }
+    out["assumptions"]["context_gib_per_framework"] = CONTEXT_GIB
+    out["gpu_memory_method"] = GPU_MEMORY_NOTE
+    out["gpu_memory"] = {
+        stem: {g: gpu_memory(stem, g) for g in GPUS}
+        for stem in sorted(run["chapters"])
+        if stem[:2].isdigit()
+    }
     for p, c in _costs.items():
         out["passes"][" ".join(map(str, p))] = {
             "gflop": round(c["flops"] / 1e9, 2),
             "gbytes": round(c["bytes"] / 1e9, 2),
+            "peak_gib": round(c["peak_bytes"] / 2**30, 2),
             "ops": c["ops"],
             "math": c["math"],
             **{g: round(device_seconds(p, g) * 1e3, 2) for g in GPUS},
@@ -397,12 +490,24 @@ def main(argv: list[str] | None = None) -> int:
             for g in GPUS
         ]
         lines.append(f"| {stem} | {_minutes(v['full_cpu_s'])} | " + " | ".join(cells) + " |")
+    lines += ["", GPU_MEMORY_NOTE, ""]
+    lines += [
+        "| notebook | " + " | ".join(f"{g} (GiB; frameworks on the GPU)" for g in GPUS) + " |"
+    ]
+    lines += ["|---|" + "---|" * len(GPUS)]
+    for stem, per in out["gpu_memory"].items():
+        cells = [f"{v['need_gib']:.1f} ({', '.join(v['frameworks']) or '-'})" for v in per.values()]
+        lines.append(f"| {stem} | " + " | ".join(cells) + " |")
     lines += ["", "Each pass, on each GPU (ms):", ""]
-    lines += ["| pass | GFLOP | GB moved | operators | math | " + " | ".join(GPUS) + " |"]
-    lines += ["|---|---|---|---|---|" + "---|" * len(GPUS)]
+    lines += [
+        "| pass | GFLOP | GB moved | live tensors, peak (GiB) | operators | math | "
+        + " | ".join(GPUS)
+        + " |"
+    ]
+    lines += ["|---|---|---|---|---|---|" + "---|" * len(GPUS)]
     for name, p in out["passes"].items():
         lines.append(
-            f"| {name} | {p['gflop']} | {p['gbytes']} | {p['ops']} | {p['math']} | "
+            f"| {name} | {p['gflop']} | {p['gbytes']} | {p['peak_gib']} | {p['ops']} | {p['math']} | "
             + " | ".join(f"{p[g]}" for g in GPUS)
             + " |"
         )

@@ -247,7 +247,8 @@ READER_PAGES = {
     "book/setup": [
         "make doctor",
         "A rented GPU with JupyterLab (Matpool and similar)",
-        "make kernel MODE=full",
+        "make kernel MODE=full",  # named as the way to pin full mode; the steps say make kernel
+        "every chapter chooses its mode from the machine",
         "What a stopped instance keeps",
         "Images with OneFlow preinstalled",
         "make setup WHEELHOUSE=",
@@ -255,6 +256,13 @@ READER_PAGES = {
         "make restore",
         "Pins and known vulnerabilities",
         "Python 3.10 is past its end of life",
+    ],
+    "book/workshop": [
+        "A room of rented GPUs",
+        "GPU-hours",
+        "NO_GPU=1",
+        "git bundle create course.bundle",
+        "whole full-mode run (estimate)",
     ],
     "book/zh/chapters": [
         "各章中文摘要",
@@ -273,6 +281,8 @@ READER_PAGES = {
         "运行模式",
         "COURSE_MODE",
         "工作坊",
+        "租用 GPU 的教室",
+        "每位学员的 GPU 小时数",
     ],
 }
 

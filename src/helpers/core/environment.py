@@ -1,8 +1,11 @@
 """Quick/full mode, device selection, seeding and the environment report.
 
 One environment variable, ``COURSE_MODE`` (``quick`` or ``full``), picks the
-problem sizes of every chapter.  Without it, the mode is ``full`` on a machine
-with a CUDA GPU and ``quick`` otherwise.  The same code path runs in both modes.
+problem sizes of every chapter.  Without it, the mode is chosen from what the
+machine can run (:func:`mode_choice`): ``full`` only with a CUDA GPU whose memory,
+and host RAM, hold the heaviest chapter's need (:mod:`helpers.core.machine_needs`,
+generated from the committed measurements), ``quick`` otherwise, with one printed
+line saying why.  The same code path runs in both modes.
 
 A second one, ``COURSE_FEWEST=1``, keeps the mode's sizes (model, image size, batch
 size, data) and cuts its repeat counts to the fewest that still execute every branch
@@ -36,6 +39,8 @@ __all__ = [
     "Sizes",
     "SIZES",
     "get_mode",
+    "mode_choice",
+    "gpu_memory_bytes",
     "sizes",
     "sizes_on",
     "has_cuda",
@@ -124,14 +129,47 @@ SIZES: dict[str, Sizes] = {
 }
 
 
-def get_mode() -> str:
-    """Return the course mode: ``$COURSE_MODE`` if set, else ``full`` with a GPU and ``quick`` without."""
+def mode_choice() -> tuple[str, str]:
+    """(mode, why): ``$COURSE_MODE`` when set; otherwise ``full`` only where a CUDA GPU and the
+    host's RAM (its container's limit, if lower) hold full mode's heaviest chapter
+    (:func:`helpers.core.machine_needs.full_mode_fits`), else ``quick``."""
     value = os.environ.get(MODE_ENV, "").strip().lower()
-    if not value:
-        return "full" if has_cuda() else "quick"
-    if value not in MODES:
-        raise ValueError(f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}")
-    return value
+    if value:
+        if value not in MODES:
+            raise ValueError(
+                f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}"
+            )
+        return value, f"{MODE_ENV}={value}"
+    return _auto_mode()
+
+
+@lru_cache(maxsize=1)
+def _auto_mode() -> tuple[str, str]:
+    from helpers.core import machine_needs
+
+    host, _ = machine_needs.host_memory()
+    fits, why = machine_needs.full_mode_fits(host, gpu_memory_bytes())
+    return ("full" if fits else "quick"), why
+
+
+def gpu_memory_bytes() -> int | None:
+    """Total memory of the CUDA GPU the course uses (device 0); None without one."""
+    if not has_cuda():
+        return None
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def get_mode() -> str:
+    """The course mode: ``$COURSE_MODE`` if set, else what this machine can run (:func:`mode_choice`).
+
+    Chosen quick on its own, it prints one line (once per process) saying why and how to insist.
+    """
+    mode, why = mode_choice()
+    if mode == "quick" and not os.environ.get(MODE_ENV, "").strip():
+        _say_once(f"quick mode: {why}. {MODE_ENV}=full runs full mode anyway")
+    return mode
 
 
 def fewest() -> bool:
@@ -508,6 +546,12 @@ def environment_report() -> dict[str, Any]:
             flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"}
         ),
     }
+    from helpers.core import cgroup, machine_needs
+
+    host, where = machine_needs.host_memory()
+    report["memory"] = f"{host / 2**30:.1f} GiB ({where})" if host else None
+    quota = cgroup.cpu_quota(cgroup.find())
+    report["cpu_quota"] = quota
     report.update(_gpu_info())
     report["oneflow_gpu"] = (
         None if report["gpu"] is None else ("no: " + p if (p := _oneflow_gpu_problem()) else "yes")
@@ -527,8 +571,13 @@ def print_environment_report() -> None:
     """Print the environment report and this mode's problem sizes (top of every chapter)."""
     rep = environment_report()
     width = 14
-    for key in ("mode", "python", "os", "cpu", "cores", "cpu_features", "gpu", "driver", "cuda"):
-        value = rep[key]
+    keys = ("mode", "python", "os", "cpu", "cores", "cpu_quota", "cpu_features", "memory")
+    for key in (*keys, "gpu", "driver", "cuda"):
+        value = rep.get(key)
+        if key == "cpu_quota":
+            if value is None:
+                continue  # no container quota: the cores above are this process's
+            value = f"{value:g} cores (the container's cgroup; threads are capped to it)"
         if isinstance(value, list):
             value = ", ".join(value) or "-"
         print(f"{key:<{width}} {value if value is not None else '-'}")

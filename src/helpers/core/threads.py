@@ -9,11 +9,14 @@ take it per session); :func:`framework_threads` reads back what a framework was 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+from helpers.core import cgroup
 from helpers.core.checks import check_int
 
 __all__ = [
@@ -39,12 +42,17 @@ ONEFLOW_THREADS_ENV = "ONEFLOW_EP_CPU_NUM_PARALLELS"  # OneFlow's CPU threads, r
 _flow_threads: int | None = None  # what same_threads gave OneFlow in this process
 
 
-def available_cores() -> int:
-    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` off Linux)."""
+def available_cores(cgroup_root: Path | str = cgroup.ROOT, self_cgroup: str | None = None) -> int:
+    """CPUs this process may compute on: its affinity mask (``os.cpu_count()`` off Linux), capped
+    by its container's CPU quota where the cgroup sets one (a container limited to 4 CPUs' worth
+    of time on a 64-core host sees all 64 in its mask: 4 threads, not 64, is what it can run
+    without being throttled). A fractional quota rounds down, to at least one."""
     try:
-        return len(os.sched_getaffinity(0))
+        mask = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        mask = os.cpu_count() or 1
+    quota = cgroup.cpu_quota(cgroup.find(cgroup_root, self_cgroup))
+    return mask if quota is None else max(1, min(mask, math.floor(quota)))
 
 
 def oneflow_threads() -> int:

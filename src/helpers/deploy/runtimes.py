@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from helpers.core import precision as _precision
-from helpers.core.threads import threads_spin
+from helpers.core.threads import available_cores, threads_spin
 from helpers.measure.measurement import Measurement
 from helpers.measure.timer import benchmark
 from helpers.show.table import compare_rows
@@ -826,8 +826,7 @@ def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
 
 
 def cpu_threads() -> int:
-    """Cores this process may use (what the course gives every runtime, for a fair comparison)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """Cores this process may use (what the course gives every runtime, for a fair comparison):
+    :func:`helpers.core.threads.available_cores`, the affinity mask capped by a container's
+    CPU quota."""
+    return available_cores()

@@ -119,16 +119,17 @@ def fastest_thread_count(
     On a quiet machine more threads are usually faster; on a busy one (other processes on the same
     cores) threads that must meet at every layer can be many times *slower* than one thread. The
     thread count is restored afterwards. Default candidates: 1, PyTorch's current count (its
-    default is the number of physical cores) and all logical cores.
+    default is the number of physical cores) and every core this process may use
+    (:func:`helpers.core.threads.available_cores`: its affinity mask, capped by a container's CPU
+    quota).
     """
-    import os
-
     import torch
 
+    from helpers.core.threads import available_cores
     from helpers.measure.timer import benchmark_interleaved
 
     if candidates is None:
-        candidates = sorted({1, torch.get_num_threads(), os.cpu_count() or 1})
+        candidates = sorted({1, torch.get_num_threads(), available_cores()})
     candidates = list(candidates)
     if not candidates or any(
         not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in candidates

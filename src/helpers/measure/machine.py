@@ -1,9 +1,18 @@
 """The machine's load while something was timed, and the one rule that calls a measurement contended.
 
 A timing taken while other processes used the CPU measures them too. :class:`LoadProbe` reads the
-machine before and after a timed region: the load average, and from ``/proc/stat`` the CPU time
-*other* processes took meanwhile (all CPUs' busy time minus this process's and its children's, plus
-steal time on a VM). :class:`MachineLoad` holds the result and applies the course's one rule,
+machine before and after a timed region: the load average, and the CPU time *other* processes took
+meanwhile on the CPUs this process may use. Where that is read:
+
+- in a container whose cgroup sets a CPU quota (the CPUs are shared by time with the host's other
+  tenants, and ``/proc/stat`` counts the whole host): the cgroup's own CPU time (cgroup v2
+  ``cpu.stat``, v1 ``cpuacct.usage``) minus this process's and its children's, that is, what the
+  container's other processes took (:mod:`helpers.core.cgroup`);
+- otherwise from ``/proc/stat``: the busy time of the CPUs in this process's affinity mask (a
+  container's cpuset; every CPU on an ordinary machine) minus this process's and its children's,
+  plus steal time on a VM.
+
+:class:`MachineLoad` holds the result and applies the course's one rule,
 :data:`CONTENDED_SHARE`: others took more than 10% of one core over the region. Every
 :class:`~helpers.measure.measurement.Measurement` carries its load, and :func:`measured_loads`
 lists every load this process measured (the ledger stamps records with them).
@@ -14,15 +23,19 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+from helpers.core import cgroup
 
 __all__ = [
     "CONTENDED_SHARE",
     "MachineLoad",
     "LoadProbe",
     "read_proc_stat",
+    "container_cpu_s",
     "measured_loads",
 ]
 
@@ -36,8 +49,11 @@ __all__ = [
 CONTENDED_SHARE = 0.10
 
 
-def read_proc_stat(text: str | None = None) -> tuple[int, int] | None:
-    """(busy ticks, steal ticks) summed over all CPUs from ``/proc/stat``'s ``cpu`` line.
+def read_proc_stat(
+    text: str | None = None, cpus: Collection[int] | None = None
+) -> tuple[int, int] | None:
+    """(busy ticks, steal ticks) from ``/proc/stat``: its aggregate ``cpu`` line, or with ``cpus``
+    the sum of those CPUs' own lines (``cpu0``, ``cpu1`` ...).
 
     Busy is user + nice + system + irq + softirq (guest time is already inside user); idle and
     iowait are not busy; steal is time the hypervisor ran other guests on our virtual CPUs. Ticks
@@ -50,13 +66,59 @@ def read_proc_stat(text: str | None = None) -> tuple[int, int] | None:
                 text = f.read()
         except OSError:
             return None
+    wanted = None if cpus is None else {f"cpu{n}" for n in cpus}
+    busy = steal = 0
+    found = 0
     for line in text.splitlines():
         fields = line.split()
-        if fields and fields[0] == "cpu":
-            v = [int(x) for x in fields[1:]] + [0] * 10
-            user, nice, system, _idle, _iowait, irq, softirq, steal = v[:8]
-            return user + nice + system + irq + softirq, steal
-    raise ValueError("/proc/stat has no aggregate 'cpu' line")
+        if not fields or not fields[0].startswith("cpu"):
+            continue
+        if (wanted is None and fields[0] != "cpu") or (
+            wanted is not None and fields[0] not in wanted
+        ):
+            continue
+        v = [int(x) for x in fields[1:]] + [0] * 10
+        user, nice, system, _idle, _iowait, irq, softirq, st = v[:8]
+        busy += user + nice + system + irq + softirq
+        steal += st
+        found += 1
+    if wanted is None and not found:
+        raise ValueError("/proc/stat has no aggregate 'cpu' line")
+    if wanted is not None and found != len(wanted):
+        raise ValueError(f"/proc/stat lists {found} of the CPUs {sorted(cpus or ())}")
+    return busy, steal
+
+
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+
+
+def _own_cpus_stat() -> tuple[int, int] | None:
+    """``/proc/stat`` over the CPUs this process may run on (all of them: the aggregate line)."""
+    mask = _affinity()
+    if mask is None or len(mask) >= (os.cpu_count() or 0):
+        return read_proc_stat()
+    return read_proc_stat(cpus=mask)
+
+
+@lru_cache(maxsize=1)
+def _quota_cgroup() -> cgroup.Cgroup | None:
+    """This process's cgroup when it sets a CPU quota (read once), else None."""
+    found = cgroup.find()
+    return found if cgroup.cpu_quota(found) is not None else None
+
+
+def container_cpu_s(cg: cgroup.Cgroup | None = None) -> float | None:
+    """CPU seconds used so far by every process of this container, when its cgroup sets a CPU
+    quota; None otherwise (then ``/proc/stat`` over the affinity mask is the container's view).
+    ``cg``: a cgroup to read instead of this process's (the tests' fake tree)."""
+    found = _quota_cgroup() if cg is None else cg
+    if found is None or cgroup.cpu_quota(found) is None:
+        return None
+    return cgroup.cpu_usage_s(found)
 
 
 def _family_cpu_s() -> float:
@@ -89,13 +151,14 @@ def _loadavg() -> float | None:
 class _Readers:
     """Where :class:`LoadProbe` reads the machine (tests replace these with fakes)."""
 
-    proc_stat: Callable[[], tuple[int, int] | None] = read_proc_stat
+    proc_stat: Callable[[], tuple[int, int] | None] = _own_cpus_stat
+    container_cpu_s: Callable[[], float | None] = container_cpu_s
     family_cpu_s: Callable[[], float] = _family_cpu_s
     process_cpu_s: Callable[[], float] = time.process_time
     wall_s: Callable[[], float] = time.perf_counter
     loadavg: Callable[[], float | None] = _loadavg
     clock_ticks: int = field(default_factory=lambda: os.sysconf("SC_CLK_TCK"))
-    cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
+    cpus: int = field(default_factory=lambda: len(_affinity() or ()) or os.cpu_count() or 1)
 
 
 READERS = _Readers()
@@ -105,11 +168,13 @@ READERS = _Readers()
 class MachineLoad:
     """The machine's load over one timed region, and whether it was contended.
 
-    ``others_cpu_s`` is the CPU time every other process on the machine took meanwhile: the busy
-    time of all CPUs (``/proc/stat``) minus this process's and its children's, plus steal time.
+    ``others_cpu_s`` is the CPU time other processes took meanwhile on this process's CPUs: the
+    busy time of the CPUs in its affinity mask (``/proc/stat``) minus this process's and its
+    children's, plus steal time; in a container with a CPU quota, the container's CPU time
+    (its cgroup) minus this process's and its children's (``scope`` says which).
     ``contended`` applies :data:`CONTENDED_SHARE`: others took more than that share of one core
     over ``wall_s``, beyond ``resolution_s`` (``/proc/stat`` counts whole ticks, about two per CPU
-    per interval). None where ``/proc/stat`` cannot be read: unknown, not quiet.
+    per interval). None where neither can be read: unknown, not quiet.
     """
 
     wall_s: float
@@ -119,6 +184,7 @@ class MachineLoad:
     loadavg_after: float | None
     resolution_s: float
     share: float = CONTENDED_SHARE
+    scope: str = "this process's CPUs (/proc/stat)"
 
     @property
     def others_cores(self) -> float | None:
@@ -146,6 +212,7 @@ class MachineLoad:
             "resolution_s": self.resolution_s,
             "contended": self.contended,
             "rule": f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s",
+            "scope": self.scope,
         }
 
     def describe(self) -> str:
@@ -178,6 +245,7 @@ class MachineLoad:
             loadavg_after=max(after) if after else None,
             resolution_s=sum(x.resolution_s for x in known),
             share=known[0].share,
+            scope=known[0].scope,
         )
 
 
@@ -202,7 +270,8 @@ class LoadProbe:
 
     def start(self) -> LoadProbe:
         self._la0 = self.r.loadavg()
-        self._stat0 = self.r.proc_stat()
+        self._cg0 = self.r.container_cpu_s()
+        self._stat0 = self.r.proc_stat() if self._cg0 is None else None
         self._fam0 = self.r.family_cpu_s()
         self._t0 = self.r.wall_s()
         return self
@@ -210,13 +279,20 @@ class LoadProbe:
     def stop(self) -> MachineLoad:
         wall = self.r.wall_s() - self._t0
         fam = self.r.family_cpu_s() - self._fam0
-        stat1 = self.r.proc_stat()
         tick = 1.0 / self.r.clock_ticks
         others = steal = None
-        if self._stat0 is not None and stat1 is not None:
-            busy = (stat1[0] - self._stat0[0]) * tick
-            steal = (stat1[1] - self._stat0[1]) * tick
-            others = max(0.0, busy - fam) + steal
+        scope = MachineLoad.scope
+        if self._cg0 is not None:
+            cg1 = self.r.container_cpu_s()
+            scope = "this container (its cgroup's CPU time; it has a CPU quota)"
+            if cg1 is not None:
+                others = max(0.0, (cg1 - self._cg0) - fam)
+        else:
+            stat1 = self.r.proc_stat()
+            if self._stat0 is not None and stat1 is not None:
+                busy = (stat1[0] - self._stat0[0]) * tick
+                steal = (stat1[1] - self._stat0[1]) * tick
+                others = max(0.0, busy - fam) + steal
         self.load = MachineLoad(
             wall_s=wall,
             others_cpu_s=others,
@@ -224,6 +300,7 @@ class LoadProbe:
             loadavg_before=self._la0,
             loadavg_after=self.r.loadavg(),
             resolution_s=2 * self.r.cpus * tick,
+            scope=scope,
         )
         _LOADS.append(self.load)
         return self.load

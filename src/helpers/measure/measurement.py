@@ -342,5 +342,6 @@ def measurement_from_dict(d: dict[str, Any]) -> Measurement:
             loadavg_before=load["loadavg_before"],
             loadavg_after=load["loadavg_after"],
             resolution_s=load.get("resolution_s", 0.0),
+            scope=load.get("scope", MachineLoad.scope),
         ),
     )
