@@ -66,7 +66,7 @@ def test_switched_graph_add_fusion_against_its_control(flow):
 def test_each_switch_reaches_the_graphs_config(flow):
     """AMP and the convolution search change nothing on a CPU, so their effect is read back from
     the graph's own config (the proto OneFlow compiles with); every switch against its default."""
-    fm = models.build_resnet("oneflow", "resnet18", num_classes=4).eval()
+    fm = models.build_classifier("oneflow", "resnet18", num_classes=4).eval()
 
     def config(**switches):
         p = gs.SwitchedGraph(fm, **switches).config.proto
