@@ -203,6 +203,29 @@ def test_a_dropped_rung_says_why_from_its_numbers():
     assert lad.final == "batching" and math.isclose(lad.end_to_end.median, 8.0)
 
 
+def test_a_candidate_that_fails_its_check_is_never_kept():
+    """The fastest candidate gives a wrong answer: another is kept, or none, and it says why."""
+
+    def check(label, settings, base):
+        return "3 rows nearest another class" if settings.get("fold") == 1.25 else None
+
+    lad = climb(check=check)
+    row = {r["key"]: r for r in lad.rows}["compiler"]
+    assert row["candidate"] == "compiler (torch.compile)"  # the slower one that is right
+    assert not row["kept"] and "compiler (folding) fails its check" in row["reason"]
+    assert lad.failed == {"compiler (folding)": "3 rows nearest another class"}
+    assert lad.final == "batching"
+    assert any("fails its check" in line for line in ladder.dropped_lines(lad))
+    # a rung whose only candidate fails is not kept, whatever its factor
+    lad = climb(check=lambda label, s, base: "wrong" if s.get("batch") == 16 else None)
+    row = {r["key"]: r for r in lad.rows}["batching"]
+    assert row["verdict"] == "not kept (fails its check)" and math.isclose(row["factor"], 4.0)
+    assert "batch" not in lad.paths["compiler (folding)"]  # never built on
+    # a control or the naive path that fails stops the climb: the method itself is broken
+    with pytest.raises(AssertionError, match="A/A: pipelining again fails its check"):
+        climb(check=lambda label, s, base: "wrong" if label.startswith("A/A") else None)
+
+
 def test_climb_rejects_bad_ladders():
     with pytest.raises(ValueError, match="no rungs"):
         climb([])

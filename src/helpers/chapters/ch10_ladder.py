@@ -403,8 +403,14 @@ def article_line(reported: Mapping[str, float] = RESNET101_ONEFLOW) -> str:
 
 
 def dropped_lines(lad: Ladder) -> list[str]:
-    """One line per rung that was not built on, with its generated reason."""
-    return [f"{r['candidate']}: {r['reason']}" for r in lad.rows[1:] if not r["kept"]]
+    """One line per rung that was not built on, and per candidate that failed its check."""
+    lines = []
+    for r in lad.rows[1:]:
+        if not r["kept"]:
+            lines.append(f"{r['candidate']}: {r['reason']}")
+        elif r["reason"]:  # kept, but another candidate failed its check
+            lines.append(f"{r['rung']}: {r['candidate']} kept; {r['reason']}")
+    return lines
 
 
 def explain_gap(

@@ -20,6 +20,9 @@ Chapter 10's method, for any task on any model (the page builds the paths; this 
   rung's pick; it is **kept** only when ``keep(ratio)`` (:func:`keep_rule`: the per-round interval
   lies wholly above 1), and then the next rung builds on it. A rung that is not kept leaves the
   base as it was, so no later rung contains it, and its row carries a generated reason.
+- Every path is checked when it is built (``check``: the page's own check of its answer); a
+  candidate whose check fails is timed and shown but never kept ("fails its check"), and a
+  failing control or naive path stops the climb.
 - A ``later`` rung is measured on its base and never built on (the technique is applied again
   further up); it is timed with the next rung, which has the same base.
 - A **forward-only branch** (``forward_only=True``, ``branch=<rung key>``) leaves from the path kept
@@ -135,7 +138,8 @@ class Ladder:
     ``stage`` (the measurements of the run it was timed in, controls included).
     ``paths``: the settings of every timed path by label; ``timed``: their :class:`Timed`;
     ``stages``: each interleaved run's measurements; ``final``: the last kept task path;
-    ``end_to_end``: naive / final, measured together (None when nothing was kept).
+    ``end_to_end``: naive / final, measured together (None when nothing was kept);
+    ``failed``: the candidates whose check failed, with the reason.
     """
 
     rows: list[dict[str, Any]]
@@ -146,6 +150,7 @@ class Ladder:
     final: str
     end_to_end: RatioSummary | None
     final_stage: dict[str, Measurement] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
 
     def kept(self, forward_only: bool = False) -> list[dict[str, Any]]:
         """The kept rows of the task (or of the forward-only branch)."""
@@ -181,6 +186,7 @@ def climb(
     progress: bool = False,
     seed: int = 0,
     timer: Callable[..., dict[str, Measurement]] = benchmark_interleaved,
+    check: Callable[[str, dict[str, Any], str | None], str | None] | None = None,
 ) -> Ladder:
     """Climb ``rungs`` from the ``naive`` settings, each rung on the last kept path.
 
@@ -189,6 +195,8 @@ def climb(
     ``later`` rung shares the next rung's stage). ``build`` is called once per path. Returns a
     :class:`Ladder`; the last stage times the naive and the final kept task path together.
     ``timer`` takes benchmark_interleaved's arguments (a test gives a fake one).
+    ``check(label, settings, base_label)`` is called once per path, right after ``build``: None
+    when its answer is right, else the reason (a candidate is then never kept).
     """
     if not rungs:
         raise ValueError("no rungs given")
@@ -215,10 +223,20 @@ def climb(
     paths: dict[str, dict[str, Any]] = {naive_label: dict(naive)}
     timed: dict[str, Timed] = {}
     key_of: dict[str, str] = {naive_label: naive_label}
+    base_of: dict[str, str | None] = {naive_label: None}
+    failed: dict[str, str] = {}
+    candidates = {c for r in rungs for c in r.candidates}
 
     def timed_of(label: str) -> Timed:
         if label not in timed:
             timed[label] = build(dict(paths[label]))
+            reason = check(label, dict(paths[label]), base_of[label]) if check else None
+            if reason and label not in candidates:
+                raise AssertionError(
+                    f"{label} fails its check, and it is not a candidate: {reason}"
+                )
+            if reason:
+                failed[label] = reason
         return timed[label]
 
     def run(labels: list[str], twins: Sequence[tuple[str, str]]) -> dict[str, Measurement]:
@@ -251,7 +269,7 @@ def climb(
             base = task
         for label, change in {**rung.candidates, **rung.controls}.items():
             paths[label] = _apply(paths[base], change)
-            key_of[label] = rung.key
+            key_of[label], base_of[label] = rung.key, base
         if rung.later:
             pending.append(rung)
             continue
@@ -263,9 +281,10 @@ def climb(
             rows.append(_baseline_row(naive_label, measured[naive_label]))
         for r in group:
             ratios = {c: paired_ratio(measured[base], measured[c]) for c in r.candidates}
-            pick = max(ratios, key=lambda c: ratios[c].median)
+            right = [c for c in ratios if c not in failed] or list(ratios)
+            pick = max(right, key=lambda c: ratios[c].median)
             ratio = ratios[pick]
-            kept = (r.task_change or bool(keep(ratio))) and not r.later
+            kept = (r.task_change or bool(keep(ratio))) and not r.later and pick not in failed
             level = level_of[base] + ([ratio] if kept and not r.task_change else [])
             cum_r = cum_r_of[base] * (r.reported if kept and r.reported else 1.0)
             row = {
@@ -279,7 +298,9 @@ def climb(
                 "ratio": ratio,
                 "candidates": ratios,
                 "kept": kept,
-                "verdict": "a different task" if r.task_change else _verdict(ratio, kept, r.later),
+                "verdict": "not kept (fails its check)"
+                if pick in failed
+                else ("a different task" if r.task_change else _verdict(ratio, kept, r.later)),
                 "reason": "",
                 "level": chain(level),
                 "cumulative": chain(level).median,
@@ -288,12 +309,15 @@ def climb(
                 "forward_only": r.forward_only,
                 "stage": measured,
             }
+            wrong = [f"{c} fails its check ({failed[c]})" for c in ratios if c in failed]
             if not kept:
-                own = r.why(row) if r.why is not None else ""
+                own = r.why(row) if r.why is not None and pick not in failed else ""
                 others = [f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick]
-                row["reason"] = drop_reason(ratio, r.later) + "".join(
-                    f"; {part}" for part in (", ".join(others), own) if part
-                )
+                first = "" if pick in failed else drop_reason(ratio, r.later)
+                parts = [first, ", ".join(others), own, "; ".join(wrong)]
+                row["reason"] = "; ".join(part for part in parts if part)
+            elif wrong:
+                row["reason"] = "; ".join(wrong)  # kept another candidate
             rows.append(row)
             if kept:
                 level_of[pick], cum_r_of[pick] = level, cum_r
@@ -309,7 +333,7 @@ def climb(
     if task != naive_label:
         final_stage = run([naive_label, task], [])
         e2e = paired_ratio(final_stage[naive_label], final_stage[task])
-    return Ladder(rows, paths, timed, stages, naive_label, task, e2e, final_stage)
+    return Ladder(rows, paths, timed, stages, naive_label, task, e2e, final_stage, failed)
 
 
 def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> str:
