@@ -212,7 +212,7 @@ def test_a_candidate_that_fails_its_check_is_never_kept():
     lad = climb(check=check)
     row = {r["key"]: r for r in lad.rows}["compiler"]
     assert row["candidate"] == "compiler (torch.compile)"  # the slower one that is right
-    assert not row["kept"] and "compiler (folding) fails its check" in row["reason"]
+    assert not row["kept"] and "compiler (folding) fails its check: 3 rows" in row["reason"]
     assert lad.failed == {"compiler (folding)": "3 rows nearest another class"}
     assert lad.final == "batching"
     assert any("fails its check" in line for line in ladder.dropped_lines(lad))
@@ -220,7 +220,11 @@ def test_a_candidate_that_fails_its_check_is_never_kept():
     lad = climb(check=lambda label, s, base: "wrong" if s.get("batch") == 16 else None)
     row = {r["key"]: r for r in lad.rows}["batching"]
     assert row["verdict"] == "not kept (fails its check)" and math.isclose(row["factor"], 4.0)
+    assert row["reason"] == "fails its check: wrong"  # the path's name is the row's already
     assert "batch" not in lad.paths["compiler (folding)"]  # never built on
+    # the guide names the fastest forward-only path that passed, not a faster wrong one
+    lad = climb(check=lambda label, s, base: "wrong" if s.get("int8") else None)
+    assert "fastest that passed its check was forward only" in ladder.ladder_guide(lad, "cpu")[-1]
     # a control or the naive path that fails stops the climb: the method itself is broken
     with pytest.raises(AssertionError, match="A/A: pipelining again fails its check"):
         climb(check=lambda label, s, base: "wrong" if label.startswith("A/A") else None)

@@ -497,11 +497,11 @@ def ladder_guide(lad: Ladder, device: str) -> list[str]:
         if e2e is not None
         else "the saliency task end to end: no rung paid"
     )
-    fwd = [r for r in lad.rows if r["forward_only"]]
+    fwd = [r for r in lad.rows if r["forward_only"] and r["candidate"] not in lad.failed]
     if fwd:
         best = min(fwd, key=lambda r: r["ms_per_image"])
         lines.append(
-            f"forward-only deployment: fastest was {best['candidate']} at "
+            f"forward-only deployment: fastest that passed its check was {best['candidate']} at "
             f"{best['ms_per_image']:.2f} ms per image (it computes less: no backward pass, so no "
             "saliency map)"
         )

@@ -309,11 +309,17 @@ def climb(
                 "forward_only": r.forward_only,
                 "stage": measured,
             }
-            wrong = [f"{c} fails its check ({failed[c]})" for c in ratios if c in failed]
+            wrong = [
+                f"{c} fails its check: {failed[c]}" for c in ratios if c in failed and c != pick
+            ]
             if not kept:
                 own = r.why(row) if r.why is not None and pick not in failed else ""
                 others = [f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick]
-                first = "" if pick in failed else drop_reason(ratio, r.later)
+                first = (
+                    f"fails its check: {failed[pick]}"
+                    if pick in failed
+                    else drop_reason(ratio, r.later)
+                )
                 parts = [first, ", ".join(others), own, "; ".join(wrong)]
                 row["reason"] = "; ".join(part for part in parts if part)
             elif wrong:
