@@ -117,11 +117,10 @@ def fake_timer(fns, *, items, repeats, wobble=None, **_):
 
 R = climbing.Rung
 RUNGS = [
-    R("graph", "static graph", {"static graph (torch.compile)": {"fold": 1.6}}, later=True),
-    R("pruning", "pruning", {"pruning": {"pruned": True}}, reported=2.33),
-    R("batching", "batching", {"batching": {"batch": 16}}),
+    R("graph", {"static graph (torch.compile)": {"fold": 1.6}}, label="static graph", later=True),
+    R("pruning", {"pruning": {"pruned": True}}, reported=2.33),
+    R("batching", {"batching": {"batch": 16}}),
     R(
-        "pipelining",
         "pipelining",
         {"pipelining": {"pipeline": True}},
         controls={"A/A: pipelining again": {"pipeline": True}},
@@ -130,18 +129,17 @@ RUNGS = [
     ),
     R(
         "compiler",
-        "compiler",
         {"compiler (torch.compile)": {"fold": 0.99}, "compiler (folding)": {"fold": 1.25}},
     ),
     R(
         "fwd",
-        "forward only",
         {"forward only": {"forward": True}},
+        label="forward only",
         forward_only=True,
         branch="pipelining",
         task_change=True,
     ),
-    R("int8", "INT8 runtime", {"INT8 runtime": {"int8": True}}, forward_only=True),
+    R("int8", {"INT8 runtime": {"int8": True}}, label="INT8 runtime", forward_only=True),
 ]
 
 
@@ -183,6 +181,9 @@ def test_factors_are_paired_over_the_base_and_the_end_is_measured():
     assert math.isclose(by["int8"]["factor"], 5.0) and by["int8"]["kept"]
     assert [r["candidate"] for r in lad.kept()] == ["pruning", "batching", "compiler (folding)"]
     assert by["pruning"]["reported"] == 2.33 and by["batching"]["reported"] is None
+    # the case study's factors by key, for rungs without their own
+    by = {r["key"]: r for r in climb(reported={"batching": 2.55, "pruning": 9.0}).rows}
+    assert by["batching"]["reported"] == 2.55 and by["pruning"]["reported"] == 2.33
 
 
 def test_a_dropped_rung_says_why_from_its_numbers():
@@ -236,15 +237,15 @@ def test_climb_rejects_bad_ladders():
     with pytest.raises(ValueError, match="unique"):
         climb(RUNGS + [RUNGS[1]])
     with pytest.raises(ValueError, match="unique"):
-        climb([R("a", "a", {"x": {}}), R("b", "b", {"x": {}})])
+        climb([R("a", {"x": {}}), R("b", {"x": {}})])
     with pytest.raises(ValueError, match="no candidates"):
-        climb([R("a", "a", {})])
+        climb([R("a", {})])
     with pytest.raises(ValueError, match="branch"):
-        climb([R("a", "a", {"x": {}}, branch="a")])
+        climb([R("a", {"x": {}}, branch="a")])
     with pytest.raises(ValueError, match="later"):
-        climb([R("a", "a", {"x": {}}, later=True)])
+        climb([R("a", {"x": {}}, later=True)])
     with pytest.raises(ValueError, match="no branch"):
-        climb([R("a", "a", {"x": {"forward": True}}, forward_only=True)])
+        climb([R("a", {"x": {"forward": True}}, forward_only=True)])
 
 
 def test_a_climb_with_real_timings():
@@ -257,7 +258,7 @@ def test_a_climb_with_real_timings():
         t = 0.02 / (4.0 if s.get("fast") else 1.0) * (4.0 if s.get("slow") else 1.0)
         return climbing.Timed(lambda: time.sleep(t), items=1, framework="none")
 
-    rungs = [R("a", "a", {"fast": {"fast": True}}), R("b", "b", {"slow": {"slow": True}})]
+    rungs = [R("a", {"fast": {"fast": True}}), R("b", {"slow": {"slow": True}})]
     lad = climbing.climb({}, rungs, real, rounds=9)
     assert [r["verdict"] for r in lad.rows] == ["baseline", "kept", "not kept (slower)"]
     assert lad.final == "fast" and lad.end_to_end.median > 2.0

@@ -40,6 +40,7 @@ __all__ = [
     "order_stable_images",
     "answer",
     "serve_onnx",
+    "served_reason",
     "REPORTED",
     "ladder_table",
     "plot_ladder",
@@ -191,6 +192,24 @@ def serve_onnx(
         threads=threads,
     )
     return triton_server.TritonServer(repository, models=["task"]).start()
+
+
+def served_reason(stats: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    """Where a served image's time goes, from Triton's counters (``triton_client.model_stats``).
+
+    One execution serves ``avg_batch`` images, so the server's compute per image is the compute
+    per request over the mean batch; ``row`` is the served rung's row (its base: the same model
+    run locally, timed in the same rounds).
+    """
+    busy = stats["compute_ms"] / max(stats["avg_batch"], 1e-9)
+    base = row["stage"][row["base"]]
+    local = base.median / base.items * 1e3
+    return (
+        f"the server computed {busy:.2f} ms per image (batches of {stats['avg_batch']:.1f} on "
+        f"average, {stats['queue_ms']:.2f} ms queued per request) against {local:.2f} ms run "
+        f"locally; the rest of its {row['ms_per_image']:.2f} ms is each request's round trip "
+        "and its client's decoding, on the same cores"
+    )
 
 
 # ---- the ladder ----

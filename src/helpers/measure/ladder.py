@@ -4,8 +4,8 @@ Chapter 10's method, for any task on any model (the page builds the paths; this 
 
     naive = {"variant": "original", "batch": 1, "workers": 1}      # the settings of a path
     rungs = [
-        Rung("pruning", "pruning", {"pruning": {"variant": "single_forward"}}),
-        Rung("batching", "batching", {"batching": {"batch": 16}}),
+        Rung("pruning", {"pruning": {"variant": "single_forward"}}),
+        Rung("batching", {"batching": {"batch": 16}}),
         ...
     ]
     lad = climb(naive, rungs, build, rounds=15)   # build(settings) -> Timed(call, items)
@@ -67,24 +67,29 @@ class Timed:
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung: candidate changes (label -> settings to update, or a function of the base's
-    settings), controls timed beside them (never picked), and ``twins`` (label, twin) pairs kept
-    apart in the rounds. ``why(row)`` may add the page's own reason when the rung is dropped.
-    ``task_change``: the rung changes the task itself (forward only, no saliency map): it is
-    always taken, its factor is shown but never counted as a speed-up. ``reported`` is the case
-    study's factor for this step, if it has one."""
+    """One rung: its ``key``, candidate changes (label -> settings to update, or a function of
+    the base's settings), controls timed beside them (never picked), and ``twins`` (label, twin)
+    pairs kept apart in the rounds. ``label`` names the rung (default: its key). ``why(row)`` may
+    add the page's own reason when the rung is dropped. ``task_change``: the rung changes the task
+    itself (forward only, no saliency map): it is always taken, its factor is shown but never
+    counted as a speed-up. ``reported`` is the case study's factor for this step (default:
+    :func:`climb`'s ``reported`` of the rung's key)."""
 
     key: str
-    label: str
     candidates: Mapping[str, Change]
+    label: str = ""
     controls: Mapping[str, Change] = field(default_factory=dict)
-    twins: tuple[tuple[str, str], ...] = ()
+    twins: Sequence[tuple[str, str]] = ()
     forward_only: bool = False
     branch: str | None = None
     later: bool = False
     task_change: bool = False
     reported: float | None = None
     why: Callable[[Mapping[str, Any]], str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.key)
 
 
 def keep_rule(ratio: RatioSummary) -> bool:
@@ -187,6 +192,7 @@ def climb(
     seed: int = 0,
     timer: Callable[..., dict[str, Measurement]] = benchmark_interleaved,
     check: Callable[[str, dict[str, Any], str | None], str | None] | None = None,
+    reported: Mapping[str, float] | None = None,
 ) -> Ladder:
     """Climb ``rungs`` from the ``naive`` settings, each rung on the last kept path.
 
@@ -197,6 +203,7 @@ def climb(
     ``timer`` takes benchmark_interleaved's arguments (a test gives a fake one).
     ``check(label, settings, base_label)`` is called once per path, right after ``build``: None
     when its answer is right, else the reason (a candidate is then never kept).
+    ``reported``: the case study's factor by rung key, for rungs that do not give their own.
     """
     if not rungs:
         raise ValueError("no rungs given")
@@ -286,7 +293,8 @@ def climb(
             ratio = ratios[pick]
             kept = (r.task_change or bool(keep(ratio))) and not r.later and pick not in failed
             level = level_of[base] + ([ratio] if kept and not r.task_change else [])
-            cum_r = cum_r_of[base] * (r.reported if kept and r.reported else 1.0)
+            case = r.reported if r.reported is not None else (reported or {}).get(r.key)
+            cum_r = cum_r_of[base] * (case if kept and case else 1.0)
             row = {
                 "rung": r.label,
                 "key": r.key,
@@ -304,7 +312,7 @@ def climb(
                 "reason": "",
                 "level": chain(level),
                 "cumulative": chain(level).median,
-                "reported": r.reported,
+                "reported": case,
                 "cumulative_reported": cum_r,
                 "forward_only": r.forward_only,
                 "stage": measured,
