@@ -57,7 +57,8 @@ class BusinessModel(nn.Module):
         if num_classes < 1 or hidden < 1:
             raise ValueError(f"num_classes and hidden must be >= 1, got {num_classes} and {hidden}")
         # random weights: nothing is downloaded
-        options = {"zero_init_residual": True} if zero_init_residual else {}
+        resnet = arch.startswith(("resnet", "resnext", "wide_resnet"))  # they have the option
+        options = {"zero_init_residual": True} if zero_init_residual and resnet else {}
         backbone = getattr(torchvision.models, arch)(**options)
         parent, name, last = _last_linear(backbone)
         setattr(parent, name, nn.Identity())  # the backbone now ends with its features
