@@ -523,6 +523,10 @@ KEY_CODE = {
         r"class TrainGraph\(flow\.nn\.Graph\)",
         r"self\.add_optimizer\(",
         r"measure\.paired_ratio\(",
+        r"torch\.export\.export\(",  # the whole graph ahead of time
+        r"torch\.export\.Dim\(",
+        r"torch\._dynamo\.explain\(",  # torch.compile's graph breaks, where export refuses
+        r"torch\.cond\(",
     ],
     "04_pruning": [
         r"def original_task\(",
@@ -547,10 +551,17 @@ KEY_CODE = {
         r"fuse\(model\)",
         r"memory_format=torch\.channels_last",
         r"torch\.compile\(",
+        r"max-autotune-no-cudagraphs",  # compile modes, each from an empty cache
+        r"fresh_start",  # two starts on one Inductor cache folder
     ],
     "07_onnx_runtimes": [
         r"torch\.onnx\.export\(",
         r"onnx\.checker\.check_model\(",
+        r"torch\.export\.export\(",  # the ExportedProgram the exporter translates
+        r"dynamo=True",
+        r"aoti_compile_and_package\(",  # AOTInductor's .pt2
+        r"aoti_load_package\(",
+        r"run_in_subprocess\(\s*\"helpers\.deploy\.aoti:run_package\"",  # a fresh process
         r"ort\.InferenceSession\(.*providers=",
         r"ov\.compile_model\(",
         r"onnx\.shape_inference\.infer_shapes\(",
@@ -594,6 +605,7 @@ KEY_CODE = {
         r"ratio\.p25 > 1\.0",
         r"comparison\.assert_task_level\(",
         r"def pipelined\(",
+        r"aoti\.compile_package\(",  # AOTInductor, a runtime-rung candidate
     ],
 }
 

@@ -32,7 +32,8 @@ def tiny(torch_mod):
 def test_export_writes_checked_file_with_dynamic_batch(tiny, tmp_path):
     model, x = tiny
     rep = export.export_onnx(model, x, tmp_path / "m.onnx")
-    assert rep.path.is_file() and rep.opset == 17
+    assert rep.path.is_file() and rep.opset == 18
+    assert not list(tmp_path.glob("*.data"))  # one self-contained file: no external data
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(rep.path), providers=["CPUExecutionProvider"])
@@ -58,6 +59,11 @@ def test_export_rejects_wrong_rank_and_non_modules(tiny, tmp_path, torch_mod):
         export.export_onnx(lambda t: t, x, tmp_path / "m.onnx")
     with pytest.raises(TypeError, match="torch.Tensor"):
         export.export_onnx(model, x.numpy(), tmp_path / "m.onnx")
+    # torch.export takes a size of 1 as a constant: a dynamic batch needs two examples
+    with pytest.raises(ValueError, match="at least 2"):
+        export.export_onnx(model, x[:1], tmp_path / "m.onnx")
+    one = export.export_onnx(model, x[:1], tmp_path / "one.onnx", dynamic_batch=False)
+    assert one.path.is_file()
 
 
 def test_unfolded_export_keeps_batchnorm_and_matches(tiny, tmp_path):
@@ -124,15 +130,15 @@ def test_graph_inputs_skip_initializers(tiny, tmp_path):
 def test_verification_catches_a_wrong_export(tiny, tmp_path, monkeypatch, torch_mod):
     """export_and_verify really compares: a file that computes something else fails."""
     model, x = tiny
-    real_export = torch_mod.onnx.export
+    real_capture = torch_mod.export.export
 
-    def export_other(m, *args, **kwargs):  # exports a model with different weights
+    def capture_other(m, *args, **kwargs):  # captures a model with different weights
         other = __import__("copy").deepcopy(m)
         with torch_mod.no_grad():
             other[-1].bias.add_(1.0)
-        return real_export(other, *args, **kwargs)
+        return real_capture(other, *args, **kwargs)
 
-    monkeypatch.setattr(torch_mod.onnx, "export", export_other)
+    monkeypatch.setattr(torch_mod.export, "export", capture_other)
     with pytest.raises(AssertionError, match="ONNX Runtime vs PyTorch"):
         export.export_and_verify(model, x, tmp_path / "wrong.onnx")
 
@@ -153,6 +159,24 @@ def test_verification_takes_the_precision_policys_tolerance(tiny, tmp_path, torc
     if rep.max_abs > 0:
         with pytest.raises(AssertionError, match="ONNX Runtime vs PyTorch"):
             export.export_and_verify(model, x, tmp_path / "t.onnx", tolerance=tight)
+
+
+def test_quiet_exporter_hides_only_its_noise_and_restores() -> None:
+    import logging
+    import warnings
+
+    log = logging.getLogger("torch.onnx._internal.exporter._schemas")
+    before = log.level
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with export.quiet_exporter():
+            assert log.level == logging.ERROR
+            warnings.warn(
+                "`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, stacklevel=1
+            )
+            warnings.warn("something else", FutureWarning, stacklevel=1)  # shown
+    assert log.level == before
+    assert [str(w.message) for w in seen] == ["something else"]
 
 
 def test_numpy_bool_alias_is_scoped() -> None:

@@ -14,7 +14,11 @@
 - :func:`deployed_rows` -- those timings beside the strict float32 ones, both labelled;
 - :func:`best_torch_routes` -- PyTorch's fastest static route per batch;
 - :func:`ratio_from_dict` -- a :class:`~helpers.measure.measurement.RatioSummary` back from what
-  :func:`deployed_timings` returns.
+  :func:`deployed_timings` returns;
+- :func:`quiet_capture` -- a block in which torch's graph capture (``torch.export``,
+  ``torch._dynamo.explain``) keeps its chatter off the page: what it prints to stderr (the
+  partial graph of a failed export) is collected for the page to show a line of, its warnings
+  about unbacked symbols and its note on ``torch.cond`` are hidden.
 
 The chapter's page builds and checks every graph, trace and compiled model itself; this module
 only arranges the numbers it measured.
@@ -22,7 +26,11 @@ only arranges the numbers it measured.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
@@ -39,7 +47,35 @@ __all__ = [
     "deployed_timings",
     "deployed_rows",
     "ratio_from_dict",
+    "quiet_capture",
 ]
+
+# torch's loggers that warn while a graph is captured ("Unable to find user code ...").
+_CAPTURE_LOGGERS = ("torch.fx.experimental.symbolic_shapes", "torch._dynamo", "torch.export")
+
+
+@contextlib.contextmanager
+def quiet_capture() -> Iterator[io.StringIO]:
+    """Inside the block, collect what torch prints to ``sys.stderr`` and hide its capture warnings.
+
+    A failed ``torch.export.export`` prints the graph it had captured so far (twice, from two
+    nested wrappers) to ``sys.stderr``: the block yields that text, so a page can show the line
+    where capture stopped. The loggers of :data:`_CAPTURE_LOGGERS` are raised to ERROR and
+    ``torch.cond``'s note that it compiles its branches eagerly inside an export is ignored;
+    all of it is restored on exit, and errors still raise.
+    """
+    loggers = [logging.getLogger(name) for name in _CAPTURE_LOGGERS]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(text), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*torch.compile inside torch.export")
+            yield text
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
 
 
 def _steady(m: Measurement | StaticMeasurement) -> Measurement:

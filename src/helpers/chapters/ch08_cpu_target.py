@@ -511,7 +511,8 @@ def preprocess_sentence(graph_ops: Mapping[str, Mapping[str, int]]) -> str:
     if bn0 == 0:
         return text + (
             " PyTorch's exporter had already folded every BatchNorm into its convolution "
-            "(it does for a model in eval mode), so pre-processing had nothing to fold here; "
+            "(its default optimizer does, for a model in eval mode: chapter 7), so "
+            "pre-processing had nothing to fold here; "
             "it matters for graphs that still carry BatchNorm nodes."
         )
     return text + f" Pre-processing folded {bn0 - bn1} of them into their convolutions."

@@ -2,4 +2,5 @@
 
 - :mod:`~helpers.compiling.graphs` -- the one OneFlow ``nn.Graph`` inference wrapper, TorchScript/torch.compile routes
 - :mod:`~helpers.compiling.graph_ops` -- op counts of compiled OneFlow graphs and torch.fx graphs
+- :mod:`~helpers.compiling.inductor` -- TorchInductor's caches: compile from an empty one, time a fresh start
 """

@@ -1,22 +1,24 @@
 """Export a PyTorch model to ONNX and verify it in ONNX Runtime; count a graph's ops.
 
-Chapter 7 writes the export on its page: ``torch.onnx.export`` with a named input and output
-and a dynamic batch axis, ``onnx.checker``, then the file run in ONNX Runtime and asserted
-against PyTorch. Chapters 8 and 9 reuse it, so ``tools/save_cells.py`` copies those cells into
-the region at the end of this module (edit them on the page, not here)::
+Chapter 7 writes the export on its page: ``torch.export.export`` with a dynamic batch axis, then
+``torch.onnx.export(program, ..., dynamo=True)`` with a named input and output, ``onnx.checker``,
+then the file run in ONNX Runtime and asserted against PyTorch. Chapters 8, 9 and 10 reuse it, so
+``tools/save_cells.py`` copies those cells into the region at the end of this module (edit them
+on the page, not here)::
 
     report = export_and_verify(model, example, "model.onnx")   # export, check, verify
     print(report.tolerance)    # the precision policy's bound the check used (helpers.core.precision)
-    report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as traced
+    report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as captured
 
 Above the region, plumbing the chapters share: :class:`ExportReport` (what an export
 produced), :func:`op_counts` / :func:`op_count_table` (what a graph rewrite changed, as op
-counts) and :func:`graph_inputs`.
+counts), :func:`graph_inputs` and :func:`quiet_exporter` (the exporter's harmless noise hidden).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ __all__ = [
     "op_counts",
     "op_count_table",
     "graph_inputs",
+    "quiet_exporter",
     "export_onnx",
     "export_and_verify",
     "numpy_bool_alias",
@@ -123,8 +126,34 @@ def graph_inputs(model_or_path: Any) -> list[str]:
     return [v.name for v in model.graph.input if v.name not in inits]
 
 
+# The loggers of torch.onnx's exporter that write harmless lines on every export's first use.
+_EXPORTER_LOGGERS = ("torch.onnx._internal.exporter._schemas",)
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """Hide torch.onnx's harmless noise inside the block, and only there.
+
+    The dynamo exporter's operator registry logs a "Missing annotation" warning for each
+    torchvision detection op it registers (``roi_align``, ...; none of the course's models uses
+    them), and torch 2.10's pytree warns that ``LeafSpec`` is deprecated (a FutureWarning raised
+    inside torch). Errors still raise, and other warnings still show.
+    """
+    loggers = [logging.getLogger(name) for name in _EXPORTER_LOGGERS]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            yield
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
+
+
 # ---- saved from notebooks/07_onnx_runtimes.ipynb by tools/save_cells.py: edit it there ----
-# The lesson's listing: export to ONNX, then check what was written.
+# The lesson's listing: capture the graph, export it to ONNX, check what was written.
 def export_onnx(
     model: torch.nn.Module,
     example_input: torch.Tensor,
@@ -133,16 +162,15 @@ def export_onnx(
     input_name: str = "input",
     output_name: str = "output",
     dynamic_batch: bool = True,
-    opset: int = 17,
+    opset: int = 18,
     expected_rank: int | None = 4,
     fold_constants: bool = True,
 ) -> ExportReport:
     """Export ``model`` in eval mode to ``path`` with named input and output; check it.
 
     ``dynamic_batch``: axis 0 is the symbol ``batch``; ``expected_rank``: the example's
-    (None: unchecked); ``fold_constants=False``: the graph as traced (BatchNorm kept).
+    (None: unchecked); ``fold_constants=False``: the graph as captured (BatchNorm kept).
     """
-    # The lesson's listing: names, a dynamic batch axis, eval mode, a checked file.
     if not isinstance(model, torch.nn.Module) or not torch.is_tensor(example_input):
         raise TypeError("export_onnx needs a torch.nn.Module and a torch.Tensor example")
     shape = tuple(example_input.shape)
@@ -151,24 +179,28 @@ def export_onnx(
             f"example input has rank {len(shape)} {shape}; the model expects rank "
             f"{expected_rank}, e.g. (batch, 3, H, W)"
         )
+    if dynamic_batch and shape[0] < 2:  # torch.export takes a size of 1 as fixed
+        raise ValueError("a dynamic batch needs an example batch of at least 2")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    axes = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
-    modes = torch.onnx.TrainingMode
+    shapes = ({0: torch.export.Dim("batch", min=1)},) if dynamic_batch else None
     was_training = model.training
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False: see text
+        with torch.no_grad(), quiet_exporter():
+            program = torch.export.export(
+                model.eval(), (example_input,), dynamic_shapes=shapes
+            )  # the whole forward pass as one graph, or an error (chapter 3)
             torch.onnx.export(
-                model.eval(),
+                program,
                 (example_input,),
                 str(path),
+                dynamo=True,  # the exporter that translates an ExportedProgram
                 input_names=[input_name],
                 output_names=[output_name],
-                dynamic_axes=axes,
+                dynamic_shapes=shapes,  # names the free axis "batch" in the file
                 opset_version=opset,
-                dynamo=False,  # the TorchScript exporter
-                do_constant_folding=fold_constants,
-                training=modes.EVAL if fold_constants else modes.PRESERVE,
+                optimize=fold_constants,  # onnxscript's optimizer: constants, BatchNorm
+                external_data=False,  # the weights inside the one file
+                verbose=False,
             )
     finally:
         model.train(was_training)

@@ -192,7 +192,7 @@ def quantize_onnx(
     start = time.perf_counter()
     if preprocess:  # shape inference; BatchNorm folded into its conv: rounded once
         pre = dst.with_name(dst.stem + ".pre.onnx")
-        quant_pre_process(str(src), str(pre))
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)  # ch. 8, sec. 2
         src = pre
     with contextlib.redirect_stdout(io.StringIO()):  # histogram methods print progress
         quantize_static(

@@ -101,6 +101,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         # the case study's 1.25x step, its task in nn.Graph; read by the capstone
         "oneflow_task_graph_speedup_batch1",
         "torch_compile_first_call_s_batch1",
+        "torch_export_aten_calls",  # the ExportedProgram's operator calls (batch left free)
     ),
     "04_pruning": _names(
         "{route}_original_ms",
@@ -146,7 +147,8 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "oneflow_amp_speedup_vs_reported",
         "oneflow_compile_chain_total",
         "torch_{variant}_speedup",  # paired ratios over eager fp32 (the A/A twin's too)
-        "{route}_compile_s",
+        "{route}_compile_s",  # each torch.compile mode from an empty Inductor cache
+        "torch_compile_second_start_first_call_s",  # a fresh process on a filled cache
         "model_val_accuracy",  # the checked model learned its task
         Name("tensorrt_fp16_vs_amp_nhwc_speedup", required=False, when=GPU_ONLY),
     ),
@@ -156,6 +158,9 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "best_runtime_speedup_batch1",  # the fastest fp32 runtime, paired ratio
         "nodes_as_traced",
         "nodes_simplified",
+        "aoti_compile_s",  # AOTInductor's .pt2, built from an empty Inductor cache
+        "aoti_package_mb",
+        "aoti_fresh_process_bound_used",  # run in a process without the model's code
         "spinning_speedup_{call}",  # the wait-policy control: spinning over PASSIVE
         "ort_lead224_vs_{path}_batch{b}",  # ONNX Runtime against each PyTorch path at 224 px
         "fps224_{runtime}_batch{b}",
