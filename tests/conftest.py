@@ -97,6 +97,28 @@ def tiny_embedder_onnx(torch_mod):
 
 
 @pytest.fixture(scope="session")
+def infer_json():
+    """``(url, model, inputs) -> {output: array}``: one inference as plain JSON, what curl sends."""
+    import numpy as np
+
+    from helpers.serving import triton_client
+
+    def infer(url, model, inputs, timeout=60.0):
+        body = triton_client.infer_json_body(inputs)
+        resp = triton_client.http_request(
+            url, "POST", f"/v2/models/{model}/infer", body=body, timeout=timeout
+        )
+        if resp.status != 200:
+            raise triton_client.TritonRequestError(resp.status, resp.error_message())
+        return {
+            o["name"]: np.asarray(o["data"], dtype=np.float32).reshape(o["shape"])
+            for o in resp.json()["outputs"]
+        }
+
+    return infer
+
+
+@pytest.fixture(scope="session")
 def flow():
     from helpers.core.environment import import_oneflow
 

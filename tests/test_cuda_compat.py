@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.metadata
 import importlib.util
+import mmap
 import struct
 from pathlib import Path
 
@@ -42,6 +43,39 @@ def test_ptx_lets_newer_gpus_run():
         cc.runs_on((0, 0), (80,))
 
 
+_FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
+_KIND = {1: "ptx", 2: "sass"}
+
+
+def fatbin_archs(path: str | Path) -> dict[str, set[int]]:
+    """The CUDA architectures embedded in a shared library: ``{'sass': {70, 80, ...}, 'ptx': {...}}``.
+
+    Reads every fat binary in the file (magic 0xBA55ED50) and the architecture of each entry."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such library: {path}")
+    found: dict[str, set[int]] = {"sass": set(), "ptx": set()}
+    with open(path, "rb") as fh:
+        if path.stat().st_size == 0:
+            return found
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            pos = mm.find(_FATBIN_MAGIC)
+            while pos >= 0:
+                header_size = struct.unpack_from("<H", mm, pos + 6)[0]
+                body_size = struct.unpack_from("<Q", mm, pos + 8)[0]
+                entry, end = pos + header_size, min(pos + header_size + body_size, len(mm))
+                while entry + 32 <= end:
+                    kind, _, entry_header, payload = struct.unpack_from("<HHIQ", mm, entry)
+                    arch = struct.unpack_from("<I", mm, entry + 28)[0]
+                    if kind in _KIND:
+                        found[_KIND[kind]].add(arch)
+                    if entry_header == 0:
+                        break
+                    entry += entry_header + payload
+                pos = mm.find(_FATBIN_MAGIC, pos + 4)
+    return found
+
+
 def _fatbin(entries: list[tuple[int, int]]) -> bytes:
     """A minimal CUDA fat binary: header + one 64-byte entry header (kind, arch) + 16 bytes payload each."""
     body = b""
@@ -56,12 +90,12 @@ def test_fatbin_archs_reads_sass_and_ptx(tmp_path):
     lib.write_bytes(
         b"\x7fELF" + b"\0" * 100 + _fatbin([(2, 80), (2, 86)]) + b"\0" * 50 + _fatbin([(1, 90)])
     )
-    assert cc.fatbin_archs(lib) == {"sass": {80, 86}, "ptx": {90}}
+    assert fatbin_archs(lib) == {"sass": {80, 86}, "ptx": {90}}
     plain = tmp_path / "libplain.so"
     plain.write_bytes(b"\x7fELF no cuda here")
-    assert cc.fatbin_archs(plain) == {"sass": set(), "ptx": set()}
+    assert fatbin_archs(plain) == {"sass": set(), "ptx": set()}
     with pytest.raises(FileNotFoundError, match="no such library"):
-        cc.fatbin_archs(tmp_path / "missing.so")
+        fatbin_archs(tmp_path / "missing.so")
 
 
 def test_constants_match_the_installed_oneflow_wheel():
@@ -71,7 +105,7 @@ def test_constants_match_the_installed_oneflow_wheel():
     root = Path(importlib.metadata.distribution("oneflow").locate_file(""))
     libs = glob.glob(str(root / "oneflow.libs" / "liboneflow-*.so*"))
     assert libs, f"liboneflow not found under {root / 'oneflow.libs'}"
-    found = cc.fatbin_archs(libs[0])
+    found = fatbin_archs(libs[0])
     assert tuple(sorted(found["sass"])) == cc.ONEFLOW_CUDA_ARCHS
     assert bool(found["ptx"]) is cc.ONEFLOW_HAS_PTX
 

@@ -47,11 +47,6 @@ def test_missing_step_is_named_not_invented():
     assert math.isclose(rows[-1]["cumulative_measured"], 2.0 * 4.0 * 1.1)
 
 
-def test_remeasured_fills_a_gap():
-    rows = ladder.journey_rows(FULL[1:], remeasured={"static": 1.2})
-    assert rows[0]["measured"] == 1.2 and rows[0]["source"] == "re-measured here"
-
-
 def test_bad_factor_is_rejected():
     bad = [rec(ladder.TASK_STEPS[0].chapter, ladder.TASK_STEPS[0].record, 0.0)]
     with pytest.raises(ValueError, match="non-positive"):
@@ -60,25 +55,24 @@ def test_bad_factor_is_rejected():
         ladder.journey_rows(FULL, steps=())
 
 
+def rows_missing_first(records):
+    return ladder.journey_rows(records[1:])
+
+
 def test_rows_name_device_and_precision():
     on_gpu = [
         rec(s.chapter, s.record, f, device="cuda", precision="tf32")
         for s, f in zip(ladder.TASK_STEPS[1:], (2.0, 4.0, 1.1))
     ]
-    rows = ladder.journey_rows(
-        on_gpu, remeasured={"static": 1.2}, remeasured_meta={"device": "cpu", "precision": "fp32"}
-    )
-    assert [(r["device"], r["precision"]) for r in rows] == [("cpu", "fp32")] + [
-        ("cuda", "tf32")
-    ] * 3
+    rows = ladder.journey_rows(on_gpu)
+    assert [(r["device"], r["precision"]) for r in rows][1:] == [("cuda", "tf32")] * 3
     # a record that does not say where it was measured is shown as such, never guessed
     rows = ladder.journey_rows(FULL)
     assert {(r["device"], r["precision"]) for r in rows} == {
         (ladder.NOT_RECORDED, ladder.NOT_RECORDED)
     }
-    # a missing step has no measurement, so no device either, whatever remeasured_meta says
-    rows = ladder.journey_rows(FULL[1:], remeasured_meta={"device": "cpu"})
-    assert rows[0]["device"] == ladder.NOT_RECORDED
+    # a missing step has no measurement, so no device either
+    assert rows_missing_first(FULL)[0]["device"] == ladder.NOT_RECORDED
 
 
 # ---- the climb (helpers.measure.ladder): each rung on the last kept path ----

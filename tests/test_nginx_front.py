@@ -224,18 +224,18 @@ def test_no_nginx_survives_its_python_process(how):
 # ------------------------------------------------------------------------------------- through the front
 
 
-def test_http_grpc_and_json_through_the_front_equal_local(stack, tiny):
+def test_http_grpc_and_json_through_the_front_equal_local(stack, tiny, infer_json):
     x = tiny.x[:MAX_BATCH]
     want = tiny.local.run(x)
     for got in (
         triton_client.infer_http(stack.front.http_url, "tiny", {"image": x}, "embedding"),
         triton_client.infer_grpc(stack.front.grpc_url, "tiny", {"image": x}, "embedding"),
-        triton_client.infer_json(stack.front.http_url, "tiny", {"image": x})["embedding"],
+        infer_json(stack.front.http_url, "tiny", {"image": x})["embedding"],
     ):
         np.testing.assert_allclose(got, want, **tiny.tol.as_kwargs())
 
 
-def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny):
+def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny, infer_json):
     # A valid request (MAX_BATCH images) that is too large only because of its bytes (indented
     # JSON): if it reached a server, the server would answer it and count a success.
     request = json.loads(triton_client.infer_json_body({"image": tiny.x[:MAX_BATCH]}))
@@ -257,7 +257,7 @@ def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny):
     assert conn.getresponse().status == 413
     conn.close()
     # the largest request the model accepts (max_batch_size images as plain JSON) still passes
-    got = triton_client.infer_json(stack.front.http_url, "tiny", {"image": tiny.x[:MAX_BATCH]})
+    got = infer_json(stack.front.http_url, "tiny", {"image": tiny.x[:MAX_BATCH]})
     assert got["embedding"].shape == (MAX_BATCH, DIM)
     with pytest.raises(Exception, match="413|Too Large|RESOURCE_EXHAUSTED|StatusCode"):
         triton_client.infer_grpc(

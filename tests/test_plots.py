@@ -78,13 +78,6 @@ def test_sweep_rejects_empty():
         plots.plot_sweep([1, 2], {}, xlabel="x", ylabel="y")
 
 
-def test_loss_curves(axes_cls):
-    ax = plots.plot_loss_curves({"torch": [2.0, 1.5, 1.0], "oneflow": [2.0, 1.4, 1.1]})
-    assert isinstance(ax, axes_cls) and len(ax.get_lines()) == 2
-    with pytest.raises(ValueError, match="nothing to plot"):
-        plots.plot_loss_curves({})
-
-
 def test_stage_breakdown(axes_cls):
     ax = plots.plot_stage_breakdown({"decode": 0.002, "network": 0.006})
     assert isinstance(ax, axes_cls)

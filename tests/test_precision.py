@@ -17,6 +17,12 @@ import torch
 from helpers.core import precision
 from helpers.core.comparison import assert_outputs_close, compare
 
+
+def round_to_tf32(x, rounding="nearest"):
+    """TF32's rounding: ``round_mantissa`` with TF32's 10 mantissa bits."""
+    return precision.round_mantissa(x, precision.MANTISSA_BITS["tf32"], rounding)
+
+
 U32 = 2.0**-24
 
 
@@ -90,8 +96,8 @@ TRUNCATE = [
 
 @pytest.mark.parametrize("rounding, expected", [("nearest", NEAREST), ("truncate", TRUNCATE)])
 def test_round_to_tf32_hand_computed_bit_patterns(rounding, expected):
-    assert bits(precision.round_to_tf32(HAND, rounding)) == expected
-    as_tensor = precision.round_to_tf32(torch.from_numpy(HAND.copy()), rounding)
+    assert bits(round_to_tf32(HAND, rounding)) == expected
+    as_tensor = round_to_tf32(torch.from_numpy(HAND.copy()), rounding)
     assert isinstance(as_tensor, torch.Tensor) and as_tensor.dtype == torch.float32
     assert bits(as_tensor.numpy()) == expected
 
@@ -101,17 +107,17 @@ def test_round_to_tf32_keeps_nan_and_signed_zero_and_rejects_other_dtypes():
     special = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001, 0x80000000], dtype=np.uint32)
     for rounding in ("nearest", "truncate"):
         for out in (
-            precision.round_to_tf32(special.view(np.float32), rounding),
-            precision.round_to_tf32(torch.from_numpy(special.view(np.float32).copy()), rounding),
+            round_to_tf32(special.view(np.float32), rounding),
+            round_to_tf32(torch.from_numpy(special.view(np.float32).copy()), rounding),
         ):
             out = np.asarray(out)
             assert np.isnan(out[:3]).all() and bits(out[3:]) == [0x80000000]
     with pytest.raises(TypeError, match="float32"):
-        precision.round_to_tf32(np.ones(3))
+        round_to_tf32(np.ones(3))
     with pytest.raises(TypeError, match="float32"):
-        precision.round_to_tf32(torch.ones(3, dtype=torch.float64))
+        round_to_tf32(torch.ones(3, dtype=torch.float64))
     with pytest.raises(ValueError, match="rounding"):
-        precision.round_to_tf32(np.ones(3, dtype=np.float32), "stochastic")
+        round_to_tf32(np.ones(3, dtype=np.float32), "stochastic")
     with pytest.raises(ValueError, match="bits"):
         precision.round_mantissa(np.ones(3, dtype=np.float32), 0)
 
@@ -120,9 +126,9 @@ def test_round_to_tf32_keeps_nan_and_signed_zero_and_rejects_other_dtypes():
 def test_round_to_tf32_keeps_ten_bits_is_idempotent_and_within_its_roundoff(rounding):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(20000) * 10.0 ** rng.integers(-30, 30, 20000)).astype(np.float32)
-    r = precision.round_to_tf32(x, rounding)
+    r = round_to_tf32(x, rounding)
     assert (r.view(np.uint32) & 0x1FFF == 0).all()  # only the top 10 of 23 mantissa bits remain
-    assert np.array_equal(precision.round_to_tf32(r, rounding), r)  # idempotent
+    assert np.array_equal(round_to_tf32(r, rounding), r)  # idempotent
     rel = np.abs(r.astype(np.float64) - x) / np.abs(x.astype(np.float64))
     u = precision.unit_roundoff("tf32")
     assert rel.max() <= (u if rounding == "nearest" else 2 * u)
@@ -141,9 +147,9 @@ def test_seven_bits_is_bfloat16_round_to_nearest_even():
 
 def test_tensor_rounding_keeps_layout_and_device():
     x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
-    r = precision.round_to_tf32(x)
+    r = round_to_tf32(x)
     assert r.shape == x.shape and r.is_contiguous(memory_format=torch.channels_last)
-    assert np.array_equal(bits(r.contiguous().numpy()), bits(precision.round_to_tf32(x.numpy())))
+    assert np.array_equal(bits(r.contiguous().numpy()), bits(round_to_tf32(x.numpy())))
 
 
 # ---------------------------------------------------------------------- math modes in effect
@@ -381,7 +387,7 @@ def test_emulate_tf32_is_exact_tf32_arithmetic_for_a_linear_layer():
     lin = torch.nn.Linear(64, 8, bias=False).double().float()
     x = torch.randn(5, 64, requires_grad=True)
     g = torch.randn(5, 8)
-    r = precision.round_to_tf32
+    r = round_to_tf32
     w = lin.weight.detach()
     with precision.emulate_tf32(lin, grads=True):
         y = lin(x)

@@ -24,16 +24,6 @@ def test_count_flops_scales_with_batch_and_rejects_non_torch(torch_mod):
         roofline.count_flops(lambda x: x, torch_mod.randn(1))
 
 
-def test_percent_of_peak_arithmetic():
-    # 1e9 FLOPs in 0.1 s = 10 GFLOP/s, against a 100 GFLOP/s peak = 10 %
-    assert roofline.percent_of_peak(1e9, 0.1, 100.0) == pytest.approx(10.0)
-    assert roofline.percent_of_peak(4e9, 2.0, 2.0) == pytest.approx(100.0)
-    with pytest.raises(ValueError, match="positive"):
-        roofline.percent_of_peak(1e9, 0.0, 100.0)
-    with pytest.raises(ValueError, match="positive"):
-        roofline.percent_of_peak(1e9, 1.0, -5.0)
-
-
 def test_matmul_peak_small_n_is_positive(torch_mod):
     gflops = roofline.matmul_peak_gflops(n=64, repeats=2, device="cpu")
     assert gflops > 0

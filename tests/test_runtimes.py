@@ -166,7 +166,7 @@ def test_openvino_runner_is_safe_to_call_from_threads(tiny_onnx):
             start.wait()
             for _ in range(200):
                 np.testing.assert_array_equal(runner.run(inputs[k]), alone[k])
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]

@@ -16,9 +16,9 @@ def test_scratch_dir_is_new_empty_and_removable() -> None:
     p = scratch.scratch_dir("unit-")
     assert p.is_dir() and "-unit-" in p.name and not any(p.iterdir())
     (p / "f.bin").write_bytes(b"x" * 10)
-    assert p in scratch.live_scratch()
+    assert p in scratch._LIVE
     scratch.remove_scratch(p)
-    assert not p.exists() and p not in scratch.live_scratch()
+    assert not p.exists() and p not in scratch._LIVE
     scratch.remove_scratch(p)  # a second removal (stop() after a finalizer) is harmless
 
 

@@ -144,14 +144,14 @@ def test_health_and_metadata(server):
     assert "127.0.0.1" in repr(server)
 
 
-def test_http_grpc_and_json_clients_equal_local_inference(server, tiny):
+def test_http_grpc_and_json_clients_equal_local_inference(server, tiny, infer_json):
     x = tiny.x[:3]
     want = tiny.local.run(x)
     # same ONNX Runtime, same file, one thread on both sides: equal up to float32 rounding
     for got in (
         triton_client.infer_http(server.http_url, "tiny", {"image": x}, "embedding"),
         triton_client.infer_grpc(server.grpc_url, "tiny", {"image": x}, "embedding"),
-        triton_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"],
+        infer_json(server.http_url, "tiny", {"image": x})["embedding"],
     ):
         assert got.shape == (3, DIM)
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
@@ -237,7 +237,7 @@ BAD = [  # (what, model, body builder, statuses, phrase in the error)
 
 @pytest.mark.parametrize("what, model, body, statuses, phrase", BAD, ids=[b[0] for b in BAD])
 def test_bad_requests_get_clear_errors_and_server_keeps_serving(
-    server, tiny, what, model, body, statuses, phrase
+    server, tiny, what, model, body, statuses, phrase, infer_json
 ):
     x = tiny.x[:1]
     request = body(x)
@@ -247,14 +247,14 @@ def test_bad_requests_get_clear_errors_and_server_keeps_serving(
     )
     assert resp.status in statuses, f"{what}: {resp.status_line} {resp.body[:200]!r}"
     assert phrase in resp.error_message().lower()
-    good = triton_client.infer_json(server.http_url, "tiny", {"image": x})["embedding"]
+    good = infer_json(server.http_url, "tiny", {"image": x})["embedding"]
     np.testing.assert_allclose(good, tiny.local.run(x), atol=1e-5, rtol=0)
     assert server.is_alive()
 
 
-def test_client_errors_are_exceptions_not_crashes(server, tiny):
+def test_client_errors_are_exceptions_not_crashes(server, tiny, infer_json):
     with pytest.raises(triton_client.TritonRequestError) as info:
-        triton_client.infer_json(server.http_url, "nope", {"image": tiny.x[:1]})
+        infer_json(server.http_url, "nope", {"image": tiny.x[:1]})
     assert info.value.status == 404 and "unknown model" in info.value.message.lower()
     import tritonclient.grpc as grpcclient
 
@@ -270,38 +270,22 @@ def test_broken_model_load_reports_the_reason(server):
     assert triton_client.http_request(server.http_url, "GET", "/v2/models/tiny/ready").status == 200
 
 
-def test_model_stats_and_load_sweep(server, tiny):
+def test_model_stats_count_requests_and_batches(server, tiny):
     before = triton_client.model_stats(server.http_url, "tiny")
-    points = triton_load.load_sweep(
+    run = triton_load.counted_run(
         server.grpc_url,
         "tiny",
         {"image": tiny.x[:1]},
         "embedding",
-        [1, 4],
-        duration_s=0.5,
-        warmup_s=0.1,
-        progress=False,
+        total=8,
+        concurrency=4,
+        protocol="grpc",
     )
-    assert [p.concurrency for p in points] == [1, 4]
-    for p in points:
-        assert p.errors == 0 and len(p.latencies_s) > 0 and p.throughput > 0 and p.p99 >= p.p50 > 0
-        assert set(p.as_dict()) >= {"concurrency", "throughput", "p50_ms", "p99_ms"}
+    assert (run.answered, run.failed) == (8, 0)
     after = triton_client.model_stats(server.http_url, "tiny")
-    assert after["requests"] > before["requests"] and after["executions"] <= after["requests"]
+    assert after["requests"] >= before["requests"] + 8
+    assert after["executions"] <= after["requests"]
     assert sum(after["batch_sizes"].values()) == after["executions"]
-    http = triton_load.closed_loop(
-        server.http_url,
-        "tiny",
-        {"image": tiny.x[:1]},
-        "embedding",
-        concurrency=2,
-        duration_s=0.3,
-        warmup_s=0.05,
-        protocol="http",
-    )
-    assert http.errors == 0 and http.latencies_s
-    fig = triton_load.plot_load_sweep({"tiny": points})
-    assert len(fig.axes) == 2
 
 
 def test_prometheus_metrics_count_what_the_server_did(server, tiny):
@@ -360,31 +344,6 @@ def test_counted_run_fires_its_action_once_and_refuses_unbounded_runs(server, ti
         triton_load.counted_run(
             "10.0.0.1:8000", "tiny", {"image": tiny.x[:1]}, "embedding", total=1, concurrency=1
         )
-
-
-def test_load_generator_refuses_unbounded_or_remote_load(server, tiny):
-    inputs = {"image": tiny.x[:1]}
-    for kwargs, message in [
-        (dict(concurrency=0, duration_s=1), "concurrency"),
-        (dict(concurrency=65, duration_s=1), "concurrency"),
-        (dict(concurrency=1, duration_s=0), "duration_s"),
-        (dict(concurrency=1, duration_s=31), "duration_s"),
-        (dict(concurrency=1, duration_s=1, protocol="ftp"), "protocol"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            triton_load.closed_loop(server.grpc_url, "tiny", inputs, "embedding", **kwargs)
-    with pytest.raises(ValueError, match="127.0.0.1"):
-        triton_load.closed_loop(
-            "example.com:8001", "tiny", inputs, "embedding", concurrency=1, duration_s=1
-        )
-    with pytest.raises(ValueError, match="levels"):
-        triton_load.load_sweep(server.grpc_url, "tiny", inputs, "embedding", list(range(1, 14)))
-    with pytest.raises(RuntimeError, match="no request"):
-        triton_load.closed_loop(
-            server.grpc_url, "nope", inputs, "embedding", concurrency=1, duration_s=0.2, warmup_s=0
-        )
-    with pytest.raises(ValueError, match="nothing to plot"):
-        triton_load.plot_load_sweep({})
 
 
 def test_perf_analyzer_runs_or_says_what_is_missing(server):

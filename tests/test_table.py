@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.measure.measurement import Measurement
-from helpers.show.table import Table, compare_rows, compare_table, format_table, paired_table
+from helpers.show.table import Table, compare_rows, compare_table, paired_table
 
 
 def _ms(values):
@@ -41,15 +41,15 @@ def test_compare_table_contains_labels_and_speedups():
         compare_table([])
 
 
-def test_format_table_alignment_and_empty():
-    table = format_table([{"name": "a", "x": 1.5}, {"name": "long-name", "x": 22.25}])
+def test_text_table_alignment_and_empty():
+    table = str(Table([{"name": "a", "x": 1.5}, {"name": "long-name", "x": 22.25}]))
     lines = table.splitlines()
     assert len({len(line) for line in lines}) == 1  # aligned columns
     assert "1.50" in table and "22.25" in table and "long-name" in table
     with pytest.raises(ValueError):
-        format_table([])
+        Table([])
     with pytest.raises(ValueError, match=r"row 1 lacks \['x'\]"):
-        format_table([{"name": "a", "x": 1.5}, {"name": "b"}])
+        Table([{"name": "a", "x": 1.5}, {"name": "b"}])
 
 
 def test_measurement_without_load_shows_unknowns():

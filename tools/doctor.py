@@ -796,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if serving_ok(facts) else 1
     try:
         rows = run_checks(gather(args.venv, args.python310, args.kernel_spec))
-    except Exception as exc:  # noqa: BLE001 - a bug in the doctor must not stop an install
+    except Exception as exc:  # a bug in the doctor must not stop an install
         print(f"doctor: could not check this machine ({type(exc).__name__}: {exc}); carrying on")
         return 0
     print(render(rows))

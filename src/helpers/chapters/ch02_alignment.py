@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_number
 from helpers.core.comparison import Comparison, compare, to_numpy
 from helpers.measure.timer import synchronize
 from helpers.show.table import Table
@@ -48,15 +49,8 @@ from helpers.workload.models import (
 from helpers.workload.predict import model_device, predict_batched, predict_classes
 
 __all__ = [
-    "AlignmentRow",
-    "AlignmentReport",
     "alignment_report",
-    "OPTIMIZERS",
     "make_train_step",
-    "TrainingCurve",
-    "TrainingAlignment",
-    "perturb_weights",
-    "train_run",
     "train_aligned",
 ]
 
@@ -64,17 +58,8 @@ __all__ = [
 
 
 def _check_number(label: str, value: Any) -> float:
-    """``value`` as a float, or ``ValueError`` when it is not a finite real number.
-
-    Every bound here is used as ``error > bound`` or ``score < bound``: NaN compares False with
-    everything and an infinite bound is never crossed, so a check against either could never fail.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(
-            f"{label} must be a finite number, got {value!r} (a NaN or infinite bound would make "
-            "the check pass whatever the values)"
-        )
-    return float(value)
+    """``value`` as a float; every bound here is used as ``error > bound``, so NaN or inf is refused."""
+    return check_number(label, value, why="a NaN or infinite bound would let any values pass")
 
 
 def _check_fraction(label: str, value: Any) -> float:
@@ -101,10 +86,6 @@ class AlignmentRow:
     comparison: Comparison
     abs_errors: np.ndarray  # flattened |candidate - reference|
     reference_scale: float  # max |reference|, to read absolute errors against
-
-    @property
-    def p99_abs(self) -> float:
-        return float(np.percentile(self.abs_errors, 99))
 
 
 @dataclass
@@ -385,10 +366,6 @@ class TrainingAlignment:
     def differences(self) -> np.ndarray:
         """Per-step loss difference, candidate - reference."""
         return self.candidate.losses - self.reference.losses
-
-    @property
-    def max_abs_diff(self) -> float:
-        return float(np.abs(self.differences).max())
 
     def smoothed_differences(self, window: int = 10) -> np.ndarray:
         """Difference of the two loss curves after a moving average over ``window`` steps (what a plot shows)."""

@@ -62,12 +62,9 @@ __all__ = [
     "StageEvent",
     "PipelineRun",
     "check_workers",
-    "check_task_module",
     "WorkerPool",
     "infer",
     "forward",
-    "check_stage",
-    "unguarded_main_call",
     "replica_worker",
     "JpegDataset",
     "start_loader_workers",
@@ -221,11 +218,6 @@ class StageEvent:
     start: float
     end: float
 
-    @property
-    def duration(self) -> float:
-        """Seconds the stage took."""
-        return self.end - self.start
-
 
 def _covered(spans: list[tuple[float, float]]) -> float:
     """Total length of the union of ``(start, end)`` intervals."""
@@ -285,17 +277,6 @@ class PipelineRun:
         spans = [(e.start, e.end) for e in self.events if e.stage == stage]
         if not spans:
             raise ValueError(f"no {stage!r} events in {self.name}")
-        return _covered(spans) / self.wall_s
-
-    def overlap_fraction(self, stage: str, other: str) -> float:
-        """Share of the wall time during which one lane ran ``stage`` while another lane ran ``other``."""
-        spans = [
-            (max(a.start, b.start), min(a.end, b.end))
-            for a in self.events
-            if a.stage == stage
-            for b in self.events
-            if b.stage == other and b.lane != a.lane and min(a.end, b.end) > max(a.start, b.start)
-        ]
         return _covered(spans) / self.wall_s
 
     def __str__(self) -> str:

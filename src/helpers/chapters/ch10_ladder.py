@@ -34,9 +34,6 @@ from helpers.measure.measurement import RatioSummary
 from helpers.record.reported import RESNET101_ONEFLOW
 
 __all__ = [
-    "NOT_RECORDED",
-    "STATIC_GRAPHS",
-    "ImageChoice",
     "order_stable_images",
     "answer",
     "serve_onnx",
@@ -49,10 +46,6 @@ __all__ = [
     "dropped_lines",
     "explain_gap",
     "ladder_guide",
-    "Step",
-    "TASK_STEPS",
-    "STEP_RUNGS",
-    "index_records",
     "journey_rows",
 ]
 
@@ -571,33 +564,24 @@ def index_records(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 def journey_rows(
     records: Iterable[Mapping[str, Any]],
     steps: Sequence[Step] = TASK_STEPS,
-    remeasured: Mapping[str, float] | None = None,
-    remeasured_meta: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per step: measured factor (ledger or ``remeasured[key]``), reported, cumulative.
+    """One row per step: the ledger's measured factor, the reported one, both cumulative.
 
-    A step with neither a ledger record nor a re-measurement has ``measured=None`` and is skipped in
-    the measured cumulative product (the row says which chapter to run). Each row names the
-    ``device`` and ``precision`` of its measurement: the ledger record's metadata, or
-    ``remeasured_meta`` (e.g. ``{"device": "cpu", "precision": "fp32"}``) for a re-measured step;
-    :data:`NOT_RECORDED` where neither says.
+    A step without a ledger record has ``measured=None`` and is skipped in the measured
+    cumulative product (the row says which chapter to run). Each row names the ``device`` and
+    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say.
     """
     if not steps:
         raise ValueError("no steps given")
     idx = index_records(records)
-    remeasured = dict(remeasured or {})
     rows: list[dict[str, Any]] = []
     cum_m: float | None = None  # no product until a step was measured
     cum_r = 1.0
     for s in steps:
         rec = idx.get((s.chapter, s.record))
-        value = float(rec["value"]) if rec is not None else remeasured.get(s.key)
-        source = (
-            "ledger"
-            if rec is not None
-            else ("re-measured here" if s.key in remeasured else f"missing: run {s.chapter}")
-        )
-        meta = rec if rec is not None else (remeasured_meta if s.key in remeasured else None)
+        value = float(rec["value"]) if rec is not None else None
+        source = "ledger" if rec is not None else f"missing: run {s.chapter}"
+        meta = rec
         if value is not None:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(

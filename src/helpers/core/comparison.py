@@ -25,12 +25,10 @@ from helpers.core.environment import PAGE_COLUMNS
 
 __all__ = [
     "to_numpy",
-    "topk_agreement",
     "Comparison",
     "compare",
     "assert_outputs_close",
     "bound_used",
-    "REDUCED",
     "TaskCheck",
     "assert_task_level",
     "rowwise_cosine",

@@ -32,15 +32,9 @@ from typing import Any
 __all__ = [
     "MODE_ENV",
     "MODES",
-    "FEWEST_ENV",
-    "MODEL_ENV",
     "fewest",
-    "own_model",
-    "Sizes",
     "SIZES",
     "get_mode",
-    "mode_choice",
-    "gpu_memory_bytes",
     "sizes",
     "sizes_on",
     "has_cuda",
@@ -51,11 +45,9 @@ __all__ = [
     "import_oneflow",
     "seed_everything",
     "skip_without_gpu",
-    "INT8_DOT_FLAGS",
     "has_int8_dot_product",
     "has_bf16_instructions",
     "int8_saturates",
-    "LIBRARIES",
     "environment_report",
     "machine_label",
     "print_environment_report",
@@ -243,7 +235,7 @@ def has_cuda() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - a broken CUDA stack means "no GPU" here
+    except Exception:  # a broken CUDA stack means "no GPU" here
         return False
 
 

@@ -40,12 +40,8 @@ from typing import Any
 
 __all__ = [
     "MODES",
-    "UNIT_ROUNDOFF",
-    "MANTISSA_BITS",
-    "ACCUMULATION",
     "NETWORK_ACCUMULATION",
     "MEASURED_ACCUMULATION",
-    "REDUCTION",
     "ONEFLOW_TF32_ENV",
     "NVIDIA_TF32_ENV",
     "CUBLAS_DETERMINISTIC_CONFIG",
@@ -56,16 +52,12 @@ __all__ = [
     "Tolerance",
     "tolerance",
     "output_scale",
-    "accumulation_for",
-    "AccumulationMeasurement",
     "measure_accumulation",
     "set_tf32",
     "restore_tf32",
     "strict_fp32",
     "oneflow_strict_fp32_env",
     "deterministic",
-    "round_mantissa",
-    "round_to_tf32",
     "emulate_tf32",
 ]
 
@@ -184,7 +176,7 @@ def _tf32_capable(index: int, tf32_capable: bool | None) -> bool:
         if not torch.cuda.is_available():
             return True
         return tuple(torch.cuda.get_device_capability(index)) >= (8, 0)
-    except Exception:  # noqa: BLE001 - no usable torch/CUDA: fall back to the course's GPUs
+    except Exception:  # no usable torch/CUDA: fall back to the course's GPUs
         return True
 
 
@@ -761,11 +753,6 @@ def round_mantissa(x: Any, bits: int = 10, rounding: str = "nearest") -> Any:
         r = b.copy()
     r &= np.uint32(keep_mask)
     return np.where(np.isnan(arr), arr, r.view(np.float32)).astype(np.float32, copy=False)
-
-
-def round_to_tf32(x: Any, rounding: str = "nearest") -> Any:
-    """:func:`round_mantissa` with TF32's 10-bit mantissa."""
-    return round_mantissa(x, MANTISSA_BITS["tf32"], rounding)
 
 
 _STRAIGHT_THROUGH: Any = None

@@ -23,12 +23,8 @@ from pathlib import Path
 from helpers.core import scratch
 
 __all__ = [
-    "GRACE_S",
     "ManagedProcess",
     "alive",
-    "group_members",
-    "kill_group",
-    "stop_all",
 ]
 
 # Seconds a stopped group gets between SIGTERM and SIGKILL, unless its stop() says otherwise.

@@ -42,8 +42,6 @@ __all__ = [
     "Timed",
     "Rung",
     "Ladder",
-    "keep_rule",
-    "drop_reason",
     "chain",
     "climb",
 ]

@@ -19,7 +19,6 @@ from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
 __all__ = [
-    "SPREAD_WARNING",
     "percentile",
     "Measurement",
     "RatioSummary",

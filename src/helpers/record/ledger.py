@@ -23,17 +23,14 @@ from helpers.measure.machine import measured_loads
 
 __all__ = [
     "RESULTS_ENV",
-    "repo_root",
     "ledger_dir",
     "machine_slug",
-    "cpu_features_tag",
     "reference_runs",
     "record",
     "load",
     "lookup",
     "on_machine",
     "contended",
-    "check_quiet",
 ]
 
 RESULTS_ENV = "COURSE_RESULTS_DIR"

@@ -43,20 +43,11 @@ from helpers.serving.triton_client import LOOPBACK, check_loopback, http_request
 from helpers.serving.triton_server import free_port
 
 __all__ = [
-    "ADMIN_GRPC",
-    "ADMIN_HTTP",
-    "ALLOWED_GRPC",
-    "JSON_BYTES_PER_VALUE",
-    "REQUIRED",
-    "NginxConfigError",
     "NginxFront",
     "NginxNotFoundError",
-    "audit_config",
     "body_limit_bytes",
     "find_nginx",
-    "front_config",
     "probe_admin",
-    "server_blocks",
 ]
 
 # The longest float32 in KServe v2 JSON: "-1.2345678e-05, " (Python's repr of a float32 widened to

@@ -29,17 +29,12 @@ from typing import Any
 __all__ = [
     "DTYPES",
     "KINDS",
-    "NGC_IMAGE",
     "ONEFLOW_SERVING_IMAGE",
-    "PYTHON_RUNTIMES",
     "RUNTIME_MODEL_FILE",
-    "TENSORRT_PRECISIONS",
     "ConfigError",
     "TensorSpec",
-    "check_config",
     "config_text",
     "docker_command",
-    "make_config",
     "oneflow_serving_model",
     "onnxruntime_backend_model",
     "parse_config",
@@ -47,7 +42,6 @@ __all__ = [
     "tree",
     "validate_model_dir",
     "validate_repository",
-    "write_model",
 ]
 
 RUNTIME_MODEL_FILE = Path(__file__).with_name("triton_models") / "runtime_model.py"

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.core import scratch
 from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
 
@@ -46,15 +45,10 @@ __all__ = [
     "ADMIN_HEADER",
     "RESTRICTED_APIS",
     "ServerStartError",
-    "TritonInstallation",
-    "TritonNotFoundError",
     "TritonServer",
     "find_triton",
     "GLIBC_SERVING",
     "free_port",
-    "glibc_version",
-    "libpython_dir",
-    "pytriton_config",
     "unavailable_reason",
 ]
 
@@ -468,30 +462,3 @@ class TritonServer(ManagedProcess):
             else "stopped"
         )
         return f"TritonServer({self.model_repository.name}, {state})"
-
-
-def pytriton_config(log_file: str | Path | None = None) -> Any:
-    """A PyTriton ``TritonConfig`` on free loopback ports with its server log in ``log_file``.
-
-    PyTriton starts the same bundled server with this process's environment, so the folder of
-    ``libpython`` (which its Python-backend stub needs) is added to ``LD_LIBRARY_PATH`` here.
-    """
-    from pytriton.triton import TritonConfig
-
-    lib = str(libpython_dir())
-    current = os.environ.get("LD_LIBRARY_PATH", "")
-    if lib not in current.split(os.pathsep):
-        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [lib, current]))
-    log = (
-        Path(log_file) if log_file is not None else scratch.scratch_dir("pytriton-") / "server.log"
-    )
-    return TritonConfig(
-        http_address=LOOPBACK,
-        http_port=free_port(),
-        grpc_address=LOOPBACK,
-        grpc_port=free_port(),
-        allow_metrics=False,
-        metrics_port=free_port(),
-        log_file=log,
-        exit_timeout_secs=5,
-    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from helpers.measure.measurement import Measurement, paired_ratio, speedup
 
-__all__ = ["Table", "compare_rows", "compare_table", "format_table", "paired_table"]
+__all__ = ["Table", "compare_rows", "compare_table", "paired_table"]
 
 # Below this many columns of text a table fits the book's code column (about 88 characters); the
 # HTML form wraps its headers and cells instead of scrolling sideways.
@@ -173,11 +173,6 @@ def compare_rows(
         }
         for m in measurements
     ]
-
-
-def format_table(rows: Sequence[dict[str, Any]], floatfmt: str = ".2f") -> str:
-    """Dict rows as aligned text (columns: the keys of the first row): ``str(Table(rows))``."""
-    return str(Table(rows, floatfmt=floatfmt))
 
 
 def compare_table(
