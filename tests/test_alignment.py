@@ -50,7 +50,10 @@ def test_report_of_aligned_pair(pair, torch_mod):
     for row in rep.rows:
         assert 0 < row.comparison.max_abs < 1e-5  # float32 vs float64: rounding only
         assert row.comparison.topk == {1: 1.0}  # 4 classes: top-5 is skipped, top-1 kept
-        assert row.abs_errors.shape == (12 * 4,) and np.percentile(row.abs_errors, 99) <= row.comparison.max_abs
+        assert (
+            row.abs_errors.shape == (12 * 4,)
+            and np.percentile(row.abs_errors, 99) <= row.comparison.max_abs
+        )
     rep.assert_close(atol=1e-5, min_cosine=0.999999, min_topk={1: 1.0})
     text = str(rep.table())
     assert (
