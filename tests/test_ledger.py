@@ -200,3 +200,29 @@ def test_a_quiet_and_an_unknown_measurement_are_unknown_not_quiet(results_dir):
     unknown = Measurement("u", [0.01] * 4, threads=2, device="cpu")
     assert unknown.contended is None
     assert ledger.on_machine(_measurement("a", False), unknown)["contended"] is None
+
+
+def test_a_ratio_is_recorded_with_one_spelling_of_its_spread(results_dir):
+    from helpers.measure import Measurement, paired_ratio
+
+    base = Measurement("base", [0.02, 0.021, 0.019, 0.02], items=1)
+    fast = Measurement("fast", [0.01, 0.011, 0.0095, 0.01], items=1)
+    r = paired_ratio(base, fast)
+    rec = ledger.record("ch00", "speedup", r, on=[base, fast], batch=1)
+    assert (rec["value"], rec["unit"], rec["rounds"]) == (r.median, "x", 4)
+    assert (rec["p25"], rec["p75"]) == (r.p25, r.p75) and "spread" not in rec
+    assert rec["threads_given"] == [None, None] and rec["batch"] == 1
+    # the older spellings are written, and read back, as p25/p75
+    ledger.record("ch00", "old", 2.0, "x", spread=[1.5, 2.5])
+    ledger.record("ch00", "older", 2.0, "x", iqr=[1.4, 2.6])
+    ledger.record("ch00", "none", 2.0, "x", spread=None)
+    got = {r["name"]: r for r in ledger.load("ch00")}
+    assert (got["old"]["p25"], got["old"]["p75"]) == (1.5, 2.5)
+    assert (got["older"]["p25"], got["older"]["p75"]) == (1.4, 2.6)
+    assert not {"spread", "iqr"} & {k for r in got.values() for k in r}
+    (results_dir / "ch01.json").write_text(
+        '[{"chapter": "ch01", "name": "x", "value": 1, "unit": "x", "iqr": [0.9, 1.1]}]'
+    )
+    assert ledger.load("ch01")[0]["p25"] == 0.9
+    with pytest.raises(ValueError, match="needs a unit"):
+        ledger.record("ch00", "bare", 1.0)

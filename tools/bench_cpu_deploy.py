@@ -84,6 +84,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target
+    from helpers.chapters import ch08_report
     from helpers.core.environment import seed_everything, sizes_on, torch_device
     from helpers.deploy import export
     from helpers.workload import data, models, training
@@ -137,7 +138,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
             checks[name] = {"failed": str(err)}
         print(f"task level on the trained model, {name}: {checks[name]}")
     return {
-        "model": f"{cpu_target.model_name(S.arch)} trained, {size} px",
+        "model": f"{ch08_report.model_name(S.arch)} trained, {size} px",
         "val_images": len(val.x),
         "accuracy": acc,
         "checks": checks,
@@ -150,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target
+    from helpers.chapters import ch08_report
     from helpers.core import comparison
     from helpers.core.environment import environment_report, seed_everything
     from helpers.deploy import export
     from helpers.measure import roofline
     from helpers.record import ledger
-    from helpers.show import Table
     from helpers.workload import data, models
 
     torch.set_num_threads(args.threads)
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("  ** CONTENDED: other processes shared the cores **" if contended else "")
     )
     label = f"accuracy ({acc_info['model']})" if acc_info else "accuracy"
-    print(Table(cpu_target.format_rows(rows, label)))
+    print(ch08_report.variants_table(rows, label))
     for r in rows:  # without accuracy every variant qualifies
         r.setdefault("drop_points", 0.0)
     best = cpu_target.best_path(rows, MAX_DROP_POINTS)
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "ceilings": ceilings,
         "load": load,
         "contended": contended,
-        "rows": rows,
+        "rows": [{**r, "ratio": r["ratio"].as_record()} for r in rows],
         "settings": {k: v.settings for k, v in variants.items()},
         "checks": checks,
         "accuracy_model": acc_info and {k: acc_info[k] for k in ("model", "val_images")},

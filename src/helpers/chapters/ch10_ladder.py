@@ -31,6 +31,7 @@ from typing import Any
 
 from helpers.measure.ladder import Ladder
 from helpers.measure.measurement import RatioSummary
+from helpers.record.ledger_names import JOURNEY
 from helpers.record.reported import RESNET101_ONEFLOW
 
 __all__ = [
@@ -516,35 +517,14 @@ class Step:
     reported: float | None
 
 
-TASK_STEPS: tuple[Step, ...] = (
-    Step(
-        "static",
-        "dynamic -> static (nn.Graph)",
-        "03_dynamic_to_static",
-        "oneflow_task_graph_speedup_batch1",
-        RESNET101_ONEFLOW["static_graph"],
-    ),
-    Step(
-        "pruning",
-        "algorithmic pruning",
-        "04_pruning",
-        "oneflow_nngraph_pruning_speedup",
-        RESNET101_ONEFLOW["pruning_total"],
-    ),
-    Step(
-        "parallel",
-        "batch + pipeline",
-        "05_parallelism",
-        "parallel_total",
-        RESNET101_ONEFLOW["parallel_total"],
-    ),
-    Step(
-        "compile",
-        "compile optimisations",
-        "06_compile_optimisations",
-        "oneflow_compile_chain_total",
-        RESNET101_ONEFLOW["compile_total"],
-    ),
+TASK_STEPS: tuple[Step, ...] = tuple(
+    Step(key, label, *JOURNEY[key], RESNET101_ONEFLOW[reported])
+    for key, label, reported in (
+        ("static", "dynamic -> static (nn.Graph)", "static_graph"),
+        ("pruning", "algorithmic pruning", "pruning_total"),
+        ("parallel", "batch + pipeline", "parallel_total"),
+        ("compile", "compile optimisations", "compile_total"),
+    )
 )
 
 # Which ladder rungs (Rung.key) make up each chapter step of TASK_STEPS (Step.key).

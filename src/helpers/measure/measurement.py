@@ -271,8 +271,18 @@ class RatioSummary:
         """True when the per-round interval (p25-p75) lies wholly above or below 1."""
         return self.p25 > 1.0 or self.p75 < 1.0
 
+    @property
+    def reading(self) -> str:
+        """``'faster'`` or ``'slower'`` when the interval lies on one side of 1, else ``'inconclusive'``."""
+        return "inconclusive" if not self.conclusive else "faster" if self.p25 > 1.0 else "slower"
+
+    @property
+    def short(self) -> str:
+        """``'1.84x (1.70-1.95)'``: the median and the per-round interquartile range."""
+        return f"{self.median:.2f}x ({self.p25:.2f}-{self.p75:.2f})"
+
     def verdict(self, faster: str = "faster", slower: str = "slower") -> str:
-        """``'1.84x faster'``, ``'0.91x (slower)'``, or ``'inconclusive'`` when the interval holds 1."""
+        """``'1.84x faster'``, ``'0.91x slower'``, or ``'inconclusive (...)'`` when the interval holds 1."""
         if not self.conclusive:
             return f"inconclusive ({self.median:.2f}x, per-round IQR {self.p25:.2f}-{self.p75:.2f})"
         word = faster if self.p25 > 1.0 else slower
@@ -283,6 +293,16 @@ class RatioSummary:
             f"{self.median:.2f}x (per-round IQR {self.p25:.2f}-{self.p75:.2f}, "
             f"{self.rounds} rounds)"
         )
+
+    def as_record(self) -> dict[str, Any]:
+        """The ledger's fields for this ratio: value (the median), unit, p25, p75, rounds."""
+        return {
+            "value": self.median,
+            "unit": "x",
+            "p25": self.p25,
+            "p75": self.p75,
+            "rounds": self.rounds,
+        }
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:

@@ -203,7 +203,6 @@ def paired_table(
     rows = []
     for label, m in runs.items():
         r = paired_ratio(runs[baseline], m)
-        reading = "faster" if r.p25 > 1.0 else "slower" if r.p75 < 1.0 else "inconclusive"
         rows.append(
             {
                 "variant": label,
@@ -211,7 +210,7 @@ def paired_table(
                 "ms per call": m.median * 1e3,
                 "speedup": "1 (baseline)" if label == baseline else f"{r.median:.2f}x",
                 "per-round IQR": "-" if label == baseline else f"{r.p25:.2f}-{r.p75:.2f}",
-                "reading": "-" if label == baseline else reading,
+                "reading": "-" if label == baseline else r.reading,
             }
         )
     return Table(rows, title=title, notes=notes)
