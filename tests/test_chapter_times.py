@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.core.hardware import same_machine
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("chapter_times", ROOT / "tools" / "chapter_times.py")
 ct = importlib.util.module_from_spec(_spec)
@@ -196,10 +198,10 @@ def test_another_cpus_full_size_run_is_kept_beside_the_reference(tmp_path: Path)
 def test_machines_compare_by_model_family_cores_and_flags():
     a = {"cpu": "AMD EPYC", "cpu_family": "family 25, model 1", "cores": 2, "flags": ["avx2"]}
     b = {"cpu": "AMD EPYC", "cpu_family": "family 25, model 1", "cores": 2}
-    assert ct.same_machine(a, b | {"cpu_features": ["avx2"], "memory_gib": 23.5})
-    assert not ct.same_machine(a, a | {"cpu_family": "family 23, model 49"})
-    assert not ct.same_machine(a, a | {"flags": ["avx2", "avx512f"]})
-    assert not ct.same_machine(a, a | {"cores": 4})
+    assert same_machine(a, b | {"cpu_features": ["avx2"], "memory_gib": 23.5})
+    assert not same_machine(a, a | {"cpu_family": "family 23, model 49"})
+    assert not same_machine(a, a | {"flags": ["avx2", "avx512f"]})
+    assert not same_machine(a, a | {"cores": 4})
 
 
 def test_the_rented_room_figures_come_from_the_plans_and_the_estimates(monkeypatch):

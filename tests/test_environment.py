@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from helpers.core import environment as env
+from helpers.core import hardware
 
 
 def test_mode_from_env_quick_and_full(monkeypatch):
@@ -93,7 +94,7 @@ def test_environment_report_and_label(capsys):
     for key in ("mode", "python", "cpu", "cores", "gpu", "libraries"):
         assert key in rep
     assert rep["libraries"]["torch"]
-    assert "-core" in env.machine_label()
+    assert " cores" in env.machine_label() and env.get_mode() in env.machine_label()
     env.print_environment_report()
     out = capsys.readouterr().out
     assert "libraries" in out and "sizes" in out and "COURSE_MODE" in out
@@ -201,14 +202,14 @@ def test_environment_report_says_when_repeats_are_cut(monkeypatch, capsys):
     ],
 )
 def test_int8_saturates_on_x86_without_dot_products(monkeypatch, machine, flags, saturates):
-    monkeypatch.setattr(env, "_cpu_flags", lambda: set(flags))
+    monkeypatch.setattr(hardware, "_cpu_flags", lambda: set(flags))
     monkeypatch.setattr(env.platform, "machine", lambda: machine)
-    assert env.has_int8_dot_product() is bool(flags & env.INT8_DOT_FLAGS)
+    assert env.has_int8_dot_product() is bool(flags & hardware.INT8_DOT_FLAGS)
     assert env.int8_saturates() is saturates
 
 
 def test_cpu_family_names_the_generation():
-    family = env._cpu_family()
+    family = hardware._cpu_family()
     assert family is None or family.startswith("family ")
     assert env.environment_report()["cpu_family"] == family
 

@@ -173,7 +173,7 @@ def test_table_rows_and_failures():
     row["trainings"] = [t | {"accuracy": 0.188, "bar": 0.156}, t | {"accuracy": 0.9, "bar": None}]
     data["machine"]["cpu_family"] = "family 25, model 1"
     text = run.table(data)
-    assert "2-core X (family 25, model 1) (avx2; 8 GiB)" in text
+    assert "X (family 25, model 1), 2 cores, AVX2, 8 GiB" in text
     assert (
         "- 04_pruning, cell 4: 30 steps of batch 32 in 5.5 min on cpu, 18.8% held out (bar 15.6%)"
         in text
@@ -206,7 +206,7 @@ def test_slug_names_the_cpu_features(monkeypatch):
         if env["gpu"]:  # a GPU names the machine: the CPU's features add nothing
             assert slug == ledger.machine_slug()
         else:
-            assert slug.endswith(ledger.cpu_features_tag(env["cpu_features"]) + "-full")
+            assert slug.endswith(ledger.cpu_features_tag(env["flags"]) + "-full")
     finally:
         environment.environment_report.cache_clear()
 
@@ -296,7 +296,7 @@ def test_setup_md_gives_another_cpus_full_size_run_a_column():
     assert "| 04_a | 2.0 min | 2.0 GiB | not run | 60 s |" in table
     assert "| 06_b | 10.0 min | 2.0 GiB | 40.0 min | 60 s |" in table
     text = " ".join(gpu.others_summary(run, [other]).split())
-    assert text.startswith("CPU 2, a 2-core AMD EPYC (family 25, model 1) (avx2; 23.5 GiB)")
+    assert text.startswith("CPU 2 (AMD EPYC (family 25, model 1), 2 cores, AVX2, 23.5 GiB)")
     assert "on 2026-12-03" in text and "1 pass; not run there: 04_a" in text
     assert "it took 40 minutes against 10 on CPU 1, from 4.0x to 4.0x" in text
     assert "in minutes, 06_b (4.0x, 30.0 min more), spent longest in cell 4 (18.3 min)" in text

@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
 
+from helpers.core.hardware import describe_machine, machine_facts  # noqa: E402
+
 MAX_DROP_POINTS = 1.0  # the best path loses at most this many points of accuracy
 
 
@@ -162,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     seed_everything(0)
     report = environment_report()
-    bf16 = bool({"avx512_bf16", "amx_bf16"} & set(report["cpu_features"]))
-    print(f"CPU: {report['cpu']}, {report['cores']} cores; features {report['cpu_features']}")
+    bf16 = bool({"avx512_bf16", "amx_bf16"} & set(report["flags"]))
+    print(f"CPU: {describe_machine()}; flags {report['flags']}")
     print(f"threads for every runtime: {args.threads}; load average {os.getloadavg()[0]:.2f}")
     ceilings = roofline.ceilings("cpu", n=2048, repeats=3)
     print("ceilings (GFLOP/s, int8 GOP/s):", {k: round(v) for k, v in ceilings.items()})
@@ -279,8 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "warmup": args.warmup,
         "repeats": args.repeats,
-        "cpu": report["cpu"],
-        "cpu_features": report["cpu_features"],
+        "machine": machine_facts(),
         "libraries": report.get("libraries"),
         "ceilings": ceilings,
         "load": load,

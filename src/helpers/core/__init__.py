@@ -1,6 +1,7 @@
 """The ground floor: what every chapter and every other subpackage stands on; it imports nothing above it.
 
 - :mod:`~helpers.core.environment` -- quick/full mode, sizes, devices, seeding, environment report
+- :mod:`~helpers.core.hardware` -- what this machine is (CPU, flags, GPU), in one shape and one description
 - :mod:`~helpers.core.machine_needs` -- what full mode needs of a machine (measured), and whether it fits
 - :mod:`~helpers.core.cgroup` -- a container's CPU quota, CPU time and memory limit, from its cgroup
 - :mod:`~helpers.core.threads` -- the same CPU threads for every framework of a comparison

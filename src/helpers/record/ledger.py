@@ -78,7 +78,7 @@ def machine_slug(features: bool = False) -> str:
     env = environment_report()
     base = env["gpu"].split("(")[0] if env["gpu"] else f"{env['cpu']} {env['cores']}core"
     if features and not env["gpu"]:
-        base += " " + cpu_features_tag(env["cpu_features"])
+        base += " " + cpu_features_tag(env["flags"])
     slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
     return f"{slug}-{env['mode']}"
 
@@ -136,6 +136,7 @@ def record(
     :func:`on_machine`. ``extra`` fields (batch, device, precision, ...) are stored as given.
     """
     from helpers.core.environment import environment_report
+    from helpers.core.hardware import machine_facts
 
     _check_name("chapter", chapter)
     _check_name("name", name)
@@ -167,7 +168,7 @@ def record(
         "device": None,
         "precision": None,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "machine": {k: env[k] for k in ("cpu", "cores", "gpu", "driver", "cuda")},
+        "machine": {**machine_facts(), "driver": env["driver"], "cuda": env["cuda"]},
         "versions": {k: v for k, v in env["libraries"].items() if v},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **_process_load(),  # replaced by the chapter's own **on_machine(...) when it passes one
