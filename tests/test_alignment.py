@@ -1,4 +1,4 @@
-"""helpers.chapters.ch02_alignment: the one-call inference report and aligned training in two frameworks."""
+"""helpers.porting.alignment (the one-call inference report) and chapter 2's aligned training."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import copy
 import numpy as np
 import pytest
 
-from helpers.chapters import ch02_alignment as alignment
+from helpers.chapters import ch02_alignment as ch02
+from helpers.porting import alignment
 from helpers.workload import models, predict
 
 
@@ -135,23 +136,23 @@ def test_report_runs_oneflow_graph(pair, flow):
 
 
 def test_batch_order_is_seeded_and_covers_epochs():
-    a = alignment.batch_order(10, 7, 4, seed=3)
-    b = alignment.batch_order(10, 7, 4, seed=3)
+    a = ch02.batch_order(10, 7, 4, seed=3)
+    b = ch02.batch_order(10, 7, 4, seed=3)
     assert a.shape == (7, 4) and np.array_equal(a, b)
     assert len(set(a[:2].ravel())) == 8  # within an epoch, no sample repeats
-    assert not np.array_equal(a, alignment.batch_order(10, 7, 4, seed=4))
+    assert not np.array_equal(a, ch02.batch_order(10, 7, 4, seed=4))
     with pytest.raises(ValueError, match="batch_size <= n"):
-        alignment.batch_order(3, 1, 4)
+        ch02.batch_order(3, 1, 4)
 
 
 def test_make_train_step_bad_inputs(torch_mod, pair):
     ref, _ = pair
     with pytest.raises(ValueError, match="unknown optimizer 'lbfgs'"):
-        alignment.make_train_step(ref, optimizer="lbfgs", lr=0.1)
+        ch02.make_train_step(ref, optimizer="lbfgs", lr=0.1)
     with pytest.raises(ValueError, match="need lr > 0"):
-        alignment.make_train_step(ref, lr=0.0)
+        ch02.make_train_step(ref, lr=0.0)
     with pytest.raises(ValueError, match="use_graph=True needs a OneFlow model"):
-        alignment.make_train_step(ref, lr=0.1, use_graph=True)
+        ch02.make_train_step(ref, lr=0.1, use_graph=True)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -160,7 +161,7 @@ def test_train_aligned_torch_vs_oneflow(torch_mod, flow, optimizer):
     x = _x(32, seed=1)
     y = (np.arange(32) % 4).astype(np.int64)
     ref, cand = tiny_net("torch"), tiny_net("oneflow")
-    run = alignment.train_aligned(
+    run = ch02.train_aligned(
         ref,
         cand,
         x,
@@ -191,29 +192,29 @@ def test_candidate_changes_plant_an_optimizer_bug(torch_mod, flow):
     torch_mod.manual_seed(1)
     x, y = _x(32, seed=1), (np.arange(32) % 4).astype(np.int64)
     kwargs = dict(steps=4, batch_size=8, optimizer="adam", lr=0.01, progress=False)
-    same = alignment.train_aligned(tiny_net("torch"), tiny_net("oneflow"), x, y, **kwargs)
+    same = ch02.train_aligned(tiny_net("torch"), tiny_net("oneflow"), x, y, **kwargs)
     ref = tiny_net("torch")
-    bug = alignment.train_aligned(
+    bug = ch02.train_aligned(
         ref, tiny_net("oneflow"), x, y, candidate_changes={"lr": 0.012}, **kwargs
     )
     assert abs(bug.differences[0]) < 1e-5
     assert np.abs(bug.differences[1:]).max() > 100 * np.abs(same.differences[1:]).max()
-    eps = alignment.train_aligned(
+    eps = ch02.train_aligned(
         ref, tiny_net("oneflow"), x, y, candidate_changes={"eps": 1e-6}, **kwargs
     )
     assert eps.candidate.losses[-1] != eps.reference.losses[-1]
     with pytest.raises(ValueError, match="may change lr, momentum, weight_decay, eps; got betas"):
-        alignment.train_aligned(
+        ch02.train_aligned(
             ref, tiny_net("oneflow"), x, y, candidate_changes={"betas": (0.8, 0.9)}, **kwargs
         )
     with pytest.raises(ValueError, match="eps > 0"):
-        alignment.make_train_step(ref, optimizer="adam", lr=0.1, eps=0.0)
+        ch02.make_train_step(ref, optimizer="adam", lr=0.1, eps=0.0)
 
 
 def test_shares_say_how_much_of_each_bound_was_used():
-    curve = alignment.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
-    other = alignment.TrainingCurve("b", np.array([2.001, 2.2, 2.4, 2.5]), 0.4, None, 1.0)
-    run = alignment.TrainingAlignment(curve, other, np.zeros((4, 1), int))
+    curve = ch02.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
+    other = ch02.TrainingCurve("b", np.array([2.001, 2.2, 2.4, 2.5]), 0.4, None, 1.0)
+    run = ch02.TrainingAlignment(curve, other, np.zeros((4, 1), int))
     used = run.shares(smoothed_bound=1.8, window=2, first_step=0.01, max_accuracy_gap=0.2)
     assert used == pytest.approx({"first step": 0.1, "moving averages": 0.5, "accuracy gap": 0.5})
     assert run.assert_within(smoothed_bound=1.8, window=2, first_step=0.01) == pytest.approx(
@@ -228,7 +229,7 @@ def test_train_aligned_graph_and_reused_reference(flow):
     x, y = _x(16, seed=2), (np.arange(16) % 4).astype(np.int64)
     eager, start = tiny_net("oneflow"), tiny_net("oneflow")
     models.transfer_weights(eager, start)
-    run = alignment.train_aligned(
+    run = ch02.train_aligned(
         eager,
         tiny_net("oneflow"),
         x,
@@ -241,7 +242,7 @@ def test_train_aligned_graph_and_reused_reference(flow):
         progress=False,
     )
     run.assert_within(first_step=1e-6, smoothed_bound=1e-4, window=2)
-    nudged = alignment.train_aligned(
+    nudged = ch02.train_aligned(
         run.reference,
         start,
         x,
@@ -257,7 +258,7 @@ def test_train_aligned_graph_and_reused_reference(flow):
     assert np.array_equal(nudged.reference.losses, run.reference.losses)  # reused, not retrained
     assert nudged.candidate.name == "nudged"
     with pytest.raises(ValueError, match="was trained with"):
-        alignment.train_aligned(
+        ch02.train_aligned(
             run.reference,
             tiny_net("oneflow"),
             x,
@@ -270,7 +271,7 @@ def test_train_aligned_graph_and_reused_reference(flow):
             progress=False,
         )
     with pytest.raises(ValueError, match="no weights to copy"):
-        alignment.train_aligned(
+        ch02.train_aligned(
             run.reference, tiny_net("oneflow"), x, y, steps=4, batch_size=8, lr=0.05, progress=False
         )
 
@@ -278,11 +279,9 @@ def test_train_aligned_graph_and_reused_reference(flow):
 def test_train_aligned_bad_inputs(torch_mod, flow):
     x, y = _x(8), np.zeros(8, np.int64)
     with pytest.raises(ValueError, match="8 inputs but 7 labels"):
-        alignment.train_aligned(
-            tiny_net("torch"), tiny_net("oneflow"), x, y[:7], steps=1, batch_size=4
-        )
+        ch02.train_aligned(tiny_net("torch"), tiny_net("oneflow"), x, y[:7], steps=1, batch_size=4)
     with pytest.raises(ValueError, match="dropout masks"):
-        alignment.train_aligned(
+        ch02.train_aligned(
             tiny_net("torch", dropout=0.5),
             tiny_net("oneflow", dropout=0.5),
             x,
@@ -291,11 +290,11 @@ def test_train_aligned_bad_inputs(torch_mod, flow):
             batch_size=4,
         )
     with pytest.raises(ValueError, match="different names"):
-        alignment.train_aligned(
+        ch02.train_aligned(
             tiny_net("torch"), tiny_net("torch"), x, y, steps=1, batch_size=4, progress=False
         )
     with pytest.raises(KeyError, match="missing"):  # different architectures cannot share an init
-        alignment.train_aligned(
+        ch02.train_aligned(
             tiny_net("torch"),
             models.nn_namespace("oneflow")[1].Linear(3, 4),
             x,
@@ -306,9 +305,9 @@ def test_train_aligned_bad_inputs(torch_mod, flow):
 
 
 def test_assert_within_reports_divergence():
-    curve = alignment.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
-    other = alignment.TrainingCurve("b", np.array([2.0, 2.2, 2.4, 2.5]), 0.2, None, 1.0)
-    run = alignment.TrainingAlignment(curve, other, np.zeros((4, 1), int))
+    curve = ch02.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
+    other = ch02.TrainingCurve("b", np.array([2.0, 2.2, 2.4, 2.5]), 0.2, None, 1.0)
+    run = ch02.TrainingAlignment(curve, other, np.zeros((4, 1), int))
     np.testing.assert_allclose(run.differences, [0, 0.4, 0.8, 1.0])
     np.testing.assert_allclose(run.smoothed_differences(2), [0.2, 0.6, 0.9])
     with pytest.raises(
@@ -321,8 +320,8 @@ def test_assert_within_reports_divergence():
         run.assert_within(smoothed_bound=0)
     with pytest.raises(ValueError, match="window must be a positive int"):
         run.smoothed_differences(0)
-    no_acc = alignment.TrainingAlignment(
-        alignment.TrainingCurve("a", curve.losses, None, None, 1.0), other, run.batch_order
+    no_acc = ch02.TrainingAlignment(
+        ch02.TrainingCurve("a", curve.losses, None, None, 1.0), other, run.batch_order
     )
     with pytest.raises(AssertionError, match="accuracies were not measured"):
         no_acc.assert_within(smoothed_bound=5, max_accuracy_gap=0.1)
@@ -332,7 +331,7 @@ def test_perturb_weights(torch_mod):
     torch_mod.manual_seed(3)
     a = tiny_net("torch")
     b = copy.deepcopy(a)
-    alignment.perturb_weights(b, 1e-3, seed=0)
+    ch02.perturb_weights(b, 1e-3, seed=0)
     wa, wb = models.state_dict_numpy(a), models.state_dict_numpy(b)
     rel = max(
         float(np.abs(wb[k] - wa[k]).max() / (np.abs(wa[k]).max() + 1e-12))
@@ -342,7 +341,7 @@ def test_perturb_weights(torch_mod):
     assert 0 < rel < 1e-2
     assert np.array_equal(wa["1.num_batches_tracked"], wb["1.num_batches_tracked"])
     with pytest.raises(ValueError, match="scale must be positive"):
-        alignment.perturb_weights(b, 0.0)
+        ch02.perturb_weights(b, 0.0)
 
 
 def _report(*errors: float) -> alignment.AlignmentReport:
@@ -416,9 +415,9 @@ def test_assert_close_rejects_bounds_that_could_never_fail(kwargs, message):
     ],
 )
 def test_assert_within_rejects_bounds_that_could_never_fail(kwargs, message):
-    curve = alignment.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
-    other = alignment.TrainingCurve("b", np.array([2.5, 2.2, 2.4, 2.5]), 0.2, None, 1.0)
-    run = alignment.TrainingAlignment(curve, other, np.zeros((4, 1), int))
+    curve = ch02.TrainingCurve("a", np.array([2.0, 1.8, 1.6, 1.5]), 0.5, None, 1.0)
+    other = ch02.TrainingCurve("b", np.array([2.5, 2.2, 2.4, 2.5]), 0.2, None, 1.0)
+    run = ch02.TrainingAlignment(curve, other, np.zeros((4, 1), int))
     with pytest.raises(ValueError, match=message):
         run.assert_within(window=2, **kwargs)
 
@@ -431,9 +430,9 @@ def test_training_settings_reject_non_finite_values(torch_mod):
         (dict(lr=0.1, weight_decay=float("nan")), "weight_decay"),
     ]:
         with pytest.raises(ValueError, match=f"{label} must be a finite number"):
-            alignment.make_train_step(model, **kwargs)
+            ch02.make_train_step(model, **kwargs)
     with pytest.raises(ValueError, match="scale must be a finite number"):
-        alignment.perturb_weights(model, float("inf"))
+        ch02.perturb_weights(model, float("inf"))
 
 
 def test_assert_close_bounds_the_worst_element_not_the_mean(pair):

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from helpers.core import precision, processes
-from helpers.serving import nginx_front, triton_client, triton_load, triton_server
+from helpers.serving import nginx_config, nginx_front, triton_client, triton_load, triton_server
 from helpers.serving import triton_repo as sr
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def tiny(tmp_path_factory, tiny_embedder_onnx):
 @pytest.fixture(scope="module")
 def stack(tiny):
     """Two Triton servers on one repository and an nginx front; nothing survives the module."""
-    limit = nginx_front.body_limit_bytes(MAX_BATCH, (3, SIZE, SIZE))
+    limit = nginx_config.body_limit_bytes(MAX_BATCH, (3, SIZE, SIZE))
     key = dict(admin_key="test-admin-key")  # defence in depth: Triton's restricted APIs
     with (
         triton_server.TritonServer(tiny.repo, **key) as a,
@@ -116,7 +116,7 @@ def _config(**kw) -> str:
         burst=5,
         prefix="/tmp/x",
     )
-    return nginx_front.front_config(
+    return nginx_config.front_config(
         ["127.0.0.1:1", "127.0.0.1:2"], ["127.0.0.1:3", "127.0.0.1:4"], **{**settings, **kw}
     )
 
@@ -124,14 +124,14 @@ def _config(**kw) -> str:
 def test_audit_fails_when_any_protection_is_removed():
     """Each protection, taken out of each block that needs it, is reported."""
     text = _config()
-    assert nginx_front.audit_config(text) == []
+    assert nginx_config.audit_config(text) == []
     blocks = {
         "http": [text],
         "upstream": [b for b in text.split("upstream ")[1:3]],
-        **nginx_front.server_blocks(text),
+        **nginx_config.server_blocks(text),
     }
     checked = 0
-    for place, patterns in nginx_front.REQUIRED.items():
+    for place, patterns in nginx_config.REQUIRED.items():
         for block in blocks[place]:
             for pattern, why in patterns.items():
                 lines = block.splitlines()
@@ -143,26 +143,26 @@ def test_audit_fails_when_any_protection_is_removed():
                     kept = [ln for ln in lines if not re.search(pattern, re.sub(r"\s+", " ", ln))]
                 assert kept != lines, f"{place}: no line carries {why!r}"
                 mutated = text.replace(block, "\n".join(kept), 1)
-                assert any(why in p for p in nginx_front.audit_config(mutated)), (place, why)
+                assert any(why in p for p in nginx_config.audit_config(mutated)), (place, why)
                 checked += 1
-    assert checked == sum(len(p) for p in nginx_front.REQUIRED.values()) + 1  # 2 upstreams
+    assert checked == sum(len(p) for p in nginx_config.REQUIRED.values()) + 1  # 2 upstreams
 
 
 def test_audit_checks_each_server_block_on_its_own():
     """The gRPC block's body limit must not stand in for the HTTP block's (issue 23, item 8)."""
     text = _config()
-    http_block = nginx_front.server_blocks(text)["http server"][0]
+    http_block = nginx_config.server_blocks(text)["http server"][0]
     assert "client_max_body_size 1000;" in http_block
     without = text.replace(http_block, http_block.replace("client_max_body_size 1000;", ""))
     assert text.count("client_max_body_size 1000;") == 2
     assert without.count("client_max_body_size 1000;") == 1  # the gRPC block keeps its own
-    assert nginx_front.audit_config(without) == [
+    assert nginx_config.audit_config(without) == [
         "http server: a body limit (Triton 2.51 reads a body of any size)"
     ]
 
 
 def test_audit_refuses_the_open_front():
-    problems = nginx_front.audit_config(_config(allow_list=False))
+    problems = nginx_config.audit_config(_config(allow_list=False))
     assert "a location passes a whole prefix on: the allow-list is open" in problems
 
 
@@ -173,7 +173,7 @@ def test_nginx_t_refuses_a_broken_config(tmp_path):
     assert "successful" in nginx_front._nginx_test(nginx_front.find_nginx(), good, tmp_path)
     bad = tmp_path / "bad.conf"
     bad.write_text(text.replace("non_idempotent;", "non_idempotent"))
-    with pytest.raises(nginx_front.NginxConfigError, match="nginx -t refused"):
+    with pytest.raises(nginx_config.NginxConfigError, match="nginx -t refused"):
         nginx_front._nginx_test(nginx_front.find_nginx(), bad, tmp_path)
 
 
@@ -185,7 +185,7 @@ def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="models"):
         nginx_front.NginxFront(["127.0.0.1:2"], ["127.0.0.1:1"], models=["a/b"], max_body_bytes=9)
     with pytest.raises(ValueError, match="max_batch_size"):
-        nginx_front.body_limit_bytes(0, (3, 4, 4))
+        nginx_config.body_limit_bytes(0, (3, 4, 4))
 
 
 def test_a_front_that_raises_in_its_with_block_leaves_nothing_running():
@@ -482,7 +482,7 @@ def test_no_admin_path_matches_an_allowed_http_location():
     """Catches M22 (the served model's location also allows ``/config``) without a server: each
     administrative path of ADMIN_HTTP, normalised as nginx does, matches no location that passes
     requests on, while the allowed endpoints do (the control)."""
-    block = nginx_front.server_blocks(_config())["http server"][0]
+    block = nginx_config.server_blocks(_config())["http server"][0]
     passing = re.findall(r"location ~ (\S+) \{", block)
     assert len(passing) == 3
 

@@ -155,7 +155,7 @@ def test_chapter_1_migrates_your_model_file_and_the_output_check_judges_the_twin
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_chapter_2_alignment_report_on_your_model(arch, images):
-    from helpers.chapters import ch02_alignment as alignment
+    from helpers.porting import alignment
 
     net = calibrated(arch, images)
     twin = models.twin(net, "oneflow", models.build_classifier, arch, num_classes=8).eval()

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.core import precision
+from helpers.core import precision, tf32_emulation
 from helpers.core.comparison import assert_outputs_close, compare
 
 
 def round_to_tf32(x, rounding="nearest"):
     """TF32's rounding: ``round_mantissa`` with TF32's 10 mantissa bits."""
-    return precision.round_mantissa(x, precision.MANTISSA_BITS["tf32"], rounding)
+    return tf32_emulation.round_mantissa(x, tf32_emulation.MANTISSA_BITS["tf32"], rounding)
 
 
 U32 = 2.0**-24
@@ -37,7 +37,7 @@ def test_unit_roundoffs():
     assert precision.unit_roundoff("bf16") == 2.0**-8
     assert precision.unit_roundoff("fp16") == 2.0**-11
     assert precision.unit_roundoff("int8") == pytest.approx(1 / 254)
-    for mode, stored in precision.MANTISSA_BITS.items():
+    for mode, stored in tf32_emulation.MANTISSA_BITS.items():
         assert precision.unit_roundoff(mode) == 2.0 ** -(stored + 1)
     assert set(precision.UNIT_ROUNDOFF) == set(precision.MODES)
     with pytest.raises(ValueError, match="unknown math mode"):
@@ -119,7 +119,7 @@ def test_round_to_tf32_keeps_nan_and_signed_zero_and_rejects_other_dtypes():
     with pytest.raises(ValueError, match="rounding"):
         round_to_tf32(np.ones(3, dtype=np.float32), "stochastic")
     with pytest.raises(ValueError, match="bits"):
-        precision.round_mantissa(np.ones(3, dtype=np.float32), 0)
+        tf32_emulation.round_mantissa(np.ones(3, dtype=np.float32), 0)
 
 
 @pytest.mark.parametrize("rounding", ["nearest", "truncate"])
@@ -141,7 +141,7 @@ def test_round_to_tf32_keeps_ten_bits_is_idempotent_and_within_its_roundoff(roun
 def test_seven_bits_is_bfloat16_round_to_nearest_even():
     """With 7 bits the same rounding is bfloat16's: checked against PyTorch's own conversion."""
     x = torch.randn(50000, generator=torch.Generator().manual_seed(1)) * 100
-    ours = precision.round_mantissa(x, precision.MANTISSA_BITS["bf16"])
+    ours = tf32_emulation.round_mantissa(x, tf32_emulation.MANTISSA_BITS["bf16"])
     assert torch.equal(ours, x.to(torch.bfloat16).float())
 
 

@@ -1,7 +1,7 @@
 """Chapter companions: code that exactly one chapter owns, one module per chapter that needs one.
 
 - :mod:`~helpers.chapters.ch00_measuring` -- chapter 0's appendix: OneFlow's bundled OpenBLAS, per-thread CPU time
-- :mod:`~helpers.chapters.ch02_alignment` -- alignment reports and aligned training in two frameworks
+- :mod:`~helpers.chapters.ch02_alignment` -- aligned training in two frameworks (the report: ``helpers.porting.alignment``)
 - :mod:`~helpers.chapters.ch03_static` -- eager vs static tables and figure, timings in the default math mode
 - :mod:`~helpers.chapters.ch05_pipeline` -- two-stage load/infer pipelines (saved from chapter 5's page)
 - :mod:`~helpers.chapters.ch06_switches` -- OneFlow graph switches (saved from chapter 6's page), MLIR ablation

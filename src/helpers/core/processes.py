@@ -131,6 +131,10 @@ def stop_all() -> None:
         managed.stop()
 
 
+# Every server the course starts listens on loopback only.
+LOOPBACK = "127.0.0.1"
+
+
 class ManagedProcess:
     """One command in its own process group, with a scratch folder, a log, and four ways to be stopped.
 
@@ -141,6 +145,8 @@ class ManagedProcess:
     """
 
     grace_s: float = GRACE_S
+    http_port: int = 0  # a server's ports, where it serves on loopback
+    grpc_port: int = 0
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -148,6 +154,16 @@ class ManagedProcess:
         self._watchdog: subprocess.Popen | None = None
         self._finalizer: weakref.finalize | None = None
         self._kept: dict[str, str] = {}
+
+    @property
+    def http_url(self) -> str:
+        """``127.0.0.1:PORT`` of the HTTP endpoint (what ``tritonclient.http`` takes)."""
+        return f"{LOOPBACK}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
+        return f"{LOOPBACK}:{self.grpc_port}"
 
     @property
     def pid(self) -> int | None:

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.processes import LOOPBACK
+
 __all__ = [
     "LOOPBACK",
     "TritonRequestError",
@@ -33,8 +35,6 @@ __all__ = [
     "request_tensors",
     "scrape_metrics",
 ]
-
-LOOPBACK = "127.0.0.1"
 
 
 class TritonRequestError(RuntimeError):

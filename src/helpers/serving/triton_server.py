@@ -255,16 +255,6 @@ class TritonServer(ManagedProcess):
 
     # ---- addresses
     @property
-    def http_url(self) -> str:
-        """``127.0.0.1:PORT`` of the HTTP/REST endpoint (what ``tritonclient.http`` takes)."""
-        return f"{LOOPBACK}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
-        return f"{LOOPBACK}:{self.grpc_port}"
-
-    @property
     def metrics_url(self) -> str:
         """``127.0.0.1:PORT`` of the Prometheus endpoint (``GET /metrics``); needs ``metrics=True``."""
         if not self.metrics:
