@@ -68,6 +68,22 @@ def torch_mod():
 
 
 @pytest.fixture(scope="session")
+def tiny_classifier():
+    """The tests' one tiny CNN (:func:`tiny_models.tiny_classifier`), as a fixture."""
+    import tiny_models  # tests/ is on sys.path: the folder of this conftest
+
+    return tiny_models.tiny_classifier
+
+
+@pytest.fixture(scope="session")
+def images():
+    """``make(n=2, size=8, seed=0)``: random float32 images (:func:`tiny_models.images`)."""
+    import tiny_models
+
+    return tiny_models.images
+
+
+@pytest.fixture(scope="session")
 def tiny_embedder_onnx(torch_mod):
     """A builder: ``(root, size, dim) -> (x, onnx_path)``, a tiny calibrated embedder in ONNX.
 

@@ -5,7 +5,7 @@ whole notebook in quick mode on a named CPU; a full-size run on the same CPU; a 
 labelled as one), reading it and doing its exercises (estimated from its words, code lines and
 exercises, and said to be estimates). The measured figures live in one file,
 ``results/reference/chapter_times.json``; this tool writes the "**Time:**" paragraph of every
-chapter from it, so a page cannot state a time nobody measured (``tests/test_chapter_times.py``
+chapter from it, so a page cannot state a time nobody measured (``tests/tools/test_chapter_times.py``
 checks that every page matches the file). CPUs differ (two-core cloud machines more than twofold
 in quick mode): ``record --also`` keeps another CPU's quick run beside the reference one, each
 page names both, and the workshop plans with the slower. ``record-full`` keeps a full-size run
@@ -197,7 +197,7 @@ _BLOCK = re.compile(r"(<!-- chapter-times:start.*?-->\n).*?(<!-- chapter-times:e
 DISCUSSION_MIN = 10  # per chapter in a room: the teacher's demonstration and questions
 # The plans: (session, [(chapter, exercises done in the room)]), in order. A day is 6 hours of
 # contact time in two halves; `workshop_block` says how long each session takes from the
-# measured times, and tests/test_chapter_times.py fails when a session does not fit its length.
+# measured times, and tests/tools/test_chapter_times.py fails when a session does not fit its length.
 SESSION_MIN = 165  # a half day: 2 h 45 min between breaks
 PLANS: dict[str, list[tuple[str, list[tuple[str, int]]]]] = {
     "One day": [

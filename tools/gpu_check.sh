@@ -30,7 +30,7 @@ trap 'rm -rf "$work"' EXIT
 # --confcutdir: only tests/gpu's conftest, not the course's (nbval, matplotlib), which a bare
 # python3 may not have. The JSON collects what each test measured (tests/gpu/conftest.py).
 cmd=("$py" -m pytest -q -rs -p no:cacheprovider --confcutdir=tests/gpu
-  --junitxml="$work/junit.xml" tests/gpu tests/test_precision.py)
+  --junitxml="$work/junit.xml" tests/gpu tests/core/test_precision.py)
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 export GPU_CHECK_RECORD="$work/measured.json"
 limit=${GPU_CHECK_TIMEOUT:-420}

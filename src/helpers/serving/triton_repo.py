@@ -234,7 +234,7 @@ def check_config(cfg: Any, source: str = "config") -> None:
     # - onnxruntime: github.com/triton-inference-server/onnxruntime_backend, README.md (GPU
     #   accelerators "tensorrt" and "cuda", CPU accelerator "openvino"; TensorRT's precision_mode
     #   "FP32", "FP16" or "INT8"); the backend refuses others ("unknown Execution Accelerator").
-    # Triton's own server checks the rest (see tests/test_serving.py, which loads the production
+    # Triton's own server checks the rest (see tests/serving/test_triton_server.py, which loads the production
     # layouts into the bundled tritonserver).
     if cfg.backend == "oneflow":
         for i, t in enumerate(cfg.input):
