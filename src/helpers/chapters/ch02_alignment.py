@@ -28,7 +28,7 @@ import numpy as np
 from helpers.core.checks import check_number
 from helpers.measure.timer import synchronize
 from helpers.porting.alignment import NAN_BOUND, as_float_batch, check_fraction
-from helpers.show.table import Table
+from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.data import batch_order
 from helpers.workload.models import (
     framework_of,
@@ -132,8 +132,8 @@ class TrainingCurve:
     )  # what must match for two curves to be comparable
 
 
-@dataclass
-class TrainingAlignment:
+@dataclass(repr=False)
+class TrainingAlignment(ShowsAsTable):
     """Two training runs of the same model from the same start, compared step by step."""
 
     reference: TrainingCurve
@@ -185,15 +185,6 @@ class TrainingAlignment:
         if agree is not None:
             notes.append(f"held-out predictions of the two trained models agree on {agree:.1%}")
         return Table(rows, floatfmt=".4f", formats={"first_loss": ".6f"}, notes=notes)
-
-    def __str__(self) -> str:
-        return str(self.table())
-
-    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every error
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
 
     def plot(
         self,
@@ -290,29 +281,20 @@ class TrainingAlignment:
                 out["accuracy gap"] = math.inf if gap > 0 else 0.0
         return out
 
-    def assert_within(
-        self,
-        *,
-        smoothed_bound: float,
-        window: int = 10,
-        first_step: float | None = None,
-        max_accuracy_gap: float | None = None,
-    ) -> dict[str, float]:
-        """Assert the runs agree: the ``window``-step moving averages of the two loss curves within
-        ``smoothed_bound`` everywhere; optionally the first step's losses within ``first_step`` and the
-        final held-out accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite
-        numbers (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns
-        :meth:`shares` (how much of each bound was used)."""
-        if max_accuracy_gap is not None:
-            check_fraction("max_accuracy_gap", max_accuracy_gap)
-            if self.reference.accuracy is None or self.candidate.accuracy is None:
-                raise AssertionError("accuracies were not measured (pass val= to train_aligned)")
-        used = self.shares(
-            smoothed_bound=smoothed_bound,
-            window=window,
-            first_step=first_step,
-            max_accuracy_gap=max_accuracy_gap,
-        )
+    def assert_within(self, **bounds: Any) -> dict[str, float]:
+        """Assert the runs agree within the bounds of :meth:`shares` (the same keywords): the
+        ``window``-step moving averages of the loss curves within ``smoothed_bound`` everywhere;
+        optionally the first step's losses within ``first_step`` and the final held-out
+        accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite numbers
+        (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns :meth:`shares`."""
+        try:
+            used = self.shares(**bounds)
+        except ValueError as err:  # a missing accuracy is a failed check, not a bad argument
+            if "accuracies were not measured" in str(err):
+                raise AssertionError(str(err)) from None
+            raise
+        window, first_step = bounds.get("window", 10), bounds.get("first_step")
+        smoothed_bound, max_accuracy_gap = bounds["smoothed_bound"], bounds.get("max_accuracy_gap")
         problems = []
         if used.get("first step", 0.0) > 1:
             problems.append(
@@ -376,15 +358,8 @@ def train_run(
 ) -> TrainingCurve:
     """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` and return its :class:`TrainingCurve`."""
     _check_no_dropout(model)
-    step = make_train_step(
-        model,
-        optimizer=optimizer,
-        lr=lr,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        eps=eps,
-        use_graph=use_graph,
-    )
+    hyper = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    step = make_train_step(model, eps=eps, use_graph=use_graph, **hyper)
     fw = framework_of(model)
     loop: Any = order
     if progress:
@@ -487,14 +462,8 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(
-        optimizer=optimizer,
-        lr=lr,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        val=val,
-        progress=progress,
-    )
+    common = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    common |= dict(val=val, progress=progress)
     if reuse:
         ref_curve = reference
     else:

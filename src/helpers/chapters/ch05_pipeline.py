@@ -114,14 +114,8 @@ class Job:
         """Check ``model`` for this stage: eval mode; frozen weights too for :func:`infer`."""
         if self.stage is infer:
             check_task_module(model)
-            return
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
-        if model.training:
-            raise ValueError(
-                "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
-                "the images of a batch"
-            )
+        else:
+            _check_eval(model)
 
     def batches(self) -> list[list[int]]:
         """The index lists of the batches, once the dataset and sizes are checked."""
@@ -210,12 +204,7 @@ class PipelineRun:
         )
 
 
-def check_task_module(model: Any) -> None:
-    """Check that ``model`` is ready for the pruned task: an eval-mode module with frozen weights.
-
-    The model stage computes the input's gradient only; a weight that requires grad would add
-    every weight's gradient (the unpruned task) and accumulate it from call to call.
-    """
+def _check_eval(model: Any) -> None:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
     if model.training:
@@ -223,6 +212,15 @@ def check_task_module(model: Any) -> None:
             "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
             "the images of a batch"
         )
+
+
+def check_task_module(model: Any) -> None:
+    """Check that ``model`` is ready for the pruned task: an eval-mode module with frozen weights.
+
+    The model stage computes the input's gradient only; a weight that requires grad would add
+    every weight's gradient (the unpruned task) and accumulate it from call to call.
+    """
+    _check_eval(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     if trainable:
         raise ValueError(

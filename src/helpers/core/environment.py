@@ -90,38 +90,20 @@ class Sizes:
         return min(n, max(least, -(-n // 10))) if self.fewest else n
 
 
+# fmt: off
 SIZES: dict[str, Sizes] = {
     "quick": Sizes(
-        mode="quick",
-        arch="resnet18",
-        image_size=64,
-        batch_size=8,
-        batch_sweep=(1, 2, 4, 8, 16),
-        warmup=3,
-        repeats=10,
-        num_classes=8,
-        train_images=1024,
-        val_images=256,
-        train_steps=60,
-        embed_dim=128,
-        embed_width=0.5,
+        "quick", arch="resnet18", image_size=64, batch_size=8, batch_sweep=(1, 2, 4, 8, 16),
+        warmup=3, repeats=10, num_classes=8, train_images=1024, val_images=256,
+        train_steps=60, embed_dim=128, embed_width=0.5,
     ),
     "full": Sizes(
-        mode="full",
-        arch="resnet101",
-        image_size=224,
-        batch_size=16,
-        batch_sweep=(1, 2, 4, 8, 16, 32, 64),
-        warmup=20,
-        repeats=50,
-        num_classes=8,
-        train_images=4096,
-        val_images=1024,
-        train_steps=300,
-        embed_dim=512,
-        embed_width=1.0,
+        "full", arch="resnet101", image_size=224, batch_size=16,
+        batch_sweep=(1, 2, 4, 8, 16, 32, 64), warmup=20, repeats=50, num_classes=8,
+        train_images=4096, val_images=1024, train_steps=300, embed_dim=512, embed_width=1.0,
     ),
 }
+# fmt: on
 
 
 def mode_choice() -> tuple[str, str]:

@@ -165,6 +165,11 @@ class ManagedProcess:
         """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
         return f"{LOOPBACK}:{self.grpc_port}"
 
+    def describe(self, what: str) -> str:
+        """``Kind(what, pid 123, http 127.0.0.1:8000, grpc ...)``, or ``Kind(what, stopped)``."""
+        state = f"pid {self.pid}, http {self.http_url}, grpc {self.grpc_url}"
+        return f"{type(self).__name__}({what}, {state if self.is_alive() else 'stopped'})"
+
     @property
     def pid(self) -> int | None:
         """Process id of the running (or last) process, None before it started."""

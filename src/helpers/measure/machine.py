@@ -199,18 +199,10 @@ class MachineLoad:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers for tables and the ledger."""
-        return {
-            "wall_s": self.wall_s,
-            "others_cpu_s": self.others_cpu_s,
-            "others_cores": self.others_cores,
-            "steal_s": self.steal_s,
-            "loadavg_before": self.loadavg_before,
-            "loadavg_after": self.loadavg_after,
-            "resolution_s": self.resolution_s,
-            "contended": self.contended,
-            "rule": f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s",
-            "scope": self.scope,
-        }
+        names = ("wall_s", "others_cpu_s", "others_cores", "steal_s", "loadavg_before")
+        names += ("loadavg_after", "resolution_s", "contended")
+        rule = f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s"
+        return {**{k: getattr(self, k) for k in names}, "rule": rule, "scope": self.scope}
 
     def describe(self) -> str:
         """A short sentence: others' cores, load average, and the verdict."""

@@ -121,25 +121,12 @@ class Measurement:
         """p50: the typical call, in seconds."""
         return statistics.median(self.times_s)
 
-    @property
-    def p25(self) -> float:
-        """First quartile, in seconds."""
-        return self._q(25)
-
-    @property
-    def p75(self) -> float:
-        """Third quartile, in seconds."""
-        return self._q(75)
-
-    @property
-    def p90(self) -> float:
-        """90th percentile, in seconds."""
-        return self._q(90)
-
-    @property
-    def p99(self) -> float:
-        """99th percentile, in seconds (with fewer than ~100 runs, about the slowest run)."""
-        return self._q(99)
+    # Percentiles in seconds: first and third quartile, p90, p99 (with fewer than ~100 runs,
+    # about the slowest run).
+    p25 = property(lambda self: self._q(25))
+    p75 = property(lambda self: self._q(75))
+    p90 = property(lambda self: self._q(90))
+    p99 = property(lambda self: self._q(99))
 
     @property
     def min(self) -> float:

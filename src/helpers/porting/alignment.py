@@ -23,7 +23,7 @@ import numpy as np
 
 from helpers.core.checks import check_number
 from helpers.core.comparison import Comparison, compare, to_numpy
-from helpers.show.table import Table
+from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.predict import predict_batched
 
 __all__ = ["NAN_BOUND", "as_float_batch", "check_fraction", "alignment_report"]
@@ -63,8 +63,8 @@ class AlignmentRow:
     reference_scale: float  # max |reference|, to read absolute errors against
 
 
-@dataclass
-class AlignmentReport:
+@dataclass(repr=False)
+class AlignmentReport(ShowsAsTable):
     """How far each candidate's outputs are from the reference's on the same inputs."""
 
     reference_name: str
@@ -101,15 +101,6 @@ class AlignmentReport:
             f"|{self.reference_name} output| {self.rows[0].reference_scale:.3g}",
             floatfmt=".2e",
         )
-
-    def __str__(self) -> str:
-        return str(self.table())
-
-    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every error
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
 
     def plot(self, ax: Any = None, title: str = "") -> Any:
         """Histogram of log10 |candidate - reference| per element, one colour per candidate; exact zeros are counted in the legend."""

@@ -230,12 +230,7 @@ class NginxFront(ManagedProcess):
         raise TimeoutError(f"nginx did not answer within {self.startup_timeout:.0f} s")
 
     def __repr__(self) -> str:
-        state = (
-            f"pid {self.proc.pid}, http {self.http_url}, grpc {self.grpc_url}"
-            if self.is_alive()
-            else "stopped"
-        )
-        return f"NginxFront({len(self.http_upstreams)} servers, {state})"
+        return self.describe(f"{len(self.http_upstreams)} servers")
 
 
 def _reached(line: str) -> bool:

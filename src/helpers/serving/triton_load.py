@@ -190,12 +190,7 @@ class CountedRun:
 
     def as_dict(self) -> dict[str, Any]:
         """One table row."""
-        return {
-            "sent": self.sent,
-            "answered": self.answered,
-            "failed": self.failed,
-            "seconds": self.seconds,
-        }
+        return {k: getattr(self, k) for k in ("sent", "answered", "failed", "seconds")}
 
 
 def counted_run(

@@ -417,17 +417,9 @@ def python_runtime_model(
         "threads": str(threads),
         **(parameters or {}),
     }
-    cfg = make_config(
-        name,
-        backend="python",
-        inputs=inputs,
-        outputs=outputs,
-        max_batch_size=max_batch_size,
-        dynamic_batching=dynamic_batching,
-        instances=instances,
-        kind=kind,
-        parameters=params,
-    )
+    shape = dict(inputs=inputs, outputs=outputs, max_batch_size=max_batch_size)
+    serving = dict(dynamic_batching=dynamic_batching, instances=instances, kind=kind)
+    cfg = make_config(name, backend="python", parameters=params, **shape, **serving)
     return write_model(repo, cfg, {"model.py": RUNTIME_MODEL_FILE, stored: model_path}, version)
 
 
@@ -455,18 +447,10 @@ def onnxruntime_backend_model(
         accelerators = [
             {"name": "tensorrt", "precision_mode": tensorrt, "max_workspace_size_bytes": 1 << 30}
         ]
-    cfg = make_config(
-        name,
-        platform="onnxruntime_onnx",
-        inputs=inputs,
-        outputs=outputs,
-        max_batch_size=max_batch_size,
-        dynamic_batching=dynamic_batching,
-        instances=instances,
-        kind=kind,
-        gpus=[0] if kind == "KIND_GPU" else None,
-        gpu_accelerators=accelerators,
-    )
+    shape = dict(inputs=inputs, outputs=outputs, max_batch_size=max_batch_size)
+    serving = dict(dynamic_batching=dynamic_batching, instances=instances, kind=kind)
+    gpus = dict(gpus=[0] if kind == "KIND_GPU" else None, gpu_accelerators=accelerators)
+    cfg = make_config(name, platform="onnxruntime_onnx", **shape, **serving, **gpus)
     return write_model(repo, cfg, {"model.onnx": onnx_path}, version)
 
 

@@ -418,14 +418,7 @@ class TritonServer(ManagedProcess):
     def load_model(self, name: str, timeout: float = 120.0) -> float:
         """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
         start = time.perf_counter()
-        resp = http_request(
-            self.http_url,
-            "POST",
-            f"/v2/repository/models/{name}/load",
-            body=b"{}",
-            headers=self.admin_headers,
-            timeout=timeout,
-        )
+        resp = self._repository(name, "load", timeout)
         if resp.status != 200:
             raise self._fail(
                 f"loading model {name} failed: HTTP {resp.status} {resp.error_message()}"
@@ -434,21 +427,16 @@ class TritonServer(ManagedProcess):
 
     def unload_model(self, name: str, timeout: float = 60.0) -> None:
         """Unload ``name`` (explicit model control); raises :class:`TritonRequestError` on failure."""
-        resp = http_request(
-            self.http_url,
-            "POST",
-            f"/v2/repository/models/{name}/unload",
-            body=b"{}",
-            headers=self.admin_headers,
-            timeout=timeout,
-        )
+        resp = self._repository(name, "unload", timeout)
         if resp.status != 200:
             raise TritonRequestError(resp.status, resp.error_message())
 
-    def __repr__(self) -> str:
-        state = (
-            f"pid {self.pid}, http {self.http_url}, grpc {self.grpc_url}"
-            if self.is_alive()
-            else "stopped"
+    def _repository(self, name: str, action: str, timeout: float) -> Any:
+        """POST /v2/repository/models/<name>/<action> with the admin header."""
+        path = f"/v2/repository/models/{name}/{action}"
+        return http_request(
+            self.http_url, "POST", path, body=b"{}", headers=self.admin_headers, timeout=timeout
         )
-        return f"TritonServer({self.model_repository.name}, {state})"
+
+    def __repr__(self) -> str:
+        return self.describe(self.model_repository.name)

@@ -13,7 +13,7 @@ from typing import Any
 
 from helpers.measure.measurement import Measurement, paired_ratio, speedup
 
-__all__ = ["Table", "compare_rows", "compare_table", "paired_table"]
+__all__ = ["Table", "ShowsAsTable", "compare_rows", "compare_table", "paired_table"]
 
 # Below this many columns of text a table fits the book's code column (about 88 characters); the
 # HTML form wraps its headers and cells instead of scrolling sideways.
@@ -134,6 +134,22 @@ class Table:
             f'<table class="course-table" style="{_CSS}">{caption}'
             f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>{notes}"
         )
+
+
+class ShowsAsTable:
+    """A result that shows as its :meth:`table`: text in a terminal, HTML in a notebook."""
+
+    def table(self) -> Table:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every field
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
 
 
 def compare_rows(
