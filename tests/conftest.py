@@ -68,6 +68,22 @@ def torch_mod():
 
 
 @pytest.fixture(scope="session")
+def tiny_classifier():
+    """The tests' one tiny CNN (:func:`tiny_models.tiny_classifier`), as a fixture."""
+    import tiny_models  # tests/ is on sys.path: the folder of this conftest
+
+    return tiny_models.tiny_classifier
+
+
+@pytest.fixture(scope="session")
+def images():
+    """``make(n=2, size=8, seed=0)``: random float32 images (:func:`tiny_models.images`)."""
+    import tiny_models
+
+    return tiny_models.images
+
+
+@pytest.fixture(scope="session")
 def tiny_embedder_onnx(torch_mod):
     """A builder: ``(root, size, dim) -> (x, onnx_path)``, a tiny calibrated embedder in ONNX.
 
@@ -94,6 +110,28 @@ def tiny_embedder_onnx(torch_mod):
         return x, onnx_path
 
     return build
+
+
+@pytest.fixture(scope="session")
+def infer_json():
+    """``(url, model, inputs) -> {output: array}``: one inference as plain JSON, what curl sends."""
+    import numpy as np
+
+    from helpers.serving import triton_client
+
+    def infer(url, model, inputs, timeout=60.0):
+        body = triton_client.infer_json_body(inputs)
+        resp = triton_client.http_request(
+            url, "POST", f"/v2/models/{model}/infer", body=body, timeout=timeout
+        )
+        if resp.status != 200:
+            raise triton_client.TritonRequestError(resp.status, resp.error_message())
+        return {
+            o["name"]: np.asarray(o["data"], dtype=np.float32).reshape(o["shape"])
+            for o in resp.json()["outputs"]
+        }
+
+    return infer
 
 
 @pytest.fixture(scope="session")

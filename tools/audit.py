@@ -32,7 +32,7 @@ __all__ = ["ACCEPTED", "NOT_COVERED", "OWN_PACKAGE", "verdict", "main"]
 OWN_PACKAGE = "fast-inference-course-helpers"
 
 # Vulnerabilities the pins cannot avoid, by package and pinned version: why, and what the course exposes.
-# requirements.txt says the same beside the pin (tests/test_setup_scripts.py keeps the two together).
+# requirements.txt says the same beside the pin (tests/tools/test_setup_scripts.py keeps the two together).
 ACCEPTED: dict[str, tuple[str, str]] = {
     "onnx": (
         "1.17.0",

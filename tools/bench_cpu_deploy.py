@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
 
+from helpers.core.hardware import describe_machine, machine_facts  # noqa: E402
+
 MAX_DROP_POINTS = 1.0  # the best path loses at most this many points of accuracy
 
 
@@ -84,6 +86,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target
+    from helpers.chapters import ch08_report
     from helpers.core.environment import seed_everything, sizes_on, torch_device
     from helpers.deploy import export
     from helpers.workload import data, models, training
@@ -137,7 +140,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
             checks[name] = {"failed": str(err)}
         print(f"task level on the trained model, {name}: {checks[name]}")
     return {
-        "model": f"{cpu_target.model_name(S.arch)} trained, {size} px",
+        "model": f"{ch08_report.model_name(S.arch)} trained, {size} px",
         "val_images": len(val.x),
         "accuracy": acc,
         "checks": checks,
@@ -150,19 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target
+    from helpers.chapters import ch08_report
     from helpers.core import comparison
     from helpers.core.environment import environment_report, seed_everything
     from helpers.deploy import export
     from helpers.measure import roofline
     from helpers.record import ledger
-    from helpers.show import Table
     from helpers.workload import data, models
 
     torch.set_num_threads(args.threads)
     seed_everything(0)
     report = environment_report()
-    bf16 = bool({"avx512_bf16", "amx_bf16"} & set(report["cpu_features"]))
-    print(f"CPU: {report['cpu']}, {report['cores']} cores; features {report['cpu_features']}")
+    bf16 = bool({"avx512_bf16", "amx_bf16"} & set(report["flags"]))
+    print(f"CPU: {describe_machine()}; flags {report['flags']}")
     print(f"threads for every runtime: {args.threads}; load average {os.getloadavg()[0]:.2f}")
     ceilings = roofline.ceilings("cpu", n=2048, repeats=3)
     print("ceilings (GFLOP/s, int8 GOP/s):", {k: round(v) for k, v in ceilings.items()})
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("  ** CONTENDED: other processes shared the cores **" if contended else "")
     )
     label = f"accuracy ({acc_info['model']})" if acc_info else "accuracy"
-    print(Table(cpu_target.format_rows(rows, label)))
+    print(ch08_report.variants_table(rows, label))
     for r in rows:  # without accuracy every variant qualifies
         r.setdefault("drop_points", 0.0)
     best = cpu_target.best_path(rows, MAX_DROP_POINTS)
@@ -278,13 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "warmup": args.warmup,
         "repeats": args.repeats,
-        "cpu": report["cpu"],
-        "cpu_features": report["cpu_features"],
+        "machine": machine_facts(),
         "libraries": report.get("libraries"),
         "ceilings": ceilings,
         "load": load,
         "contended": contended,
-        "rows": rows,
+        "rows": [{**r, "ratio": r["ratio"].as_record()} for r in rows],
         "settings": {k: v.settings for k, v in variants.items()},
         "checks": checks,
         "accuracy_model": acc_info and {k: acc_info[k] for k in ("model", "val_images")},

@@ -2,13 +2,13 @@
 
 A page that points at a notebook cell writes its number (nbformat's index, counting every cell
 from 0, as JupyterLab's cell order does) followed by a marker naming the notebook and the cell's
-id (every cell has a unique one, ``tests/test_course_structure.py``), or two ids for a range:
+id (every cell has a unique one, ``tests/course/test_course_structure.py``), or two ids for a range:
 
     the ladder table and waterfall (cells 40-41<!--cell 10_capstone:a10b0010..a10c0013-->)
 
 The marker is an HTML comment: the rendered page shows the number only. When cells are inserted
 or removed, ``write`` renumbers every reference from the ids; ``check`` (run by
-``tests/test_cell_refs.py``) fails on a number that differs from its cell's place, on a marker
+``tests/tools/test_cell_refs.py``) fails on a number that differs from its cell's place, on a marker
 whose notebook or cell no longer exists, and on a "cell N" in a page without a marker.
 
     python tools/cell_refs.py check    # exit 1 on a stale, broken or unmarked reference

@@ -5,7 +5,7 @@ whole notebook in quick mode on a named CPU; a full-size run on the same CPU; a 
 labelled as one), reading it and doing its exercises (estimated from its words, code lines and
 exercises, and said to be estimates). The measured figures live in one file,
 ``results/reference/chapter_times.json``; this tool writes the "**Time:**" paragraph of every
-chapter from it, so a page cannot state a time nobody measured (``tests/test_chapter_times.py``
+chapter from it, so a page cannot state a time nobody measured (``tests/tools/test_chapter_times.py``
 checks that every page matches the file). CPUs differ (two-core cloud machines more than twofold
 in quick mode): ``record --also`` keeps another CPU's quick run beside the reference one, each
 page names both, and the workshop plans with the slower. ``record-full`` keeps a full-size run
@@ -33,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from helpers.core.hardware import describe_machine, machine_facts, same_machine  # noqa: E402
+
 TIMES = ROOT / "results" / "reference" / "chapter_times.json"
 WORDS_PER_MIN = 180
 CODE_LINES_PER_MIN = 25
@@ -48,7 +51,6 @@ __all__ = [
     "check",
     "record",
     "room_minutes",
-    "same_machine",
     "slowest_quick",
     "workshop_block",
 ]
@@ -92,38 +94,6 @@ def _minutes(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
-
-
-def _machine(machine: dict[str, Any]) -> str:
-    """ "AMD EPYC (family 25, model 1), 2 cores, AVX2": the CPU behind a figure (its family
-    where it was recorded)."""
-    flags = set(machine.get("flags") or ())
-    named = [
-        label
-        for flag, label in (
-            ("avx512_vnni", "AVX-512 VNNI"),
-            ("avx512f", "AVX-512"),
-            ("avx2", "AVX2"),
-            ("amx_int8", "AMX"),
-        )
-        if flag in flags
-    ]
-    if "AVX-512 VNNI" in named or "AVX-512" in named:  # name the widest only
-        wider = "AVX-512 VNNI" if "AVX-512 VNNI" in named else "AVX-512"
-        named = [n for n in named if n not in ("AVX-512", "AVX2") or n == wider]
-    family = f" ({machine['cpu_family']})" if machine.get("cpu_family") else ""
-    return ", ".join([machine["cpu"] + family, f"{machine['cores']} cores", *named])
-
-
-def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two recorded machines are one CPU: model, family, cores and the flags named
-    (``flags`` here, ``cpu_features`` in a ``make fullcpu`` run)."""
-
-    def key(m: dict[str, Any]) -> tuple[Any, ...]:
-        flags = m.get("flags", m.get("cpu_features")) or ()
-        return m["cpu"], m.get("cpu_family", ""), m["cores"], tuple(sorted(flags))
-
-    return key(a) == key(b)
 
 
 def _cpus(times: dict[str, Any]) -> list[dict[str, Any]]:
@@ -175,7 +145,7 @@ def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
             else ""
         )
         others = "".join(
-            f"; {_minutes(o['quick'][stem])} on {_machine(o['machine'])}, {o['date']}"
+            f"; {_minutes(o['quick'][stem])} on {describe_machine(o['machine'])}, {o['date']}"
             + (
                 f", shared with other jobs (load average up to {o['loadavg_max']:.1f})"
                 if o["loadavg_max"] > BUSY_LOAD * o["machine"]["cores"]
@@ -186,12 +156,12 @@ def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
         )
         parts.append(
             f"running it takes {_minutes(quick)} in quick mode (measured: nbval, "
-            f"{_machine(machine)}, {times['quick_date']}{busy}{others})"
+            f"{describe_machine(machine)}, {times['quick_date']}{busy}{others})"
         )
     full = times.get("full_cpu", {}).get(stem)
     if full is not None:
         others = "".join(
-            f"; {_minutes(o['full'][stem])} on {_machine(o['machine'])}"
+            f"; {_minutes(o['full'][stem])} on {describe_machine(o['machine'])}"
             for _, o in _numbered(times, "full_cpu_also")
             if stem in o["full"]
         )
@@ -227,7 +197,7 @@ _BLOCK = re.compile(r"(<!-- chapter-times:start.*?-->\n).*?(<!-- chapter-times:e
 DISCUSSION_MIN = 10  # per chapter in a room: the teacher's demonstration and questions
 # The plans: (session, [(chapter, exercises done in the room)]), in order. A day is 6 hours of
 # contact time in two halves; `workshop_block` says how long each session takes from the
-# measured times, and tests/test_chapter_times.py fails when a session does not fit its length.
+# measured times, and tests/tools/test_chapter_times.py fails when a session does not fit its length.
 SESSION_MIN = 165  # a half day: 2 h 45 min between breaks
 PLANS: dict[str, list[tuple[str, list[tuple[str, int]]]]] = {
     "One day": [
@@ -323,12 +293,12 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
     machine = times["machine"]
     first = "CPU 1, " if also else ""
     out += (
-        f"Measured on {first}{_machine(machine)}, {times['quick_date']}, quick "
+        f"Measured on {first}{describe_machine(machine)}, {times['quick_date']}, quick "
         f"mode under nbval (the busiest minute's load average: {times['quick_loadavg_max']:.1f})"
     )
     for n, o in enumerate(also):
         out += (
-            f"; CPU {n + 2}, {_machine(o['machine'])}, {o['date']} (load average up to "
+            f"; CPU {n + 2}, {describe_machine(o['machine'])}, {o['date']} (load average up to "
             f"{o['loadavg_max']:.1f})"
         )
     if also:
@@ -350,7 +320,7 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
                 + (
                     ""
                     if any(same_machine(o["machine"], m) for m in quick_cpus)
-                    else f" ({_machine(o['machine'])})"
+                    else f" ({describe_machine(o['machine'])})"
                 )
                 + f" on {o['date']}"
                 + (
@@ -665,7 +635,7 @@ def record(
 
 def _record_also(kept: dict[str, Any], machine: dict[str, Any], out: Path) -> dict[str, Any]:
     times = _load_times(out)
-    if machine == times["machine"]:
+    if same_machine(machine, times["machine"]):
         raise ValueError("this is the reference CPU: record its run without --also")
     entry = {
         "machine": machine,
@@ -673,7 +643,7 @@ def _record_also(kept: dict[str, Any], machine: dict[str, Any], out: Path) -> di
         "date": max(r["time"] for r in kept.values())[:10],
         "loadavg_max": max(r["loadavg"] for r in kept.values()),
     }
-    others = [o for o in times.get("quick_also", []) if o["machine"] != machine]
+    others = [o for o in times.get("quick_also", []) if not same_machine(o["machine"], machine)]
     times["quick_also"] = [*others, entry]
     out.write_text(json.dumps(times, indent=1) + "\n")
     return times
@@ -705,10 +675,9 @@ def record_full(folder: Path, out: Path = TIMES) -> dict[str, Any]:
 def _record_full_also(full: dict[str, Any], folder: Path, out: Path) -> dict[str, Any]:
     """Another CPU's ``make fullcpu`` run, beside the reference CPU's (wall times of the
     chapters that passed, date, load); it replaces an earlier run of the same CPU."""
-    m = full["machine"]
-    machine = {"cpu": m["cpu"], "cores": m["cores"], "flags": m.get("cpu_features")}
-    if m.get("cpu_family"):
-        machine["cpu_family"] = m["cpu_family"]
+    machine = dict(full["machine"])
+    machine["flags"] = machine.pop("cpu_features", machine.get("flags"))  # older runs' key
+    machine = {k: machine.get(k) for k in ("cpu", "cpu_family", "cores", "flags")}
     rows = {k: v for k, v in full["chapters"].items() if k[:2].isdigit()}
     where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
     entry = {
@@ -738,13 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="exit 1 when a chapter's Time line differs from the file")
     args = parser.parse_args(argv)
     if args.cmd == "record":
-        sys.path.insert(0, str(ROOT / "src"))
-        from helpers.core.environment import environment_report
-
-        env = environment_report()
-        machine = {"cpu": env["cpu"], "cores": env["cores"], "flags": env.get("cpu_features")}
-        if env.get("cpu_family"):  # the generation behind a model name ("AMD EPYC")
-            machine["cpu_family"] = env["cpu_family"]
+        machine = {k: machine_facts()[k] for k in ("cpu", "cpu_family", "cores", "flags")}
         print(json.dumps(record(args.runs, machine, also=args.also), indent=1))
         return 0
     if args.cmd == "record-full":

@@ -66,7 +66,7 @@ GLIBCXX_SERVING = 30  # GLIBCXX_3.4.30
 SHM_NEEDED = 1 << 30
 SHM_MINIMUM = 256 << 20
 # GPUs: OneFlow 0.9.0 (cu117 wheel) carries SASS for these and no PTX (helpers.core.cuda_compat reads
-# them from the wheel; tests/test_doctor.py checks the two agree). PyTorch 2.10's cu128 wheel carries
+# them from the wheel; tests/tools/test_doctor.py checks the two agree). PyTorch 2.10's cu128 wheel carries
 # sm_70 to sm_120 (torch._C._cuda_getArchFlags()), so it starts at 7.0.
 ONEFLOW_SASS = (60, 61, 70, 75, 80, 86)
 TORCH_MIN_CC = (7, 0)
@@ -796,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if serving_ok(facts) else 1
     try:
         rows = run_checks(gather(args.venv, args.python310, args.kernel_spec))
-    except Exception as exc:  # noqa: BLE001 - a bug in the doctor must not stop an install
+    except Exception as exc:  # a bug in the doctor must not stop an install
         print(f"doctor: could not check this machine ({type(exc).__name__}: {exc}); carrying on")
         return 0
     print(render(rows))

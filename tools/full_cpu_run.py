@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from helpers.core.hardware import describe_machine, machine_facts  # noqa: E402
 from helpers.core.process_memory import TreeMemory  # noqa: E402 - one sampler (conftest too)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,34 +265,23 @@ def cell_results(nb: Path, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "src"))
+    """The machine (:func:`~helpers.core.hardware.machine_facts`), its libraries and the sizes."""
     from helpers.core.environment import environment_report, sizes
 
     os.environ.update(RUN_ENV)
     env = environment_report()
-    s = sizes()
     return {
-        "cpu": env["cpu"],
-        "cpu_family": env.get("cpu_family"),
-        "cores": env["cores"],
-        "cpu_features": env["cpu_features"],
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        **machine_facts(),
         "libraries": {k: v for k, v in env["libraries"].items() if v},
-        "sizes": {k: v for k, v in vars(s).items() if k != "fewest"},
+        "sizes": {k: v for k, v in vars(sizes()).items() if k != "fewest"},
     }
 
 
 def default_out() -> Path:
-    sys.path.insert(0, str(ROOT / "src"))
     os.environ.update(RUN_ENV)
     from helpers.record.ledger import machine_slug
 
     return ROOT / "results" / "reference" / f"{machine_slug(features=True)}-cpu"
-
-
-def cpu_name(m: dict[str, Any]) -> str:
-    """``AMD EPYC (family 25, model 1)``: the model name and, where recorded, its generation."""
-    return m["cpu"] + (f" ({m['cpu_family']})" if m.get("cpu_family") else "")
 
 
 def _minutes(s: float) -> str:
@@ -308,8 +298,7 @@ def table(data: dict[str, Any]) -> str:
         "# Full-size run on a CPU (`make fullcpu`)",
         "",
         f"Every notebook executed by nbval (`--nbval-lax`) with `COURSE_MODE=full "
-        f"COURSE_FEWEST=1` on a {m['cores']}-core {cpu_name(m)} "
-        f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU. "
+        f"COURSE_FEWEST=1` on {describe_machine(m, memory=True)}, no GPU. "
         f"Full-mode sizes ({s['arch']}, {s['image_size']} px, batch {s['batch_size']}, "
         f"sweep {', '.join(map(str, s['batch_sweep']))}, {s['train_images']} training images); "
         f"repeats cut to the fewest that run every step (warm-up {s['warmup']}, timed calls "

@@ -30,7 +30,7 @@ trap 'rm -rf "$work"' EXIT
 # --confcutdir: only tests/gpu's conftest, not the course's (nbval, matplotlib), which a bare
 # python3 may not have. The JSON collects what each test measured (tests/gpu/conftest.py).
 cmd=("$py" -m pytest -q -rs -p no:cacheprovider --confcutdir=tests/gpu
-  --junitxml="$work/junit.xml" tests/gpu tests/test_precision.py)
+  --junitxml="$work/junit.xml" tests/gpu tests/core/test_precision.py)
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 export GPU_CHECK_RECORD="$work/measured.json"
 limit=${GPU_CHECK_TIMEOUT:-420}
@@ -64,7 +64,7 @@ junit, measured, summary, code, seconds, gpu, command, cut = sys.argv[1:9]
 def version(name):
     try:
         module = __import__(name)
-    except Exception as err:  # noqa: BLE001 - absent or broken: say so
+    except Exception as err:  # absent or broken: say so
         return f"not importable ({type(err).__name__})"
     return getattr(module, "__version__", "?")
 
@@ -84,7 +84,7 @@ try:
         f"torch.cuda.is_available() = {cuda}"
         + (f", capability {torch.cuda.get_device_capability()}" if cuda else "")
     )
-except Exception as err:  # noqa: BLE001
+except Exception as err:
     lines.append(f"torch: not importable ({type(err).__name__}: {err})")
 ort = version("onnxruntime")
 if not ort.startswith("not"):

@@ -57,6 +57,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from helpers.core.hardware import describe_machine, same_machine  # noqa: E402
 
 GPUS = {  # TFLOP/s dense and TB/s, from the datasheets named above
     "A100": {"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "tb_s": 2.039},
@@ -80,7 +82,6 @@ def _cost(p: Pass) -> dict[str, float]:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
-    sys.path.insert(0, str(ROOT / "src"))
     from helpers.workload import models
 
     arch, kind, batch, size = p
@@ -552,7 +553,7 @@ def reference_folder() -> Path:
     folders = _full_runs()
     machine = ct._load_times()["machine"] if ct.TIMES.exists() else None
     for f in folders:
-        if machine and ct.same_machine(
+        if machine and same_machine(
             json.loads((f / "full_cpu.json").read_text())["machine"], machine
         ):
             return f
@@ -563,7 +564,7 @@ def other_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The committed ``make fullcpu`` runs of other CPUs than ``run``'s, in the order of their
     CPU numbers (``cpu_numbers``), then the oldest first."""
     runs = [json.loads((f / "full_cpu.json").read_text()) for f in _full_runs()]
-    others = [r for r in runs if not _chapter_times().same_machine(r["machine"], run["machine"])]
+    others = [r for r in runs if not same_machine(r["machine"], run["machine"])]
     others.sort(key=lambda r: r["finished"])
     numbers = cpu_numbers(others)
     return [r for _, r in sorted(zip(numbers, others, strict=True), key=lambda t: t[0])]
@@ -589,10 +590,7 @@ def setup_summary(run: dict[str, Any]) -> str:
     total = sum(r["wall_s"] for r in rows.values())
     passed = sum(r["passed"] for r in rows.values())
     text = (
-        f"Measured {' and '.join(days)} on a {m['cores']}-core {m['cpu']}"
-        + (f" ({m['cpu_family']})" if m.get("cpu_family") else "")
-        + " "
-        f"({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), no GPU, "
+        f"Measured {' and '.join(days)} on {describe_machine(m, memory=True)}, no GPU, "
         f"every notebook in a pytest process of its own (highest 1-minute load average "
         f"{max(r.get('load_max', 0) for r in rows.values()):.1f})"
         + (f"; {', '.join(rerun)} rerun after a change" if rerun else "")
@@ -689,9 +687,7 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
         missing = sorted(set(run["chapters"]) - set(rows))
         days = sorted({r["started"][:10] for r in rows.values()})
         text = (
-            f"CPU {n}, a {m['cores']}-core {m['cpu']}"
-            + (f" ({m['cpu_family']})" if m.get("cpu_family") else "")
-            + f" ({', '.join(m['cpu_features']) or 'no AVX2'}; {m['memory_gib']} GiB), ran "
+            f"CPU {n} ({describe_machine(m, memory=True)}) ran "
             f"{len(rows)} of the pages on {' and '.join(days)} (highest 1-minute load average "
             f"{max(r.get('load_max', 0) for r in rows.values()):.1f}): "
             f"{sum(r['passed'] for r in rows.values())} pass"
@@ -709,7 +705,7 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
     for n, o in ct._numbered(times, "quick_also"):  # CPUs that left quick-mode times only
         if n not in numbers:
             texts.append(
-                f"CPU {n} ({ct._machine(o['machine'])}) has quick-mode times only "
+                f"CPU {n} ({describe_machine(o['machine'])}) has quick-mode times only "
                 "(book/workshop.md): no full-size run of it is committed."
             )
     return textwrap.fill(" ".join(texts), 100)

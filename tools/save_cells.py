@@ -16,7 +16,7 @@ This tool copies every such cell, in notebook order, into a marked region of tha
 
 so the page is the one source and the package can never drift from it. The module keeps its own imports
 above the region. ``--check`` changes nothing and exits 1 naming every module that differs from its pages
-(``tests/test_save_cells.py`` runs it).
+(``tests/tools/test_save_cells.py`` runs it).
 
 Usage: python tools/save_cells.py [--check] [--root DIR]
 """

@@ -133,16 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record(args.record), indent=1))
         return 0
     sys.path.insert(0, str(ROOT / "src"))
-    from helpers.core.environment import environment_report
+    from helpers.core.hardware import machine_facts
 
-    rep = environment_report()
     runs = []
     for nb in args.notebooks:
         runs.append(measure(nb))
         print(json.dumps(runs[-1]))
     out = {
         "what": "peak /dev/shm mapped by one chapter's process tree, quick mode, cold start, nbval",
-        "machine": {"cpu": rep["cpu"], "cores": rep["cores"], "cpu_family": rep["cpu_family"]},
+        "machine": machine_facts(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "loadavg_after": round(os.getloadavg()[0], 2),
         "chapters": {r["notebook"]: r for r in runs},

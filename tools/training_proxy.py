@@ -26,6 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from helpers.core.hardware import describe_machine, machine_facts  # noqa: E402
 
 # name: (the page, the network, zero-init, steps as a multiple of full mode's, batch, the bar)
 RECIPES: dict[str, dict[str, Any]] = {
@@ -88,7 +89,7 @@ def page(doc: dict[str, Any]) -> str:
     lines = [
         "# Full mode's training recipes at full steps, smaller images (`tools/training_proxy.py`)",
         "",
-        f"On a {m['cores']}-core {m['cpu']} ({', '.join(m['cpu_features'])}), no GPU: each "
+        f"On {describe_machine(m)}, no GPU: each "
         "page's full-mode network, steps, batch, optimiser and initialisation, on the course's "
         "generated images at the size given instead of 224 px, and the page's assert. A proxy "
         "until a GPU runs `tests/gpu` (the same recipes at 224 px).",
@@ -114,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(RECIPES), default=list(RECIPES))
     parser.add_argument("--json", type=Path, help="output file (default: beside make fullcpu's)")
     args = parser.parse_args(argv)
-    from helpers.core.environment import environment_report
     from helpers.record import ledger
 
     out = args.json
@@ -122,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         slug = ledger.machine_slug(features=True).rsplit("-", 1)[0]
         out = ROOT / "results" / "reference" / f"{slug}-full-cpu" / "training_proxy.json"
     doc = json.loads(out.read_text()) if out.exists() else {}
-    env = environment_report()
-    doc["machine"] = {k: env[k] for k in ("cpu", "cores", "cpu_features")}
+    doc["machine"] = machine_facts()
     doc["command"] = "python tools/training_proxy.py " + " ".join(argv or sys.argv[1:])
     recipes = doc.setdefault("recipes", {})
     for name in args.only:

@@ -21,4 +21,9 @@ Code first written on a chapter's page and reused elsewhere is copied here by ``
 framework class (``compiling.graphs``, ``workload.saliency``) imports that framework when it is imported.
 """
 
-__version__ = "0.3.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("fast-inference-course-helpers")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"

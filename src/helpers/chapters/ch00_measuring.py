@@ -20,11 +20,8 @@ from helpers.core.threads import same_threads
 from helpers.measure.timer import benchmark_interleaved, synchronize
 
 __all__ = [
-    "AVX2_BLAS_CORES",
     "oneflow_blas",
-    "thread_cpu_seconds",
     "matmul_pair",
-    "resnet_pair",
     "cpu_probe",
 ]
 

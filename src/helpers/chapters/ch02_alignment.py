@@ -1,9 +1,5 @@
-"""Precision alignment of two implementations of one model (PyTorch vs OneFlow, eager vs graph, ...).
+"""Chapter 2's aligned training: one model trained in two frameworks, step for step.
 
-- :func:`alignment_report` -- one call: run a reference and one or more candidates on the same
-  inputs and get an :class:`AlignmentReport` (``.table()``, ``.plot()``, ``.assert_close(...)``):
-  max/mean/p99 absolute error, max relative error, cosine similarity and top-k agreement, and
-  the distribution of the element-wise errors;
 - :func:`train_aligned` -- train the same model in two frameworks (or two execution modes) with
   identical initial weights, data order, optimizer and hyper-parameters; returns a
   :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
@@ -12,31 +8,27 @@
   a fixed batch order (:func:`helpers.workload.data.batch_order`), the eager (or OneFlow
   ``nn.Graph``) SGD/Adam step and a float32-sized nudge of the weights (to measure how chaotic
   training itself is). Chapter 2 writes the aligned loop itself on its page first; these run the
-  long versions. Held-out accuracy and batch-wise prediction come from
-  :mod:`helpers.workload.predict`, the course's one source for them;
-- a model must beat guessing before its agreement with another means anything:
+  long versions. A model must beat guessing before its agreement with another means anything:
   :func:`helpers.workload.training.assert_above_chance`.
 
-Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
-modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
-Inputs are float batches (first axis = samples); they are fed to every model as float32, or as
-float64 to a float64 model (a float64 copy makes a good "exact" reference).
+The inference side, :func:`helpers.porting.alignment.alignment_report`, is what a reader applies
+to their own port.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from helpers.core.comparison import Comparison, compare, to_numpy
+from helpers.core.checks import check_number
 from helpers.measure.timer import synchronize
-from helpers.show.table import Table
+from helpers.porting.alignment import NAN_BOUND, as_float_batch, check_fraction
+from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.data import batch_order
 from helpers.workload.models import (
     framework_of,
@@ -45,247 +37,14 @@ from helpers.workload.models import (
     state_dict_numpy,
     transfer_weights,
 )
-from helpers.workload.predict import model_device, predict_batched, predict_classes
+from helpers.workload.predict import model_device, predict_classes
 
-__all__ = [
-    "AlignmentRow",
-    "AlignmentReport",
-    "alignment_report",
-    "OPTIMIZERS",
-    "make_train_step",
-    "TrainingCurve",
-    "TrainingAlignment",
-    "perturb_weights",
-    "train_run",
-    "train_aligned",
-]
-
-# ----------------------------------------------------------------------------- inference alignment
+__all__ = ["make_train_step", "train_aligned"]
 
 
-def _check_number(label: str, value: Any) -> float:
-    """``value`` as a float, or ``ValueError`` when it is not a finite real number.
+def _bound(label: str, value: Any) -> float:
+    return check_number(label, value, why=NAN_BOUND)
 
-    Every bound here is used as ``error > bound`` or ``score < bound``: NaN compares False with
-    everything and an infinite bound is never crossed, so a check against either could never fail.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(
-            f"{label} must be a finite number, got {value!r} (a NaN or infinite bound would make "
-            "the check pass whatever the values)"
-        )
-    return float(value)
-
-
-def _check_fraction(label: str, value: Any) -> float:
-    value = _check_number(label, value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{label} must be a fraction in [0, 1], got {value!r}")
-    return value
-
-
-def _as_inputs(inputs: Any) -> np.ndarray:
-    arr = inputs if isinstance(inputs, np.ndarray) else to_numpy(inputs)
-    if arr.ndim < 1 or len(arr) == 0:
-        raise ValueError(
-            f"inputs must be a non-empty batch (first axis = samples), got shape {arr.shape}"
-        )
-    return np.ascontiguousarray(arr, dtype=np.float32)
-
-
-@dataclass
-class AlignmentRow:
-    """One candidate compared with the reference."""
-
-    name: str
-    comparison: Comparison
-    abs_errors: np.ndarray  # flattened |candidate - reference|
-    reference_scale: float  # max |reference|, to read absolute errors against
-
-    @property
-    def p99_abs(self) -> float:
-        return float(np.percentile(self.abs_errors, 99))
-
-
-@dataclass
-class AlignmentReport:
-    """How far each candidate's outputs are from the reference's on the same inputs."""
-
-    reference_name: str
-    samples: int
-    rows: list[AlignmentRow] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> AlignmentRow:
-        for row in self.rows:
-            if row.name == name:
-                return row
-        raise KeyError(f"no candidate named {name!r}; have {', '.join(r.name for r in self.rows)}")
-
-    def table_rows(self) -> list[dict[str, Any]]:
-        out = []
-        for r in self.rows:
-            c = r.comparison
-            row: dict[str, Any] = {
-                "candidate": r.name,
-                "max_abs": c.max_abs,
-                "mean_abs": c.mean_abs,
-                "max_rel": c.max_rel,
-                "cosine": f"{c.cosine:.9f}",
-            }
-            for k, v in c.topk.items():
-                row[f"top{k}_agree"] = f"{v:.0%}"
-            out.append(row)
-        return out
-
-    def table(self) -> Table:
-        """One row per candidate: errors against the reference, cosine, top-k agreement."""
-        return Table(
-            self.table_rows(),
-            title=f"against {self.reference_name}, {self.samples} samples; largest "
-            f"|{self.reference_name} output| {self.rows[0].reference_scale:.3g}",
-            floatfmt=".2e",
-        )
-
-    def __str__(self) -> str:
-        return str(self.table())
-
-    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every error
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
-
-    def plot(self, ax: Any = None, title: str = "") -> Any:
-        """Histogram of log10 |candidate - reference| per element, one colour per candidate; exact zeros are counted in the legend."""
-        import matplotlib.pyplot as plt
-
-        ax = ax or plt.subplots(figsize=(7, 3.5))[1]
-        floor = 1e-12
-        for i, r in enumerate(self.rows):
-            nz = r.abs_errors[r.abs_errors > 0]
-            zeros = r.abs_errors.size - nz.size
-            label = (
-                f"{r.name} (max {r.comparison.max_abs:.1e}"
-                + (f", {zeros} exactly equal" if zeros else "")
-                + ")"
-            )
-            if nz.size:
-                ax.hist(
-                    np.log10(np.maximum(nz, floor)), bins=40, alpha=0.55, color=f"C{i}", label=label
-                )
-            else:
-                ax.axvline(np.log10(floor), color=f"C{i}", label=label)
-        eps = np.finfo(np.float32).eps * self.rows[0].reference_scale
-        ax.axvline(np.log10(eps), color="grey", ls="--", lw=1, label="float32 eps x max|output|")
-        ax.set_xlabel(f"log10 |candidate - {self.reference_name}| per output element")
-        ax.set_ylabel("elements")
-        ax.set_title(title or f"error distribution against {self.reference_name}")
-        ax.legend(fontsize=8)
-        return ax
-
-    def _checked_rows(self, names: Sequence[str] | str | None) -> list[AlignmentRow]:
-        """The rows ``names`` selects (all rows for ``None``); ``ValueError`` for unknown names."""
-        if names is None:
-            return list(self.rows)
-        wanted = [names] if isinstance(names, str) else list(names)
-        known = [r.name for r in self.rows]
-        if not wanted:
-            raise ValueError(f"names is empty: nothing would be checked; candidates: {known}")
-        unknown = [n for n in wanted if n not in known]
-        if unknown:
-            raise ValueError(
-                f"names {unknown} are not candidates of this report (a typo?); "
-                f"its candidates are {known}"
-            )
-        return [r for r in self.rows if r.name in wanted]
-
-    def assert_close(
-        self,
-        *,
-        atol: float,
-        rtol: float = 0.0,
-        min_cosine: float | None = None,
-        min_topk: Mapping[int, float] | None = None,
-        names: Sequence[str] | str | None = None,
-    ) -> None:
-        """Assert every candidate (or those in ``names``) is within ``atol + rtol * max|reference|`` everywhere
-        (``rtol`` scales with the largest reference output), and within the cosine and top-k bounds.
-
-        Bounds must be finite numbers (``ValueError`` otherwise); ``names`` (a list of candidate
-        names, or one name) must name candidates of this report: a misspelt name raises
-        ``ValueError`` rather than silently checking nothing.
-        """
-        if _check_number("atol", atol) < 0 or _check_number("rtol", rtol) < 0:
-            raise ValueError(f"tolerances must be non-negative, got atol={atol!r}, rtol={rtol!r}")
-        if min_cosine is not None and not -1.0 <= _check_number("min_cosine", min_cosine) <= 1.0:
-            raise ValueError(f"min_cosine must lie in [-1, 1], got {min_cosine!r}")
-        for k, need in (min_topk or {}).items():
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-                raise ValueError(f"min_topk keys must be positive ints (the k of top-k), got {k!r}")
-            _check_fraction(f"min_topk[{k}]", need)
-        checked = self._checked_rows(names)
-        problems = []
-        for r in checked:
-            c = r.comparison
-            if c.max_abs > atol + rtol * r.reference_scale:
-                problems.append(
-                    f"{r.name}: max abs error {c.max_abs:.3g} exceeds atol={atol:g} + rtol={rtol:g}*max|ref|"
-                )
-            if min_cosine is not None and c.cosine < min_cosine:
-                problems.append(f"{r.name}: cosine {c.cosine:.9f} below {min_cosine}")
-            for k, need in (min_topk or {}).items():
-                if k not in c.topk:
-                    problems.append(
-                        f"{r.name}: top-{k} agreement was not measured (outputs have fewer classes?)"
-                    )
-                elif c.topk[k] < need:
-                    problems.append(f"{r.name}: top-{k} agreement {c.topk[k]:.1%} below {need:.1%}")
-        if problems:
-            raise AssertionError(f"not aligned with {self.reference_name}: " + "; ".join(problems))
-
-
-def alignment_report(
-    reference: Any,
-    candidates: Any,
-    inputs: Any,
-    *,
-    reference_name: str = "reference",
-    topk: Sequence[int] = (1,),
-    batch_size: int | None = None,
-) -> AlignmentReport:
-    """Run ``reference`` and each candidate on the same ``inputs`` and compare their outputs.
-
-    ``candidates`` is one model or a ``{name: model}`` mapping. ``inputs`` is a NumPy array or
-    tensor whose first axis is samples; it is fed ``batch_size`` samples at a time (default:
-    all at once; a OneFlow graph needs the batch size it was compiled for). Top-k agreement is
-    computed for 2-D (samples, classes) outputs, for each ``k`` up to the number of classes;
-    the default is top-1 only: top-5 says little unless there are many more than 5 classes
-    (top-5 of 8 classes agrees even between unrelated models most of the time).
-    Raises ``ValueError`` naming both shapes when a candidate's output shape differs.
-    """
-    if not isinstance(candidates, Mapping):
-        candidates = {"candidate": candidates}
-    if not candidates:
-        raise ValueError("give at least one candidate to compare with the reference")
-    x = _as_inputs(inputs)
-    ref = predict_batched(reference, x, batch_size)
-    report = AlignmentReport(reference_name, len(x))
-    for name, model in candidates.items():
-        out = predict_batched(model, x, batch_size)
-        if out.shape != ref.shape:
-            raise ValueError(
-                f"outputs differ in shape: {reference_name} gives {ref.shape}, {name} gives {out.shape}; "
-                "the two models do not compute the same thing (check the head, num_classes and input size)"
-            )
-        ks = tuple(k for k in topk if ref.ndim == 2 and k <= ref.shape[1])
-        cmp = compare(out, ref, topk=ks)
-        report.rows.append(
-            AlignmentRow(name, cmp, np.abs(out - ref).ravel(), float(np.abs(ref).max()))
-        )
-    return report
-
-
-# ----------------------------------------------------------------------------- training alignment
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -314,7 +73,7 @@ def make_train_step(
         ("weight_decay", weight_decay),
         ("eps", eps),
     ):
-        _check_number(label, value)
+        _bound(label, value)
     if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0 or not eps > 0:
         raise ValueError(
             f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0, eps > 0; got {lr}, {momentum}, "
@@ -373,8 +132,8 @@ class TrainingCurve:
     )  # what must match for two curves to be comparable
 
 
-@dataclass
-class TrainingAlignment:
+@dataclass(repr=False)
+class TrainingAlignment(ShowsAsTable):
     """Two training runs of the same model from the same start, compared step by step."""
 
     reference: TrainingCurve
@@ -385,10 +144,6 @@ class TrainingAlignment:
     def differences(self) -> np.ndarray:
         """Per-step loss difference, candidate - reference."""
         return self.candidate.losses - self.reference.losses
-
-    @property
-    def max_abs_diff(self) -> float:
-        return float(np.abs(self.differences).max())
 
     def smoothed_differences(self, window: int = 10) -> np.ndarray:
         """Difference of the two loss curves after a moving average over ``window`` steps (what a plot shows)."""
@@ -430,15 +185,6 @@ class TrainingAlignment:
         if agree is not None:
             notes.append(f"held-out predictions of the two trained models agree on {agree:.1%}")
         return Table(rows, floatfmt=".4f", formats={"first_loss": ".6f"}, notes=notes)
-
-    def __str__(self) -> str:
-        return str(self.table())
-
-    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every error
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
 
     def plot(
         self,
@@ -516,7 +262,7 @@ class TrainingAlignment:
         if first_step is not None:
             bounds["first_step"] = first_step
         for label, value in bounds.items():
-            if _check_number(label, value) <= 0:
+            if _bound(label, value) <= 0:
                 raise ValueError(f"bounds must be positive, got {label}={value!r}")
         out = {}
         if first_step is not None:
@@ -525,7 +271,7 @@ class TrainingAlignment:
             smoothed_bound
         )
         if max_accuracy_gap is not None:
-            _check_fraction("max_accuracy_gap", max_accuracy_gap)
+            check_fraction("max_accuracy_gap", max_accuracy_gap)
             if self.reference.accuracy is None or self.candidate.accuracy is None:
                 raise ValueError("accuracies were not measured (pass val= to train_aligned)")
             gap = abs(self.reference.accuracy - self.candidate.accuracy)
@@ -535,29 +281,20 @@ class TrainingAlignment:
                 out["accuracy gap"] = math.inf if gap > 0 else 0.0
         return out
 
-    def assert_within(
-        self,
-        *,
-        smoothed_bound: float,
-        window: int = 10,
-        first_step: float | None = None,
-        max_accuracy_gap: float | None = None,
-    ) -> dict[str, float]:
-        """Assert the runs agree: the ``window``-step moving averages of the two loss curves within
-        ``smoothed_bound`` everywhere; optionally the first step's losses within ``first_step`` and the
-        final held-out accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite
-        numbers (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns
-        :meth:`shares` (how much of each bound was used)."""
-        if max_accuracy_gap is not None:
-            _check_fraction("max_accuracy_gap", max_accuracy_gap)
-            if self.reference.accuracy is None or self.candidate.accuracy is None:
-                raise AssertionError("accuracies were not measured (pass val= to train_aligned)")
-        used = self.shares(
-            smoothed_bound=smoothed_bound,
-            window=window,
-            first_step=first_step,
-            max_accuracy_gap=max_accuracy_gap,
-        )
+    def assert_within(self, **bounds: Any) -> dict[str, float]:
+        """Assert the runs agree within the bounds of :meth:`shares` (the same keywords): the
+        ``window``-step moving averages of the loss curves within ``smoothed_bound`` everywhere;
+        optionally the first step's losses within ``first_step`` and the final held-out
+        accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite numbers
+        (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns :meth:`shares`."""
+        try:
+            used = self.shares(**bounds)
+        except ValueError as err:  # a missing accuracy is a failed check, not a bad argument
+            if "accuracies were not measured" in str(err):
+                raise AssertionError(str(err)) from None
+            raise
+        window, first_step = bounds.get("window", 10), bounds.get("first_step")
+        smoothed_bound, max_accuracy_gap = bounds["smoothed_bound"], bounds.get("max_accuracy_gap")
         problems = []
         if used.get("first step", 0.0) > 1:
             problems.append(
@@ -590,7 +327,7 @@ def _weights(model: Any) -> dict[str, np.ndarray]:
 
 def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
     """Multiply every floating-point weight by ``1 + scale * N(0, 1)`` (a float32-sized nudge for ``scale`` ~ 1e-6)."""
-    if not _check_number("scale", scale) > 0:
+    if not _bound("scale", scale) > 0:
         raise ValueError(f"scale must be positive, got {scale}")
     rng = np.random.default_rng(seed)
     state = state_dict_numpy(model)
@@ -621,15 +358,8 @@ def train_run(
 ) -> TrainingCurve:
     """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` and return its :class:`TrainingCurve`."""
     _check_no_dropout(model)
-    step = make_train_step(
-        model,
-        optimizer=optimizer,
-        lr=lr,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        eps=eps,
-        use_graph=use_graph,
-    )
+    hyper = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    step = make_train_step(model, eps=eps, use_graph=use_graph, **hyper)
     fw = framework_of(model)
     loop: Any = order
     if progress:
@@ -688,7 +418,7 @@ def train_aligned(
     to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``; keys among
     ``lr``, ``momentum``, ``weight_decay``, ``eps``.
     """
-    x = _as_inputs(x)
+    x = as_float_batch(x)
     y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
     if len(x) != len(y):
         raise ValueError(f"{len(x)} inputs but {len(y)} labels")
@@ -732,14 +462,8 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(
-        optimizer=optimizer,
-        lr=lr,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        val=val,
-        progress=progress,
-    )
+    common = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    common |= dict(val=val, progress=progress)
     if reuse:
         ref_curve = reference
     else:

@@ -46,7 +46,6 @@ __all__ = [
     "plot_speedups",
     "deployed_timings",
     "deployed_rows",
-    "ratio_from_dict",
     "quiet_capture",
 ]
 

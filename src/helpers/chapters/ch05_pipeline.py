@@ -1,46 +1,21 @@
 """A two-stage inference pipeline: CPU pre-processing overlapped with model execution.
 
-A service receives encoded images. Each batch must be *loaded* (JPEG decode, resize,
-normalise: CPU work) and then *inferred*: the case study's pruned task (chapter 4), a forward pass
-and the backward pass to the input, giving logits and a saliency map per image (GPU work in the
-case study). Run one
-after the other, the accelerator idles while the CPU loads and vice versa. Chapter 5 writes the
-three runners on its page, in ``#@save`` cells that ``tools/save_cells.py`` copies to the end of
-this module:
-
-- :func:`run_serial` -- load, infer, load, infer ... in this process (the baseline);
-- :func:`run_two_process` -- the case study's fix: N worker processes (:func:`case_study_worker`),
-  each loading its next batch under a shared lock (so only one process loads at a time) and then
-  running the model, so one process's loading overlaps another's inference. With
-  ``with_lock=False`` it runs the control, :func:`replica_worker`: the same processes with no lock,
-  independent replicas of the whole task. Where loading and the model share the same cores (a
-  CPU-only machine), the replicas show how much of the two processes' gain is plain parallelism;
-- :func:`run_dataloader` -- the standard tool: ``torch.utils.data.DataLoader`` workers load and
-  prefetch batches (into pinned memory on a GPU) while this process runs the model.
-
-The pipeline cells live in a module because the two-process runner starts its workers from a
-``forkserver`` (a server process that imports this module, and PyTorch, once; each worker is a
-fork of it), and a worker started that way imports its target function: it cannot run a function
-defined in a notebook, so the page's worker must live in an importable module. Chapter 5 uses it;
-the capstone is to reuse the runners later.
-
-This header holds the plumbing: the work (:class:`Job`: the images, batch size, image size
-and device every runner takes), the model stage (:func:`infer`, chapter 4's pruned task), the
-timeline and result types (:class:`StageEvent`,
-:class:`PipelineRun`, for :func:`helpers.show.plots.plot_timeline`), argument checks,
-:class:`WorkerPool` (worker processes with timeouts: a stuck or crashed worker raises
-``TimeoutError`` / ``RuntimeError`` instead of hanging), the replicas control
-(:func:`replica_worker`), the ``DataLoader``'s dataset (:class:`JpegDataset`) with
-:func:`start_loader_workers` / :func:`stopping_workers` (the untimed pass that starts persistent
-workers, and their shutdown), and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock
-for all processes of the machine).
+Each batch of encoded images is *loaded* (decode, resize, normalise: CPU work) and then
+*inferred* (:func:`infer`: chapter 4's pruned task, logits and a saliency map per image). Chapter
+5 writes three runners on its page, saved at the end of this module: :func:`run_serial` (the
+baseline), :func:`run_two_process` (the case study's fix: worker processes loading under a shared
+lock, :func:`case_study_worker`; ``with_lock=False`` runs the replicas control,
+:func:`replica_worker`) and :func:`run_dataloader` (``DataLoader`` workers prefetching). They live
+in a module because a ``forkserver`` worker imports its target function. Here too: the work
+(:class:`Job`), the timeline (:class:`StageEvent`, :class:`PipelineRun`), the ``DataLoader``'s
+dataset and worker start-up, and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock
+for all processes of the machine); the process plumbing is :mod:`helpers.core.worker_pool`.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
-import queue as queue_mod
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -53,21 +28,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.core import scratch
 from helpers.core.threads import torch_threads
+from helpers.core.worker_pool import WorkerPool, check_workers
 from helpers.workload.data import check_dataset, load_batch
 
 __all__ = [
     "Job",
     "StageEvent",
     "PipelineRun",
-    "check_workers",
-    "check_task_module",
-    "WorkerPool",
     "infer",
     "forward",
-    "check_stage",
-    "unguarded_main_call",
     "replica_worker",
     "JpegDataset",
     "start_loader_workers",
@@ -121,55 +91,6 @@ def check_stage(stage: Callable[..., Any]) -> None:
         )
 
 
-def unguarded_main_call() -> str | None:
-    """``script.py:line`` when this call runs in a script's top-level code outside
-    ``if __name__ == "__main__":``, else None (a notebook, a guarded script, an import).
-
-    Worker processes started by ``spawn`` or ``forkserver`` run the main script again, as
-    ``__mp_main__``, before they run their target: a pipeline started from the script's top
-    level would start again in every worker, which multiprocessing stops with an error that only
-    the worker's stderr shows.
-    """
-    import ast
-    import inspect
-    import sys
-
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    if not path or not str(path).endswith(".py"):
-        return None
-    import os
-
-    frame = inspect.currentframe()
-    while frame is not None:  # the main script's own top-level code (not a notebook cell's)
-        code = frame.f_code
-        if code.co_name == "<module>" and os.path.realpath(code.co_filename) == os.path.realpath(
-            path
-        ):
-            break
-        frame = frame.f_back
-    if frame is None:
-        return None
-    line = frame.f_lineno
-    try:
-        tree = ast.parse(open(path, encoding="utf-8").read())
-    except (OSError, SyntaxError):
-        return None
-
-    def is_main_test(test: ast.expr) -> bool:
-        return (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id == "__name__"
-            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-        )
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and is_main_test(node.test):
-            if node.lineno <= line <= (node.end_lineno or node.lineno):
-                return None
-    return f"{path}:{line}"
-
-
 @dataclass(frozen=True)
 class Job:
     """What a pipeline runner processes: ``jpegs`` (encoded images) loaded in batches of
@@ -193,14 +114,8 @@ class Job:
         """Check ``model`` for this stage: eval mode; frozen weights too for :func:`infer`."""
         if self.stage is infer:
             check_task_module(model)
-            return
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
-        if model.training:
-            raise ValueError(
-                "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
-                "the images of a batch"
-            )
+        else:
+            _check_eval(model)
 
     def batches(self) -> list[list[int]]:
         """The index lists of the batches, once the dataset and sizes are checked."""
@@ -220,11 +135,6 @@ class StageEvent:
     batch: int
     start: float
     end: float
-
-    @property
-    def duration(self) -> float:
-        """Seconds the stage took."""
-        return self.end - self.start
 
 
 def _covered(spans: list[tuple[float, float]]) -> float:
@@ -287,17 +197,6 @@ class PipelineRun:
             raise ValueError(f"no {stage!r} events in {self.name}")
         return _covered(spans) / self.wall_s
 
-    def overlap_fraction(self, stage: str, other: str) -> float:
-        """Share of the wall time during which one lane ran ``stage`` while another lane ran ``other``."""
-        spans = [
-            (max(a.start, b.start), min(a.end, b.end))
-            for a in self.events
-            if a.stage == stage
-            for b in self.events
-            if b.stage == other and b.lane != a.lane and min(a.end, b.end) > max(a.start, b.start)
-        ]
-        return _covered(spans) / self.wall_s
-
     def __str__(self) -> str:
         return (
             f"{self.name}: {self.items} images in {self.wall_s:.2f} s = {self.throughput:.1f} images/s "
@@ -305,15 +204,14 @@ class PipelineRun:
         )
 
 
-def check_workers(workers: Any, what: str) -> None:
-    """Check that a process or thread count ``what`` is a positive int."""
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        hint = (
-            " (0 workers would mean no pipeline at all: use run_serial for the serial baseline)"
-            if workers == 0 and what == "workers"
-            else ""
+def _check_eval(model: Any) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if model.training:
+        raise ValueError(
+            "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
+            "the images of a batch"
         )
-        raise ValueError(f"{what} must be a positive int, got {workers!r}{hint}")
 
 
 def check_task_module(model: Any) -> None:
@@ -322,13 +220,7 @@ def check_task_module(model: Any) -> None:
     The model stage computes the input's gradient only; a weight that requires grad would add
     every weight's gradient (the unpruned task) and accumulate it from call to call.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    if model.training:
-        raise ValueError(
-            "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
-            "the images of a batch"
-        )
+    _check_eval(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     if trainable:
         raise ValueError(
@@ -336,124 +228,6 @@ def check_task_module(model: Any) -> None:
             "freezes them; pass helpers.workload.saliency.make_task(model, "
             "'single_forward').module"
         )
-
-
-class WorkerPool:
-    """Worker processes (spawn or forkserver) reporting on one queue: start-up, timeouts, errors.
-
-    ``target(wid, payload_path, *args, out_q)`` runs in each of ``n`` processes of the
-    multiprocessing context ``ctx``. ``payload`` (e.g. the model and the images) is pickled to a
-    scratch file that every worker reads (a big start-up message would block the parent if a worker
-    died while reading it). A worker puts ``("ready", wid, None)`` once started, then
-    ``("result", wid, body)`` per item and ``("done", wid, None)`` at the end, or
-    ``("error", wid, traceback_text)``. ``startup_timeout_s`` bounds the start-up (a fresh Python
-    importing PyTorch); ``timeout_s`` bounds the wait for any next message. A worker that raises,
-    dies or stalls stops the run with a clear error; the processes and the file are always cleaned
-    up when the ``with`` block ends.
-    """
-
-    def __init__(
-        self,
-        ctx: Any,
-        target: Callable[..., None],
-        n: int,
-        payload: Any,
-        args: tuple[Any, ...],
-        *,
-        timeout_s: float = 60.0,
-        startup_timeout_s: float = 180.0,
-    ) -> None:
-        check_workers(n, "workers")
-        if timeout_s <= 0 or startup_timeout_s <= 0:
-            raise ValueError("timeouts must be positive seconds")
-        self.n, self.payload = n, payload
-        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
-        self.startup_s = float("nan")
-        self._queue = ctx.Queue()
-        # removed on exit, or by the next scratch_dir call if this kernel is killed
-        self._tmp = scratch.scratch_dir("pipeline-")
-        self._path = f"{self._tmp}/payload.pkl"
-        self._procs = [
-            ctx.Process(
-                target=target,
-                daemon=True,
-                name=f"pipeline-worker-{w}",
-                args=(w, self._path, *args, self._queue),
-            )
-            for w in range(n)
-        ]
-
-    def __enter__(self) -> WorkerPool:
-        where = unguarded_main_call()
-        if where is not None:
-            raise RuntimeError(
-                f"worker processes are started from the top level of a script ({where}): "
-                "each worker runs the script again before its own work, and would start the "
-                'pipeline again. Put the script\'s work under `if __name__ == "__main__":`'
-            )
-        try:
-            with open(self._path, "wb") as fh:
-                pickle.dump(self.payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            self._launched = time.time()
-            for p in self._procs:
-                p.start()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _get(self, timeout: float, waiting_for: str) -> tuple[str, int, Any]:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                msg = self._queue.get(timeout=min(1.0, max(0.01, deadline - time.time())))
-            except queue_mod.Empty:
-                dead = [p for p in self._procs if not p.is_alive() and p.exitcode not in (0, None)]
-                if dead:
-                    raise RuntimeError(
-                        f"pipeline worker {dead[0].name} died (exit code {dead[0].exitcode}) "
-                        f"while {waiting_for}, before it could report an error: its own "
-                        "message went to the worker's stderr (the terminal that started "
-                        "Python, or the Jupyter server's log)"
-                    ) from None
-                if time.time() >= deadline:
-                    raise TimeoutError(
-                        f"no pipeline worker reported within {timeout:.0f} s while {waiting_for}; "
-                        "a worker is stuck (the run was stopped)"
-                    ) from None
-                continue
-            if msg[0] == "error":
-                raise RuntimeError(f"pipeline worker {msg[1]} failed:\n{msg[2]}")
-            return msg
-
-    def wait_ready(self) -> None:
-        """Wait until every worker has started (``startup_s`` is how long that took)."""
-        ready = 0
-        while ready < self.n:
-            kind, _, _ = self._get(self.startup_timeout_s, "starting the workers")
-            ready += kind == "ready"
-        self.startup_s = time.time() - self._launched
-
-    def results(self) -> Iterator[Any]:
-        """The body of every ``result`` message, until every worker is done."""
-        done = count = 0
-        while done < self.n:
-            kind, _, body = self._get(self.timeout_s, f"waiting for results ({count} so far)")
-            if kind == "result":
-                count += 1
-                yield body
-            elif kind == "done":
-                done += 1
-
-    def __exit__(self, *exc: object) -> None:
-        started = [p for p in self._procs if p.pid is not None]
-        for p in started:
-            p.join(timeout=5)
-        for p in started:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-        scratch.remove_scratch(self._tmp)
 
 
 def replica_worker(wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q):

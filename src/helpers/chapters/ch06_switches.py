@@ -46,8 +46,6 @@ __all__ = [
     "BN_FOLDING_ENV",
     "MLIR_VARS",
     "explicit_padding",
-    "switch_names",
-    "NATIVE_PADDING",
     "oneflow_graph_ablation",
     "tensorrt_fp16",
 ]

@@ -31,12 +31,10 @@ from typing import Any
 
 from helpers.measure.ladder import Ladder
 from helpers.measure.measurement import RatioSummary
+from helpers.record.ledger_names import JOURNEY
 from helpers.record.reported import RESNET101_ONEFLOW
 
 __all__ = [
-    "NOT_RECORDED",
-    "STATIC_GRAPHS",
-    "ImageChoice",
     "order_stable_images",
     "answer",
     "serve_onnx",
@@ -50,10 +48,6 @@ __all__ = [
     "dropped_lines",
     "explain_gap",
     "ladder_guide",
-    "Step",
-    "TASK_STEPS",
-    "STEP_RUNGS",
-    "index_records",
     "journey_rows",
 ]
 
@@ -548,35 +542,14 @@ class Step:
     reported: float | None
 
 
-TASK_STEPS: tuple[Step, ...] = (
-    Step(
-        "static",
-        "dynamic -> static (nn.Graph)",
-        "03_dynamic_to_static",
-        "oneflow_task_graph_speedup_batch1",
-        RESNET101_ONEFLOW["static_graph"],
-    ),
-    Step(
-        "pruning",
-        "algorithmic pruning",
-        "04_pruning",
-        "oneflow_nngraph_pruning_speedup",
-        RESNET101_ONEFLOW["pruning_total"],
-    ),
-    Step(
-        "parallel",
-        "batch + pipeline",
-        "05_parallelism",
-        "parallel_total",
-        RESNET101_ONEFLOW["parallel_total"],
-    ),
-    Step(
-        "compile",
-        "compile optimisations",
-        "06_compile_optimisations",
-        "oneflow_compile_chain_total",
-        RESNET101_ONEFLOW["compile_total"],
-    ),
+TASK_STEPS: tuple[Step, ...] = tuple(
+    Step(key, label, *JOURNEY[key], RESNET101_ONEFLOW[reported])
+    for key, label, reported in (
+        ("static", "dynamic -> static (nn.Graph)", "static_graph"),
+        ("pruning", "algorithmic pruning", "pruning_total"),
+        ("parallel", "batch + pipeline", "parallel_total"),
+        ("compile", "compile optimisations", "compile_total"),
+    )
 )
 
 # Which ladder rungs (Rung.key) make up each chapter step of TASK_STEPS (Step.key).
@@ -596,33 +569,24 @@ def index_records(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 def journey_rows(
     records: Iterable[Mapping[str, Any]],
     steps: Sequence[Step] = TASK_STEPS,
-    remeasured: Mapping[str, float] | None = None,
-    remeasured_meta: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per step: measured factor (ledger or ``remeasured[key]``), reported, cumulative.
+    """One row per step: the ledger's measured factor, the reported one, both cumulative.
 
-    A step with neither a ledger record nor a re-measurement has ``measured=None`` and is skipped in
-    the measured cumulative product (the row says which chapter to run). Each row names the
-    ``device`` and ``precision`` of its measurement: the ledger record's metadata, or
-    ``remeasured_meta`` (e.g. ``{"device": "cpu", "precision": "fp32"}``) for a re-measured step;
-    :data:`NOT_RECORDED` where neither says.
+    A step without a ledger record has ``measured=None`` and is skipped in the measured
+    cumulative product (the row says which chapter to run). Each row names the ``device`` and
+    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say.
     """
     if not steps:
         raise ValueError("no steps given")
     idx = index_records(records)
-    remeasured = dict(remeasured or {})
     rows: list[dict[str, Any]] = []
     cum_m: float | None = None  # no product until a step was measured
     cum_r = 1.0
     for s in steps:
         rec = idx.get((s.chapter, s.record))
-        value = float(rec["value"]) if rec is not None else remeasured.get(s.key)
-        source = (
-            "ledger"
-            if rec is not None
-            else ("re-measured here" if s.key in remeasured else f"missing: run {s.chapter}")
-        )
-        meta = rec if rec is not None else (remeasured_meta if s.key in remeasured else None)
+        value = float(rec["value"]) if rec is not None else None
+        source = "ledger" if rec is not None else f"missing: run {s.chapter}"
+        meta = rec
         if value is not None:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(

@@ -36,15 +36,8 @@ def check_int(
     why: str = "",
 ) -> int:
     """``value`` if it is an integer (NumPy's too, not a bool) within the bounds, else ValueError."""
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, numbers.Integral)
-        and (minimum is None or value >= minimum)
-        and (maximum is None or value <= maximum)
-    )
-    if not ok:
-        reason = f": {why}" if why else ""
-        raise ValueError(f"{name} must be {_kind(minimum, maximum)}, got {value!r}{reason}")
+    ok = isinstance(value, numbers.Integral) and _within(value, minimum, maximum)
+    _refuse_unless(ok, name, value, _kind(minimum, maximum), why)
     return int(value)
 
 
@@ -57,23 +50,20 @@ def check_number(
     why: str = "",
 ) -> float:
     """``value`` as a float if it is a finite real number (not a bool) within the bounds, else ValueError."""
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, numbers.Real)
-        and math.isfinite(value)
-        and (minimum is None or value >= minimum)
-        and (maximum is None or value <= maximum)
-    )
-    if not ok:
-        bounds = " ".join(
-            part
-            for part in (
-                f">= {minimum}" if minimum is not None else "",
-                f"<= {maximum}" if maximum is not None else "",
-            )
-            if part
-        )
-        kind = f"a finite number{' ' + bounds if bounds else ''}"
+    ok = isinstance(value, numbers.Real) and math.isfinite(value)
+    bounds = [f">= {minimum}"] if minimum is not None else []
+    bounds += [f"<= {maximum}"] if maximum is not None else []
+    kind = " ".join(["a finite number", *bounds])
+    _refuse_unless(ok and _within(value, minimum, maximum), name, value, kind, why)
+    return float(value)
+
+
+def _within(value: Any, minimum: Any, maximum: Any) -> bool:
+    return (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+
+
+def _refuse_unless(ok: bool, name: str, value: Any, kind: str, why: str) -> None:
+    """ValueError naming the argument, what it must be and why, unless ``ok`` (bools never are)."""
+    if not ok or isinstance(value, bool):
         reason = f": {why}" if why else ""
         raise ValueError(f"{name} must be {kind}, got {value!r}{reason}")
-    return float(value)

@@ -25,12 +25,10 @@ from helpers.core.environment import PAGE_COLUMNS
 
 __all__ = [
     "to_numpy",
-    "topk_agreement",
     "Comparison",
     "compare",
     "assert_outputs_close",
     "bound_used",
-    "REDUCED",
     "TaskCheck",
     "assert_task_level",
     "rowwise_cosine",
@@ -69,13 +67,8 @@ class Comparison:
     tolerance: Any = None  # the precision.Tolerance checked against, when a mode gave it
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_abs": self.max_abs,
-            "mean_abs": self.mean_abs,
-            "max_rel": self.max_rel,
-            "cosine": self.cosine,
-            **{f"top{k}_agreement": v for k, v in self.topk.items()},
-        }
+        fields = {k: getattr(self, k) for k in ("max_abs", "mean_abs", "max_rel", "cosine")}
+        return {**fields, **{f"top{k}_agreement": v for k, v in self.topk.items()}}
 
     def __str__(self) -> str:
         topk = ", ".join(f"top-{k} agreement {v:.1%}" for k, v in self.topk.items())

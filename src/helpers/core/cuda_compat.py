@@ -7,59 +7,21 @@ GPUs; PyTorch 2.10's cu128 wheel starts at 7.0. The course's GPU chapters theref
 compute capability 7.0-8.9 (V100, T4, A100, A10G, L4, L40S, RTX 30xx/40xx) for OneFlow to use it;
 on other GPUs :func:`helpers.core.environment.flow_device` keeps OneFlow on the CPU and says why.
 
-:func:`fatbin_archs` reads the architectures straight from a shared library's embedded CUDA
-fat binaries, which is how the constants here were checked (and are re-checked by the tests).
+``tests/core/test_cuda_compat.py`` reads the architectures straight from the installed library's
+embedded CUDA fat binaries, which is how the constants here were checked and are re-checked.
 """
 
 from __future__ import annotations
 
-import mmap
-import struct
-from pathlib import Path
-
 __all__ = [
-    "ONEFLOW_CUDA_ARCHS",
-    "ONEFLOW_HAS_PTX",
-    "fatbin_archs",
     "runs_on",
     "oneflow_gpu_problem",
 ]
 
-# SASS architectures in oneflow-0.9.0+cu117's liboneflow (no PTX), read with fatbin_archs().
+# SASS architectures in oneflow-0.9.0+cu117's liboneflow (no PTX), read from its fat binaries
+# (tests/core/test_cuda_compat.py re-reads them from the installed wheel).
 ONEFLOW_CUDA_ARCHS: tuple[int, ...] = (60, 61, 70, 75, 80, 86)
 ONEFLOW_HAS_PTX = False
-
-_FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
-_KIND = {1: "ptx", 2: "sass"}
-
-
-def fatbin_archs(path: str | Path) -> dict[str, set[int]]:
-    """The CUDA architectures embedded in a shared library: ``{'sass': {70, 80, ...}, 'ptx': {...}}``.
-
-    Reads every fat binary in the file (magic 0xBA55ED50) and the architecture of each entry."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such library: {path}")
-    found: dict[str, set[int]] = {"sass": set(), "ptx": set()}
-    with open(path, "rb") as fh:
-        if path.stat().st_size == 0:
-            return found
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            pos = mm.find(_FATBIN_MAGIC)
-            while pos >= 0:
-                header_size = struct.unpack_from("<H", mm, pos + 6)[0]
-                body_size = struct.unpack_from("<Q", mm, pos + 8)[0]
-                entry, end = pos + header_size, min(pos + header_size + body_size, len(mm))
-                while entry + 32 <= end:
-                    kind, _, entry_header, payload = struct.unpack_from("<HHIQ", mm, entry)
-                    arch = struct.unpack_from("<I", mm, entry + 28)[0]
-                    if kind in _KIND:
-                        found[_KIND[kind]].add(arch)
-                    if entry_header == 0:
-                        break
-                    entry += entry_header + payload
-                pos = mm.find(_FATBIN_MAGIC, pos + 4)
-    return found
 
 
 def runs_on(
@@ -89,7 +51,7 @@ def oneflow_gpu_problem() -> str | None:
             return None
         capability = torch.cuda.get_device_capability(0)
         name = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - no usable CUDA stack: nothing to warn about here
+    except Exception:  # no usable CUDA stack: nothing to warn about here
         return None
     if runs_on(capability, ONEFLOW_CUDA_ARCHS, ONEFLOW_HAS_PTX):
         return None

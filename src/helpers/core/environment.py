@@ -29,18 +29,15 @@ from functools import cache, lru_cache
 from importlib import metadata
 from typing import Any
 
+from helpers.core import hardware
+from helpers.core.hardware import has_bf16_instructions, has_int8_dot_product, int8_saturates
+
 __all__ = [
     "MODE_ENV",
     "MODES",
-    "FEWEST_ENV",
-    "MODEL_ENV",
     "fewest",
-    "own_model",
-    "Sizes",
     "SIZES",
     "get_mode",
-    "mode_choice",
-    "gpu_memory_bytes",
     "sizes",
     "sizes_on",
     "has_cuda",
@@ -51,11 +48,9 @@ __all__ = [
     "import_oneflow",
     "seed_everything",
     "skip_without_gpu",
-    "INT8_DOT_FLAGS",
     "has_int8_dot_product",
     "has_bf16_instructions",
     "int8_saturates",
-    "LIBRARIES",
     "environment_report",
     "machine_label",
     "print_environment_report",
@@ -95,38 +90,20 @@ class Sizes:
         return min(n, max(least, -(-n // 10))) if self.fewest else n
 
 
+# fmt: off
 SIZES: dict[str, Sizes] = {
     "quick": Sizes(
-        mode="quick",
-        arch="resnet18",
-        image_size=64,
-        batch_size=8,
-        batch_sweep=(1, 2, 4, 8, 16),
-        warmup=3,
-        repeats=10,
-        num_classes=8,
-        train_images=1024,
-        val_images=256,
-        train_steps=60,
-        embed_dim=128,
-        embed_width=0.5,
+        "quick", arch="resnet18", image_size=64, batch_size=8, batch_sweep=(1, 2, 4, 8, 16),
+        warmup=3, repeats=10, num_classes=8, train_images=1024, val_images=256,
+        train_steps=60, embed_dim=128, embed_width=0.5,
     ),
     "full": Sizes(
-        mode="full",
-        arch="resnet101",
-        image_size=224,
-        batch_size=16,
-        batch_sweep=(1, 2, 4, 8, 16, 32, 64),
-        warmup=20,
-        repeats=50,
-        num_classes=8,
-        train_images=4096,
-        val_images=1024,
-        train_steps=300,
-        embed_dim=512,
-        embed_width=1.0,
+        "full", arch="resnet101", image_size=224, batch_size=16,
+        batch_sweep=(1, 2, 4, 8, 16, 32, 64), warmup=20, repeats=50, num_classes=8,
+        train_images=4096, val_images=1024, train_steps=300, embed_dim=512, embed_width=1.0,
     ),
 }
+# fmt: on
 
 
 def mode_choice() -> tuple[str, str]:
@@ -243,7 +220,7 @@ def has_cuda() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - a broken CUDA stack means "no GPU" here
+    except Exception:  # a broken CUDA stack means "no GPU" here
         return False
 
 
@@ -424,100 +401,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cpu_family() -> str | None:
-    """``"family 25, model 1"`` from /proc/cpuinfo: which generation a model name such as
-    ``AMD EPYC`` was (cloud machines of one name differ by more than 1.5x); None if unknown."""
-    found: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("cpu family", "model") and key not in found:
-                    found[key] = value.strip()
-                if not line.strip() and found:  # the first processor's block only
-                    break
-    except OSError:
-        return None
-    if "cpu family" not in found:
-        return None
-    return f"family {found['cpu family']}, model {found.get('model', '?')}"
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
-
-
-def has_int8_dot_product() -> bool:
-    """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX-INT8)."""
-    return bool(_cpu_flags() & INT8_DOT_FLAGS)
-
-
-def has_bf16_instructions() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX-BF16); elsewhere
-    PyTorch emulates it, slowly."""
-    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
-
-
-def int8_saturates() -> bool:
-    """True on an x86 CPU without 8-bit dot-product instructions: there ONNX Runtime's int8
-    kernels add pairs of 8-bit products into 16 bits (``vpmaddubsw``), which can overflow,
-    with unsigned and with signed activations alike; 7-bit weights (``reduce_range``) keep each
-    pair in range (ONNX Runtime's quantization guide)."""
-    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-    return x86 and not has_int8_dot_product()
-
-
-def _gpu_info() -> dict[str, Any]:
-    if not has_cuda():
-        return {"gpu": None, "driver": None, "cuda": None}
-    import torch
-
-    props = torch.cuda.get_device_properties(0)
-    driver = None
-    try:
-        import subprocess
-
-        driver = (
-            subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "gpu": f"{props.name} ({props.total_memory / 2**30:.0f} GiB)",
-        "driver": driver,
-        "cuda": torch.version.cuda,
-    }
-
-
 LIBRARIES = (
     "torch",
     "torchvision",
@@ -534,17 +417,12 @@ LIBRARIES = (
 @lru_cache(maxsize=1)
 def environment_report() -> dict[str, Any]:
     """Facts about this machine and its libraries (machine, cores, GPU, driver, versions, mode)."""
-    flags = _cpu_flags()
+    facts = hardware.machine_facts()
     report: dict[str, Any] = {
         "mode": get_mode(),
         "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
-        "cpu": _cpu_model(),
-        "cpu_family": _cpu_family(),
-        "cores": os.cpu_count(),
-        "cpu_features": sorted(
-            flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"}
-        ),
+        **{k: facts[k] for k in ("cpu", "cpu_family", "cores", "flags")},
     }
     from helpers.core import cgroup, machine_needs
 
@@ -552,7 +430,7 @@ def environment_report() -> dict[str, Any]:
     report["memory"] = f"{host / 2**30:.1f} GiB ({where})" if host else None
     quota = cgroup.cpu_quota(cgroup.find())
     report["cpu_quota"] = quota
-    report.update(_gpu_info())
+    report.update(hardware.gpu_info())
     report["oneflow_gpu"] = (
         None if report["gpu"] is None else ("no: " + p if (p := _oneflow_gpu_problem()) else "yes")
     )
@@ -561,17 +439,16 @@ def environment_report() -> dict[str, Any]:
 
 
 def machine_label() -> str:
-    """A short label for plots and ledger records, e.g. ``'2-core AMD EPYC 9xxx, no GPU (quick)'``."""
-    rep = environment_report()
-    gpu = rep["gpu"] or "no GPU"
-    return f"{rep['cores']}-core {rep['cpu']}, {gpu} ({rep['mode']} mode)"
+    """A short label for plots: :func:`~helpers.core.hardware.describe_machine` and the mode."""
+    gpu = "" if hardware.machine_facts()["gpu"] else ", no GPU"
+    return f"{hardware.describe_machine()}{gpu} ({get_mode()} mode)"
 
 
 def print_environment_report() -> None:
     """Print the environment report and this mode's problem sizes (top of every chapter)."""
     rep = environment_report()
     width = 14
-    keys = ("mode", "python", "os", "cpu", "cores", "cpu_quota", "cpu_features", "memory")
+    keys = ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory")
     for key in (*keys, "gpu", "driver", "cuda"):
         value = rep.get(key)
         if key == "cpu_quota":

@@ -2,7 +2,7 @@
 
 Full mode (ResNet-101, 224 px, batch 16 and sweeps to 64) is for a GPU, and not every GPU machine
 can hold it. :data:`NEEDS` says what the heaviest chapter takes, generated from the committed
-measurements by ``tools/machine_needs.py`` (``tests/test_machine_needs.py`` fails when it is
+measurements by ``tools/machine_needs.py`` (``tests/core/test_machine_needs.py`` fails when it is
 stale): host memory from the full-size runs (``make fullcpu``: the peak of the chapter's whole
 process tree, on every CPU that ran it), GPU memory from ``tools/gpu_estimate.py``'s count (no GPU
 has run full mode yet: a count on PyTorch's meta device plus an assumed context per framework,

@@ -23,29 +23,41 @@ takes::
 - :data:`UNIT_ROUNDOFF` -- fp32 2^-24, tf32 2^-11, bf16 2^-8, fp16 2^-11, int8 1/254 (see there)
 - :func:`torch_math_mode` / :func:`oneflow_math_mode` -- the mode in effect on a device
 - :func:`tolerance` -- ``(atol, rtol)`` for a mode: unit roundoff times a stated accumulation factor
-- :func:`strict_fp32` / :func:`set_tf32` -- PyTorch without TF32; :func:`oneflow_strict_fp32_env`
 - :func:`deterministic` -- deterministic algorithms for exactness proofs
-- :func:`emulate_tf32` / :func:`round_mantissa` -- TF32 on a CPU, to prove tolerances without a GPU
+- ``strict_fp32`` / ``set_tf32`` / ``oneflow_strict_fp32_env`` -- TF32 off
+  (:mod:`helpers.core.tf32_switch`), and ``emulate_tf32`` -- TF32 on a CPU
+  (:mod:`helpers.core.tf32_emulation`), reachable here as ``precision.strict_fp32`` etc.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+# The switches and the emulation live in their own modules; the pages reach them here, with the
+# policy they serve (the switches' environment variable names too).
+from helpers.core.tf32_emulation import emulate_tf32
+from helpers.core.tf32_switch import (
+    NVIDIA_TF32_ENV,
+    ONEFLOW_TF32_ENV,
+    backend_fp32_precision,
+    gpu_tf32_capable,
+    nvidia_tf32_overridden,
+    oneflow_strict_fp32_env,
+    restore_tf32,
+    set_tf32,
+    strict_fp32,
+    torch_tf32_allowed,
+)
+
 __all__ = [
     "MODES",
-    "UNIT_ROUNDOFF",
-    "MANTISSA_BITS",
-    "ACCUMULATION",
     "NETWORK_ACCUMULATION",
     "MEASURED_ACCUMULATION",
-    "REDUCTION",
     "ONEFLOW_TF32_ENV",
     "NVIDIA_TF32_ENV",
     "CUBLAS_DETERMINISTIC_CONFIG",
@@ -56,16 +68,12 @@ __all__ = [
     "Tolerance",
     "tolerance",
     "output_scale",
-    "accumulation_for",
-    "AccumulationMeasurement",
     "measure_accumulation",
     "set_tf32",
     "restore_tf32",
     "strict_fp32",
     "oneflow_strict_fp32_env",
     "deterministic",
-    "round_mantissa",
-    "round_to_tf32",
     "emulate_tf32",
 ]
 
@@ -88,7 +96,6 @@ UNIT_ROUNDOFF: dict[str, float] = {
     "fp16": 2.0**-11,
     "int8": 1.0 / 254.0,
 }
-MANTISSA_BITS: dict[str, int] = {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10}
 
 # The accumulation factor of :func:`tolerance`: how many times the mode's rounding a compared output
 # may move, relative to the output's scale. Measured on this course's models (random weights,
@@ -123,9 +130,6 @@ MEASURED_ACCUMULATION: dict[str, float] = {}
 # The longest dot product of the course's models: 3 x 3 x 512 inputs of a ResNet convolution.
 REDUCTION = 3 * 3 * 512
 
-# Environment variables that must be set before the library they govern creates its CUDA handles.
-ONEFLOW_TF32_ENV = "ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION"
-NVIDIA_TF32_ENV = "NVIDIA_TF32_OVERRIDE"
 CUBLAS_DETERMINISTIC_CONFIG = ":4096:8"
 
 _OPS = ("conv", "matmul", "model")
@@ -165,70 +169,10 @@ def _device_type_and_index(device: Any) -> tuple[str, int]:
     return kind, int(index) if index.strip().isdigit() else 0
 
 
-def _nvidia_tf32_overridden() -> bool:
-    """NVIDIA_TF32_OVERRIDE=0 makes cuBLAS and cuDNN ignore every request for TF32."""
-    return os.environ.get(NVIDIA_TF32_ENV, "").strip() == "0"
-
-
-def _tf32_capable(index: int, tf32_capable: bool | None) -> bool:
-    """Whether CUDA device ``index`` has TF32 tensor cores (compute capability 8.0 or newer).
-
-    ``tf32_capable`` overrides the question. Without a visible GPU (a CPU machine asked about
-    'cuda') the answer is True: the GPUs this course targets are Ampere or newer.
-    """
-    if tf32_capable is not None:
-        return bool(tf32_capable)
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return True
-        return tuple(torch.cuda.get_device_capability(index)) >= (8, 0)
-    except Exception:  # noqa: BLE001 - no usable torch/CUDA: fall back to the course's GPUs
-        return True
-
-
-def _quiet_getattr(obj: Any, name: str, default: Any = None) -> Any:
-    """getattr without the deprecation warnings PyTorch's legacy TF32 flags may print."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return getattr(obj, name, default)
-
-
-def _torch_fp32_precision(node: Any, *parents: Any) -> str | None:
-    """PyTorch >= 2.9's ``fp32_precision`` of a backend, following 'none' up to its parents."""
-    for n in (node, *parents):
-        value = _quiet_getattr(n, "fp32_precision") if n is not None else None
-        if value not in (None, "none"):
-            return str(value)
-    return None
-
-
-def _tf32_objects(torch: Any, op: str) -> tuple[Any, Any, tuple[Any, ...]]:
-    """(legacy flag owner, per-backend setting owner, its parents) for 'conv' or 'matmul'."""
-    b = torch.backends
-    if op == "conv":
-        return b.cudnn, getattr(b.cudnn, "conv", None), (b.cudnn, b)
-    return b.cuda.matmul, b.cuda.matmul, (b,)
-
-
-def _torch_tf32_allowed(torch: Any, op: str) -> bool:
-    """Whether PyTorch's settings allow TF32 for CUDA 'conv' (cuDNN) or 'matmul' (cuBLAS).
-
-    PyTorch >= 2.9 keeps a per-backend ``fp32_precision`` ('tf32' / 'ieee' / 'none' = ask the
-    parent) that the legacy ``allow_tf32`` flags also set; it is read first because the legacy
-    getters raise once both APIs were used in a process.
-    """
-    legacy, new, parents = _tf32_objects(torch, op)
-    if new is not None and isinstance(_quiet_getattr(new, "fp32_precision"), str):
-        return _torch_fp32_precision(new, *parents) == "tf32"
-    return bool(_quiet_getattr(legacy, "allow_tf32", False))
-
-
 def _torch_cuda_tf32(torch: Any) -> dict[str, bool]:
     """PyTorch's own TF32 switches for cuDNN convolutions and cuBLAS matmuls."""
-    conv = _torch_tf32_allowed(torch, "conv") and bool(torch.backends.cudnn.enabled)
-    return {"conv": conv, "matmul": _torch_tf32_allowed(torch, "matmul")}
+    conv = torch_tf32_allowed(torch, "conv") and bool(torch.backends.cudnn.enabled)
+    return {"conv": conv, "matmul": torch_tf32_allowed(torch, "matmul")}
 
 
 def _torch_cpu_fp32(torch: Any) -> dict[str, str]:
@@ -237,7 +181,7 @@ def _torch_cpu_fp32(torch: Any) -> dict[str, str]:
     modes = {}
     for op, attr in (("conv", "conv"), ("matmul", "matmul")):
         value = (
-            _torch_fp32_precision(getattr(mk, attr, None), mk, torch.backends)
+            backend_fp32_precision(getattr(mk, attr, None), mk, torch.backends)
             if mk is not None
             else None
         )
@@ -295,7 +239,7 @@ def torch_math_mode(
         modes = _torch_cpu_fp32(torch)
     else:
         tf32 = _torch_cuda_tf32(torch)
-        allowed = _tf32_capable(index, tf32_capable) and not _nvidia_tf32_overridden()
+        allowed = gpu_tf32_capable(index, tf32_capable) and not nvidia_tf32_overridden()
         modes = {k: "tf32" if (v and allowed) else "fp32" for k, v in tf32.items()}
     return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
 
@@ -340,7 +284,7 @@ def oneflow_math_mode(
         return "fp32"
     if amp:
         return "fp16"
-    if not _tf32_capable(index, tf32_capable) or _nvidia_tf32_overridden():
+    if not gpu_tf32_capable(index, tf32_capable) or nvidia_tf32_overridden():
         return "fp32"
     modes = {"conv": "tf32", "matmul": "tf32" if _env_true(ONEFLOW_TF32_ENV, True) else "fp32"}
     return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
@@ -572,100 +516,6 @@ def measure_accumulation(
     return result
 
 
-# ------------------------------------------------------------------------------ switching TF32 off
-def _get_tf32_setting(torch: Any, op: str) -> tuple[str, Any]:
-    """('legacy', allow_tf32) as the chapters set it, or ('new', fp32_precision) when PyTorch refuses
-    the legacy getter (it does once a process has used both APIs)."""
-    legacy, new, _ = _tf32_objects(torch, op)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ("legacy", bool(legacy.allow_tf32))
-    except (RuntimeError, AttributeError):
-        return ("new", new.fp32_precision)
-
-
-def _set_tf32_setting(torch: Any, op: str, api: str, value: Any) -> None:
-    legacy, new, _ = _tf32_objects(torch, op)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if api == "legacy":
-            legacy.allow_tf32 = value
-        else:
-            new.fp32_precision = value
-
-
-def set_tf32(enabled: bool) -> dict[str, Any]:
-    """Allow (True) or forbid (False) TF32 for PyTorch's cuDNN convolutions and CUDA matmuls.
-
-    Sets ``torch.backends.cudnn.allow_tf32`` (the flag the chapters use) and the float32 matmul
-    precision: ``torch.set_float32_matmul_precision('highest')`` to forbid, which also keeps
-    oneDNN on the CPU in IEEE float32, ``'high'`` to allow. Where PyTorch >= 2.9 refuses these
-    because its newer per-backend API was used in the process, the per-backend settings
-    (``torch.backends.cudnn.conv.fp32_precision``, ``torch.backends.cuda.matmul.fp32_precision``)
-    are set instead. Returns the previous settings for :func:`restore_tf32`::
-
-        before = set_tf32(False)   # the rest of the notebook in IEEE float32
-    """
-    import torch
-
-    try:
-        matmul_precision: str | None = torch.get_float32_matmul_precision()
-    except RuntimeError:  # PyTorch >= 2.9 after a mix of its two APIs
-        matmul_precision = None
-    before = {
-        "conv": _get_tf32_setting(torch, "conv"),
-        "matmul": _get_tf32_setting(torch, "matmul"),
-        "float32_matmul_precision": matmul_precision,
-    }
-    api = before["conv"][0]
-    _set_tf32_setting(
-        torch, "conv", api, bool(enabled) if api == "legacy" else ("tf32" if enabled else "ieee")
-    )
-    if matmul_precision is not None:
-        torch.set_float32_matmul_precision("high" if enabled else "highest")
-    else:
-        _set_tf32_setting(torch, "matmul", "new", "tf32" if enabled else "ieee")
-    return before
-
-
-def restore_tf32(before: dict[str, Any]) -> None:
-    """Put back the TF32 settings :func:`set_tf32` returned."""
-    import torch
-
-    _set_tf32_setting(torch, "conv", *before["conv"])
-    if before["float32_matmul_precision"] is not None:
-        torch.set_float32_matmul_precision(before["float32_matmul_precision"])
-    else:
-        _set_tf32_setting(torch, "matmul", *before["matmul"])
-
-
-@contextmanager
-def strict_fp32() -> Iterator[None]:
-    """PyTorch in IEEE float32 inside the block (cuDNN and cuBLAS TF32 off); settings restored after.
-
-    OneFlow cannot be switched like this: it reads its settings from the environment when it
-    creates its CUDA handles. Set :func:`oneflow_strict_fp32_env` before ``import oneflow``
-    (or in a child process's environment).
-    """
-    before = set_tf32(False)
-    try:
-        yield
-    finally:
-        restore_tf32(before)
-
-
-def oneflow_strict_fp32_env() -> dict[str, str]:
-    """Environment for IEEE float32 in OneFlow 0.9.0 on a GPU; set it before ``import oneflow``.
-
-    ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION=0`` turns TF32 off for OneFlow's cuBLAS matmuls;
-    ``NVIDIA_TF32_OVERRIDE=0`` for its cuDNN convolutions, which that variable does not govern.
-    The NVIDIA variable acts on every library of the process, PyTorch included: a process that
-    sets it cannot show TF32 (run the TF32 measurement in another process).
-    """
-    return {ONEFLOW_TF32_ENV: "0", NVIDIA_TF32_ENV: "0"}
-
-
 @contextmanager
 def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> Iterator[None]:
     """Deterministic PyTorch algorithms inside the block, for exactness proofs; settings restored after.
@@ -705,159 +555,3 @@ def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> 
         torch.backends.cudnn.benchmark = before[3]
         if cublas_workspace and env_before is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-
-
-# --------------------------------------------------------------------------------- TF32 on a CPU
-_ROUNDINGS = ("nearest", "truncate")
-
-
-def _check_rounding(bits: int, rounding: str) -> int:
-    if rounding not in _ROUNDINGS:
-        raise ValueError(f"rounding must be one of {', '.join(_ROUNDINGS)}, got {rounding!r}")
-    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 23:
-        raise ValueError(f"bits must be an int in 1..23 (float32 stores 23), got {bits!r}")
-    return 23 - bits  # low bits dropped
-
-
-def round_mantissa(x: Any, bits: int = 10, rounding: str = "nearest") -> Any:
-    """Round float32 values to ``bits`` stored mantissa bits, kept in float32 (10: TF32, 7: bf16).
-
-    Works on the float32 bit pattern: ``rounding='nearest'`` is round-to-nearest-even (add
-    ``0x0FFF`` plus the lowest kept bit, then clear the 13 low bits, for TF32); ``'truncate'``
-    clears them (round toward zero, what a tensor core does with a float32 register it was not
-    given rounded). Exponent range is float32's; inf and NaN pass unchanged; a value rounded past
-    the largest finite number becomes inf, as in hardware. Accepts a NumPy array or a torch
-    tensor (any device) of dtype float32 and returns the same kind.
-    """
-    drop = _check_rounding(bits, rounding)
-    keep_mask = 0xFFFFFFFF ^ ((1 << drop) - 1)
-    half_minus_one = (1 << (drop - 1)) - 1
-    # Integer arithmetic on the bit pattern wraps modulo 2^32 (two's complement in int32), so the
-    # sign bit rides along and inf stays inf; only NaN (whose payload could carry into the sign)
-    # is passed through explicitly.
-    if type(x).__module__.split(".")[0] == "torch":
-        import torch
-
-        if x.dtype != torch.float32:
-            raise TypeError(f"round_mantissa needs float32, got {x.dtype}")
-        b = x.detach().view(torch.int32)
-        if rounding == "nearest":
-            r = (b >> drop) & 1  # the lowest kept bit: ties go to even
-            r += b
-            r += half_minus_one
-        else:
-            r = b.clone()
-        r &= keep_mask - (1 << 32)  # the mask as a signed int32
-        return torch.where(torch.isnan(x), x.detach(), r.view(torch.float32))
-    import numpy as np
-
-    arr = np.asarray(x)
-    if arr.dtype != np.float32:
-        raise TypeError(f"round_mantissa needs float32, got {arr.dtype}")
-    b = arr.view(np.uint32)
-    if rounding == "nearest":
-        r = b + np.uint32(half_minus_one) + ((b >> np.uint32(drop)) & np.uint32(1))
-    else:
-        r = b.copy()
-    r &= np.uint32(keep_mask)
-    return np.where(np.isnan(arr), arr, r.view(np.float32)).astype(np.float32, copy=False)
-
-
-def round_to_tf32(x: Any, rounding: str = "nearest") -> Any:
-    """:func:`round_mantissa` with TF32's 10-bit mantissa."""
-    return round_mantissa(x, MANTISSA_BITS["tf32"], rounding)
-
-
-_STRAIGHT_THROUGH: Any = None
-
-
-def _straight_through() -> Any:
-    """An autograd function: rounds in the forward pass, passes gradients through unchanged."""
-    global _STRAIGHT_THROUGH
-    if _STRAIGHT_THROUGH is None:
-        import torch
-
-        class RoundMantissa(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx: Any, x: Any, bits: int, rounding: str) -> Any:  # noqa: ARG004
-                return round_mantissa(x, bits, rounding)
-
-            @staticmethod
-            def backward(ctx: Any, grad: Any) -> tuple[Any, None, None]:  # noqa: ARG004
-                return grad, None, None
-
-        _STRAIGHT_THROUGH = RoundMantissa
-    return _STRAIGHT_THROUGH
-
-
-def _round_tensor(t: Any, bits: int, rounding: str) -> Any:
-    """Round a float32 tensor (keeping its autograd path); anything else passes unchanged."""
-    import torch
-
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
-        return t
-    if t.requires_grad and torch.is_grad_enabled():
-        return _straight_through().apply(t, bits, rounding)
-    return round_mantissa(t, bits, rounding)
-
-
-@contextmanager
-def emulate_tf32(
-    module: Any,
-    *,
-    rounding: str = "nearest",
-    conv: bool = True,
-    linear: bool = True,
-    grads: bool = False,
-    bits: int = MANTISSA_BITS["tf32"],
-) -> Iterator[Any]:
-    """Run ``module``'s convolutions and linear layers as TF32 tensor cores would, on any device.
-
-    Inside the block every ``Conv1d/2d/3d``, ``ConvTranspose*`` (``conv``) and ``Linear``
-    (``linear``) sees its float32 input and weight rounded to a 10-bit mantissa
-    (:func:`round_mantissa`) and accumulates in float32, which is what TF32 does. Weights are
-    rounded in place and restored bit for bit on exit; the forward pre-hooks are removed.
-    ``conv=True, linear=False`` is PyTorch's default on an Ampere GPU (cuDNN TF32 on, matmul off).
-
-    ``grads=True`` also rounds each layer's incoming gradient (a full backward pre-hook), so the
-    backward convolutions of an input gradient (saliency) see TF32 inputs too; it needs layers
-    whose outputs are not modified in place. Without it gradients flow through the rounding
-    unchanged and the backward pass is float32. Matmuls written as ``torch.matmul`` / ``@`` in a
-    ``forward`` are not covered. Yields ``module``.
-    """
-    import torch
-
-    _check_rounding(bits, rounding)
-    kinds: tuple[type, ...] = ()
-    if conv:
-        kinds += (torch.nn.modules.conv._ConvNd,)
-    if linear:
-        kinds += (torch.nn.Linear,)
-    layers = [m for m in module.modules() if kinds and isinstance(m, kinds)]
-
-    def round_inputs(_mod: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(_round_tensor(a, bits, rounding) for a in args)
-
-    def round_grads(_mod: Any, grad_output: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(g if g is None else _round_tensor(g, bits, rounding) for g in grad_output)
-
-    saved: dict[int, tuple[Any, Any]] = {}
-    handles = []
-    try:
-        with torch.no_grad():
-            for layer in layers:
-                w = getattr(layer, "weight", None)
-                if isinstance(w, torch.Tensor) and w.dtype == torch.float32 and id(w) not in saved:
-                    saved[id(w)] = (w, w.detach().clone())
-                    w.copy_(round_mantissa(w.detach(), bits, rounding))
-        for layer in layers:
-            handles.append(layer.register_forward_pre_hook(round_inputs))
-            if grads:
-                handles.append(layer.register_full_backward_pre_hook(round_grads))
-        yield module
-    finally:
-        for h in handles:
-            h.remove()
-        with torch.no_grad():
-            for w, original in saved.values():
-                w.copy_(original)

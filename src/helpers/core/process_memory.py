@@ -17,10 +17,50 @@ import os
 import threading
 import time
 
-__all__ = ["TreeMemory"]
+__all__ = ["Sampler", "TreeMemory"]
 
 
-class TreeMemory:
+class Sampler:
+    """Calls :meth:`sample` every ``every`` seconds in a daemon thread, and once more at the end.
+
+    Use as a context manager, or ``start()`` and ``stop()``; subclasses write ``sample()``.
+    """
+
+    def __init__(self, every: float) -> None:
+        if every <= 0:
+            raise ValueError("a sampling interval must be positive seconds")
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def start(self) -> Sampler:
+        """Start sampling in a daemon thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> Sampler:
+        """Stop sampling (after one last sample)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.sample()
+        return self
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class TreeMemory(Sampler):
     """Peak memory of process ``pid`` and its descendants, sampled every ``every`` s.
 
     ``peak``: the largest sum of PSS over the tree (bytes); ``peak_children``: the same without
@@ -32,16 +72,14 @@ class TreeMemory:
     """
 
     def __init__(self, pid: int | None = None, every: float = 0.5) -> None:
+        super().__init__(every)
         self.pid = os.getpid() if pid is None else pid
-        self.every = every
         self.peak = self.peak_children = self.largest = self.peak_rss = 0
         self.peak_at = 0.0
         self.pss = True
         self.load_max = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         import psutil
 
         try:
@@ -71,27 +109,9 @@ class TreeMemory:
         self.peak_rss = max(self.peak_rss, sum(rss.values()))
         self.load_max = max(self.load_max, os.getloadavg()[0])
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.every)
-
     def start(self) -> TreeMemory:
         """Start sampling in a daemon thread."""
         import psutil  # noqa: F401 - fail here, not in the sampling thread
 
-        self._thread.start()
+        super().start()
         return self
-
-    def stop(self) -> TreeMemory:
-        """Stop sampling (after one last sample)."""
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-        return self
-
-    def __enter__(self) -> TreeMemory:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

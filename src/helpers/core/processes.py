@@ -23,12 +23,8 @@ from pathlib import Path
 from helpers.core import scratch
 
 __all__ = [
-    "GRACE_S",
     "ManagedProcess",
     "alive",
-    "group_members",
-    "kill_group",
-    "stop_all",
 ]
 
 # Seconds a stopped group gets between SIGTERM and SIGKILL, unless its stop() says otherwise.
@@ -135,6 +131,10 @@ def stop_all() -> None:
         managed.stop()
 
 
+# Every server the course starts listens on loopback only.
+LOOPBACK = "127.0.0.1"
+
+
 class ManagedProcess:
     """One command in its own process group, with a scratch folder, a log, and four ways to be stopped.
 
@@ -145,6 +145,8 @@ class ManagedProcess:
     """
 
     grace_s: float = GRACE_S
+    http_port: int = 0  # a server's ports, where it serves on loopback
+    grpc_port: int = 0
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -152,6 +154,21 @@ class ManagedProcess:
         self._watchdog: subprocess.Popen | None = None
         self._finalizer: weakref.finalize | None = None
         self._kept: dict[str, str] = {}
+
+    @property
+    def http_url(self) -> str:
+        """``127.0.0.1:PORT`` of the HTTP endpoint (what ``tritonclient.http`` takes)."""
+        return f"{LOOPBACK}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
+        return f"{LOOPBACK}:{self.grpc_port}"
+
+    def describe(self, what: str) -> str:
+        """``Kind(what, pid 123, http 127.0.0.1:8000, grpc ...)``, or ``Kind(what, stopped)``."""
+        state = f"pid {self.pid}, http {self.http_url}, grpc {self.grpc_url}"
+        return f"{type(self).__name__}({what}, {state if self.is_alive() else 'stopped'})"
 
     @property
     def pid(self) -> int | None:

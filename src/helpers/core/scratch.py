@@ -19,11 +19,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = [
-    "scratch_root",
-    "sweep_stale",
     "scratch_dir",
     "remove_scratch",
-    "live_scratch",
 ]
 
 _LIVE: set[Path] = set()
@@ -92,11 +89,6 @@ def remove_scratch(path: str | Path) -> None:
         raise ValueError(f"{p} was not made by scratch_dir in this process; refusing to delete it")
     shutil.rmtree(p, ignore_errors=True)
     _LIVE.discard(p)
-
-
-def live_scratch() -> list[Path]:
-    """The scratch folders this process made and has not removed yet."""
-    return sorted(_LIVE)
 
 
 @atexit.register

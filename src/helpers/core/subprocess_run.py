@@ -150,7 +150,7 @@ def _main(argv: list[str]) -> int:
         spec = json.loads(spec_path.read_text())
         result = _resolve(spec["target"])(**spec["kwargs"])
         text = json.dumps({"result": result})
-    except BaseException:  # noqa: BLE001 - report every failure to the parent
+    except BaseException:  # report every failure to the parent
         out_path.write_text(json.dumps({"error": traceback.format_exc()}))
         return 1
     out_path.write_text(text)

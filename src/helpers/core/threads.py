@@ -20,9 +20,7 @@ from helpers.core import cgroup
 from helpers.core.checks import check_int
 
 __all__ = [
-    "ONEFLOW_THREADS_ENV",
     "available_cores",
-    "oneflow_threads",
     "same_threads",
     "framework_threads",
     "torch_threads",

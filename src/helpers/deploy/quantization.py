@@ -37,8 +37,6 @@ from helpers.core.checks import check_int
 from helpers.deploy import export
 
 __all__ = [
-    "ACTIVATION_TYPES",
-    "CALIBRATION_METHODS",
     "check_calibration",
     "check_settings",
     "QuantReport",

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from helpers.core.process_memory import Sampler
 from helpers.measure.measurement import Measurement
 
 __all__ = ["sweep_rows", "GpuUtilisation", "fastest_thread_count"]
@@ -44,7 +44,7 @@ def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
     ]
 
 
-class GpuUtilisation:
+class GpuUtilisation(Sampler):
     """Sample GPU utilisation (percent, from ``nvidia-smi``) in a background thread::
 
     with GpuUtilisation() as u:
@@ -59,10 +59,9 @@ class GpuUtilisation:
             raise RuntimeError(
                 "nvidia-smi not found: GPU utilisation can only be sampled on an NVIDIA GPU machine"
             )
-        self.interval_s, self.gpu = interval_s, gpu
+        super().__init__(interval_s)
+        self.gpu = gpu
         self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _query(self) -> float | None:
         try:
@@ -82,20 +81,10 @@ class GpuUtilisation:
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             return None
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            value = self._query()
-            if value is not None:
-                self.samples.append(value)
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> GpuUtilisation:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def sample(self) -> None:
+        value = self._query()
+        if value is not None:
+            self.samples.append(value)
 
     @property
     def mean(self) -> float:

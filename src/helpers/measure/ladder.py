@@ -45,8 +45,6 @@ __all__ = [
     "Timed",
     "Rung",
     "Ladder",
-    "keep_rule",
-    "drop_reason",
     "chain",
     "climb",
 ]

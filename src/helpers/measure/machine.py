@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -31,11 +31,8 @@ from typing import Any
 from helpers.core import cgroup
 
 __all__ = [
-    "CONTENDED_SHARE",
     "MachineLoad",
     "LoadProbe",
-    "read_proc_stat",
-    "container_cpu_s",
     "measured_loads",
 ]
 
@@ -202,18 +199,10 @@ class MachineLoad:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers for tables and the ledger."""
-        return {
-            "wall_s": self.wall_s,
-            "others_cpu_s": self.others_cpu_s,
-            "others_cores": self.others_cores,
-            "steal_s": self.steal_s,
-            "loadavg_before": self.loadavg_before,
-            "loadavg_after": self.loadavg_after,
-            "resolution_s": self.resolution_s,
-            "contended": self.contended,
-            "rule": f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s",
-            "scope": self.scope,
-        }
+        names = ("wall_s", "others_cpu_s", "others_cores", "steal_s", "loadavg_before")
+        names += ("loadavg_after", "resolution_s", "contended")
+        rule = f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s"
+        return {**{k: getattr(self, k) for k in names}, "rule": rule, "scope": self.scope}
 
     def describe(self) -> str:
         """A short sentence: others' cores, load average, and the verdict."""
@@ -226,27 +215,6 @@ class MachineLoad:
         other = f"other processes {cores:.2f} cores" if cores is not None else "others unknown"
         verdict = {True: "CONTENDED", False: "quiet", None: "load unknown"}[self.contended]
         return f"{other}, {la}: {verdict}"
-
-    @staticmethod
-    def merge(loads: Sequence[MachineLoad | None]) -> MachineLoad | None:
-        """One load for several regions (their sums; contended when the total is)."""
-        known = [x for x in loads if x is not None]
-        if not known:
-            return None
-        others = [x.others_cpu_s for x in known]
-        steal = [x.steal_s for x in known]
-        before = [x.loadavg_before for x in known if x.loadavg_before is not None]
-        after = [x.loadavg_after for x in known if x.loadavg_after is not None]
-        return MachineLoad(
-            wall_s=sum(x.wall_s for x in known),
-            others_cpu_s=None if None in others else sum(others),  # type: ignore[arg-type]
-            steal_s=None if None in steal else sum(steal),  # type: ignore[arg-type]
-            loadavg_before=max(before) if before else None,
-            loadavg_after=max(after) if after else None,
-            resolution_s=sum(x.resolution_s for x in known),
-            share=known[0].share,
-            scope=known[0].scope,
-        )
 
 
 # Every MachineLoad this process measured, in order (read it with measured_loads()).

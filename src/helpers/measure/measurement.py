@@ -19,7 +19,6 @@ from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
 __all__ = [
-    "SPREAD_WARNING",
     "percentile",
     "Measurement",
     "RatioSummary",
@@ -122,25 +121,12 @@ class Measurement:
         """p50: the typical call, in seconds."""
         return statistics.median(self.times_s)
 
-    @property
-    def p25(self) -> float:
-        """First quartile, in seconds."""
-        return self._q(25)
-
-    @property
-    def p75(self) -> float:
-        """Third quartile, in seconds."""
-        return self._q(75)
-
-    @property
-    def p90(self) -> float:
-        """90th percentile, in seconds."""
-        return self._q(90)
-
-    @property
-    def p99(self) -> float:
-        """99th percentile, in seconds (with fewer than ~100 runs, about the slowest run)."""
-        return self._q(99)
+    # Percentiles in seconds: first and third quartile, p90, p99 (with fewer than ~100 runs,
+    # about the slowest run).
+    p25 = property(lambda self: self._q(25))
+    p75 = property(lambda self: self._q(75))
+    p90 = property(lambda self: self._q(90))
+    p99 = property(lambda self: self._q(99))
 
     @property
     def min(self) -> float:
@@ -272,8 +258,18 @@ class RatioSummary:
         """True when the per-round interval (p25-p75) lies wholly above or below 1."""
         return self.p25 > 1.0 or self.p75 < 1.0
 
+    @property
+    def reading(self) -> str:
+        """``'faster'`` or ``'slower'`` when the interval lies on one side of 1, else ``'inconclusive'``."""
+        return "inconclusive" if not self.conclusive else "faster" if self.p25 > 1.0 else "slower"
+
+    @property
+    def short(self) -> str:
+        """``'1.84x (1.70-1.95)'``: the median and the per-round interquartile range."""
+        return f"{self.median:.2f}x ({self.p25:.2f}-{self.p75:.2f})"
+
     def verdict(self, faster: str = "faster", slower: str = "slower") -> str:
-        """``'1.84x faster'``, ``'0.91x (slower)'``, or ``'inconclusive'`` when the interval holds 1."""
+        """``'1.84x faster'``, ``'0.91x slower'``, or ``'inconclusive (...)'`` when the interval holds 1."""
         if not self.conclusive:
             return f"inconclusive ({self.median:.2f}x, per-round IQR {self.p25:.2f}-{self.p75:.2f})"
         word = faster if self.p25 > 1.0 else slower
@@ -284,6 +280,16 @@ class RatioSummary:
             f"{self.median:.2f}x (per-round IQR {self.p25:.2f}-{self.p75:.2f}, "
             f"{self.rounds} rounds)"
         )
+
+    def as_record(self) -> dict[str, Any]:
+        """The ledger's fields for this ratio: value (the median), unit, p25, p75, rounds."""
+        return {
+            "value": self.median,
+            "unit": "x",
+            "p25": self.p25,
+            "p75": self.p75,
+            "rounds": self.rounds,
+        }
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:

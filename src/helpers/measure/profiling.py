@@ -17,12 +17,8 @@ from helpers.measure.measurement import Measurement
 from helpers.measure.timer import benchmark
 
 __all__ = [
-    "DEVICE_SORT_KEYS",
-    "CPU_SORT_KEY",
     "time_stages",
-    "torch_profile",
     "table_rows",
-    "torch_peak_memory",
     "task_peak_memory",
 ]
 
@@ -41,90 +37,6 @@ def time_stages(
         name: benchmark(fn, label=name, framework=framework, warmup=warmup, repeats=repeats)
         for name, fn in stages.items()
     }
-
-
-# Sort keys of torch.profiler's tables that rank by time on the device (the GPU) rather than on the
-# CPU; PyTorch >= 2.4 names it "device", older versions "cuda" (the table accepts both spellings).
-DEVICE_SORT_KEYS = ("self_device_time_total", "self_cuda_time_total")
-CPU_SORT_KEY = "self_cpu_time_total"
-
-
-def _self_device_us(event: Any) -> float:
-    """An averaged profiler event's self time on the device, in microseconds (0 without one)."""
-    for attr in ("self_device_time_total", "self_cuda_time_total"):
-        value = getattr(event, attr, None)
-        if value is not None:
-            return float(value)
-    return 0.0
-
-
-def torch_profile(
-    fn: Callable[[], Any],
-    *,
-    row_limit: int = 10,
-    sort_by: str = CPU_SORT_KEY,
-    memory: bool = True,
-    warmup: int = 1,
-) -> tuple[str, list[dict[str, Any]]]:
-    """Run ``fn`` once under ``torch.profiler`` (after ``warmup`` calls); return the op table and its rows.
-
-    ``sort_by``: ``"self_cpu_time_total"`` (default) ranks operators by the CPU time they spent
-    themselves, the right clock on a CPU; ``"self_device_time_total"`` (or ``"self_cuda_time_total"``)
-    by the time their kernels took on the GPU, the right clock for a model on a GPU, whose CPU side
-    only launches kernels (there the launches and the profiler's final synchronisation would top a
-    CPU-time table). With a GPU, ``fn`` is followed by ``torch.cuda.synchronize()`` inside the
-    profiled region, so every kernel of the call is recorded.
-
-    Rows are the operators (``aten::...``, run on the CPU; the GPU kernels they launched appear in
-    the table but not as rows, their time counts in the operator's ``self_device_ms``), sorted by
-    the same key as the table: op name, calls, ``self_cpu_ms``, ``self_device_ms`` (0 without a
-    GPU), ``self_cpu_mem_mib`` (0 unless ``memory``) and ``ranked_by`` ('device' or 'cpu').
-    """
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    if row_limit < 1:
-        raise ValueError("row_limit must be >= 1")
-    cuda = torch.cuda.is_available()
-    by_device = sort_by in DEVICE_SORT_KEYS
-    if by_device and not cuda:
-        raise ValueError(
-            f"sort_by={sort_by!r} ranks by GPU time, but PyTorch sees no CUDA GPU: "
-            f"use {CPU_SORT_KEY!r}"
-        )
-    # Kineto logs a scary "gpuGetDeviceCount failed" on GPU-less machines; keep only its errors that matter.
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-    for _ in range(warmup):
-        fn()
-    activities = [ProfilerActivity.CPU]
-    if cuda:
-        activities.append(ProfilerActivity.CUDA)
-        torch.cuda.synchronize()  # the warm-up's kernels stay out of the profile
-    with profile(activities=activities, profile_memory=memory, record_shapes=False) as prof:
-        fn()
-        if cuda:
-            torch.cuda.synchronize()  # every kernel of the call finishes inside the profile
-    averages = prof.key_averages()
-    # PyTorch >= 2.4 reads "cuda" in a sort key as "device"; older versions know only "cuda".
-    table = averages.table(
-        sort_by="self_cuda_time_total" if by_device else sort_by, row_limit=row_limit
-    )
-    cpu_type = torch.autograd.DeviceType.CPU
-    rows = [
-        {
-            "op": e.key,
-            "calls": e.count,
-            "self_cpu_ms": e.self_cpu_time_total / 1e3,
-            "self_device_ms": _self_device_us(e) / 1e3,
-            "self_cpu_mem_mib": getattr(e, "self_cpu_memory_usage", 0) / 2**20,
-            "ranked_by": "device" if by_device else "cpu",
-        }
-        for e in averages
-        if getattr(e, "device_type", cpu_type) == cpu_type  # operators, not GPU kernels
-    ]
-    key = "self_device_ms" if by_device else "self_cpu_ms"
-    rows.sort(key=lambda r: -r[key])
-    return table, rows[:row_limit]
 
 
 def table_rows(

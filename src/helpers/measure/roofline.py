@@ -22,14 +22,9 @@ from helpers.measure.timer import time_loop
 
 __all__ = [
     "DTYPES",
-    "matmul_peak_gflops",
-    "conv1x1_peak_gflops",
-    "INT8_KERNELS",
-    "int8_matmul_peak_gops",
     "has_int8_dot_product",
     "ceilings",
     "count_flops",
-    "percent_of_peak",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -273,10 +268,3 @@ def count_flops(model: Any, example_input: Any) -> int:
     with counter, torch.inference_mode():
         model(example_input)
     return int(counter.get_total_flops())
-
-
-def percent_of_peak(flops: float, seconds: float, peak_gflops: float) -> float:
-    """Achieved share of the peak, in percent, for ``flops`` done in ``seconds``."""
-    if seconds <= 0 or peak_gflops <= 0:
-        raise ValueError("seconds and peak_gflops must be positive")
-    return 100.0 * flops / seconds / 1e9 / peak_gflops

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import random
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from helpers.core.checks import check_int
+from helpers.core.process_memory import Sampler
 from helpers.core.threads import framework_threads
 from helpers.measure import machine
 from helpers.measure.machine import LoadProbe
@@ -59,31 +59,17 @@ def synchronize(framework: str) -> None:
             flow._oneflow_internal.eager.Sync()
 
 
-class _RssSampler:
+class _RssSampler(Sampler):
     """Samples this process's resident memory in a thread; reports the peak increase."""
 
     def __init__(self, interval_s: float = 0.002) -> None:
         import psutil
 
+        super().__init__(interval_s)
         self._proc = psutil.Process()
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self.base = self._proc.memory_info().rss
-        self.peak = self.base
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.base = self.peak = self._proc.memory_info().rss
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._proc.memory_info().rss)
-            self._stop.wait(self._interval)
-
-    def __enter__(self) -> _RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
         self.peak = max(self.peak, self._proc.memory_info().rss)
 
 

@@ -31,7 +31,6 @@ from typing import Any
 from helpers.core.environment import import_oneflow
 
 __all__ = [
-    "REPLACEMENTS",
     "mock_torch",
     "import_with_mock_torch",
     "resolve",

@@ -3,7 +3,13 @@
 Chapters call :func:`record`; the capstone and the book's reference tables call
 :func:`load`.  Records carry the machine, library versions, mode, the threads PyTorch
 used and (passed by the chapter) the device and precision, so a number is never
-separated from where and how it was measured.  The folder is ``$COURSE_RESULTS_DIR``
+separated from where and how it was measured.
+
+One record shape: ``value`` and ``unit``; a paired ratio (a
+:class:`~helpers.measure.measurement.RatioSummary`, passed as the value) adds its spread as
+``p25``/``p75`` and its ``rounds``; ``on=`` the measurements behind a figure adds where and under
+what load they ran (:func:`on_machine`). Older records spelt the spread ``spread=[p25, p75]`` or
+``iqr=[p25, p75]``; :func:`load` reads them as ``p25``/``p75``.  The folder is ``$COURSE_RESULTS_DIR``
 or ``results/local/<mode>`` at the repository root, so quick-mode and full-mode
 numbers never mix; committed reference runs live in ``results/reference/<machine>-<mode>/``.
 """
@@ -20,20 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from helpers.measure.machine import measured_loads
+from helpers.measure.measurement import RatioSummary
 
 __all__ = [
     "RESULTS_ENV",
-    "repo_root",
     "ledger_dir",
     "machine_slug",
-    "cpu_features_tag",
     "reference_runs",
     "record",
     "load",
     "lookup",
     "on_machine",
     "contended",
-    "check_quiet",
 ]
 
 RESULTS_ENV = "COURSE_RESULTS_DIR"
@@ -74,7 +78,7 @@ def machine_slug(features: bool = False) -> str:
     env = environment_report()
     base = env["gpu"].split("(")[0] if env["gpu"] else f"{env['cpu']} {env['cores']}core"
     if features and not env["gpu"]:
-        base += " " + cpu_features_tag(env["cpu_features"])
+        base += " " + cpu_features_tag(env["flags"])
     slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
     return f"{slug}-{env['mode']}"
 
@@ -116,15 +120,39 @@ def _check_name(kind: str, value: str) -> None:
         raise ValueError(f"{kind} must be a non-empty name without path separators, got {value!r}")
 
 
-def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> dict[str, Any]:
-    """Add (or replace) the measurement ``name`` of ``chapter``; returns the stored record."""
+def record(
+    chapter: str,
+    name: str,
+    value: float | RatioSummary,
+    unit: str | None = None,
+    *,
+    on: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Add (or replace) the measurement ``name`` of ``chapter``; returns the stored record.
+
+    ``value`` is a number with its ``unit``, or a paired ratio (unit ``x``, with ``p25``, ``p75``
+    and ``rounds``). ``on``: the Measurement (or several) behind the figure, stamped with
+    :func:`on_machine`. ``extra`` fields (batch, device, precision, ...) are stored as given.
+    """
     from helpers.core.environment import environment_report
+    from helpers.core.hardware import machine_facts
 
     _check_name("chapter", chapter)
     _check_name("name", name)
     from helpers.record.ledger_names import check as check_listed
 
     check_listed(chapter, name)  # a course chapter's record names come from one table
+    if isinstance(value, RatioSummary):
+        fields = value.as_record()
+        value, unit = fields.pop("value"), unit or fields.pop("unit")
+        fields.pop("unit", None)
+        extra = {**fields, **extra}
+    if unit is None:
+        raise ValueError(f"record {name!r} needs a unit")
+    extra = _one_spelling(extra)
+    if on is not None:
+        extra = {**on_machine(*(on if isinstance(on, (list, tuple)) else [on])), **extra}
     # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")
@@ -140,7 +168,7 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
         "device": None,
         "precision": None,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "machine": {k: env[k] for k in ("cpu", "cores", "gpu", "driver", "cuda")},
+        "machine": {**machine_facts(), "driver": env["driver"], "cuda": env["cuda"]},
         "versions": {k: v for k, v in env["libraries"].items() if v},
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **_process_load(),  # replaced by the chapter's own **on_machine(...) when it passes one
@@ -152,6 +180,19 @@ def record(chapter: str, name: str, value: float, unit: str, **extra: Any) -> di
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(records, indent=1, default=str))
     tmp.replace(path)
+    return rec
+
+
+def _one_spelling(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` with a ratio's spread as ``p25``/``p75`` (older records: ``spread`` or ``iqr``)."""
+    for old in ("spread", "iqr"):
+        pair = rec.get(old)
+        if isinstance(pair, (list, tuple)) and len(pair) == 2:
+            rec = {k: v for k, v in rec.items() if k != old}
+            rec.setdefault("p25", pair[0])
+            rec.setdefault("p75", pair[1])
+        elif old in rec and pair is None:  # no spread known: none stored
+            rec = {k: v for k, v in rec.items() if k != old}
     return rec
 
 
@@ -247,7 +288,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
         raise ValueError(f"ledger file {path} is not valid JSON: {exc}") from exc
     if not isinstance(data, list):
         raise ValueError(f"ledger file {path} must hold a list of records")
-    return data
+    return [_one_spelling(r) for r in data]
 
 
 def load(chapter: str | None = None, folder: Path | str | None = None) -> list[dict[str, Any]]:

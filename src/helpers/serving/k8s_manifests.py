@@ -37,14 +37,10 @@ from typing import Any
 from helpers.serving.triton_server import ADMIN_HEADER, RESTRICTED_APIS
 
 __all__ = [
-    "ALLOWED_GRPC_METHODS",
-    "GATEWAY_SCHEMAS",
-    "K8S_VERSION",
     "TRITON_IMAGE",
     "ManifestError",
     "audit_manifests",
     "manifests",
-    "nginx_size",
     "validate_manifests",
     "write_manifests",
 ]

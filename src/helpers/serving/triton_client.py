@@ -3,7 +3,7 @@
 - :func:`http_request` -- one raw request, returning status line, headers and body (never raises on 4xx/5xx);
 - :func:`infer_json_body` / :func:`infer_binary_body` -- KServe v2 inference bodies (JSON, or Triton's
   binary-tensor extension), also deliberately wrong ones to test how the server fails;
-- :func:`infer_json`, :func:`infer_http`, :func:`infer_grpc` -- one inference, NumPy in, NumPy out;
+- :func:`infer_http`, :func:`infer_grpc` -- one inference, NumPy in, NumPy out;
 - :func:`model_stats` -- Triton's per-model counters (requests, executions, batch sizes, queue time).
 
 Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk to a
@@ -20,24 +20,21 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.processes import LOOPBACK
+
 __all__ = [
     "LOOPBACK",
-    "NP_TO_TRITON",
-    "HttpResponse",
     "TritonRequestError",
     "check_loopback",
     "http_request",
     "infer_binary_body",
     "infer_grpc",
     "infer_http",
-    "infer_json",
     "infer_json_body",
     "model_stats",
     "request_tensors",
     "scrape_metrics",
 ]
-
-LOOPBACK = "127.0.0.1"
 
 
 class TritonRequestError(RuntimeError):
@@ -185,23 +182,6 @@ def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str
     return header + b"".join(blobs), {
         "Inference-Header-Content-Length": str(len(header)),
         "Content-Type": "application/octet-stream",
-    }
-
-
-def infer_json(
-    url: str, model: str, inputs: Mapping[str, np.ndarray], timeout: float = 60.0
-) -> dict[str, np.ndarray]:
-    """Infer with plain JSON over HTTP (what ``curl`` would send); raises :class:`TritonRequestError`."""
-    resp = http_request(
-        url, "POST", f"/v2/models/{model}/infer", body=infer_json_body(inputs), timeout=timeout
-    )
-    if resp.status != 200:
-        raise TritonRequestError(resp.status, resp.error_message())
-    return {
-        o["name"]: np.asarray(
-            o["data"], dtype=np.float32 if o["datatype"] == "FP32" else None
-        ).reshape(o["shape"])
-        for o in resp.json()["outputs"]
     }
 
 

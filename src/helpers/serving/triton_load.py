@@ -1,9 +1,8 @@
 """Load a Triton server you own with a bounded number of concurrent clients, and measure it.
 
-:func:`load_sweep` is a small closed-loop load generator: ``concurrency`` threads, each with its
-own client, send one request, wait for the answer, send the next, for a fixed time. It reports
-requests per second and the latency distribution per concurrency level, like Triton's
-``perf_analyzer`` (wrapped by :func:`perf_analyzer` where its libraries are present). Both refuse
+:func:`perf_analyzer` runs Triton's ``perf_analyzer`` at a few concurrency levels (throughput,
+latency percentiles, server queue and compute); :func:`counted_run` sends an exact number of
+requests and counts answers and failures (chapter 9's server killed under load). Both refuse
 anything but a loopback address and bound the number of levels, clients and seconds: this is a
 measurement of your own server, not a load test of someone else's.
 """
@@ -14,7 +13,6 @@ import csv
 import io
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -26,64 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from helpers.measure.measurement import percentile
 from helpers.serving.triton_client import check_loopback, request_tensors
 
 __all__ = [
-    "MAX_CONCURRENCY",
-    "MAX_LEVELS",
-    "MAX_SECONDS_PER_LEVEL",
-    "CountedRun",
-    "LoadPoint",
-    "closed_loop",
     "counted_run",
     "find_perf_analyzer",
-    "load_sweep",
     "perf_analyzer",
-    "plot_load_sweep",
 ]
 
 MAX_CONCURRENCY = 64
 MAX_LEVELS = 12
-MAX_SECONDS_PER_LEVEL = 30.0
-
-
-@dataclass
-class LoadPoint:
-    """What one concurrency level measured: latencies of the requests completed in the window."""
-
-    concurrency: int
-    latencies_s: list[float]
-    duration_s: float
-    errors: int = 0
-    label: str = ""
-
-    @property
-    def throughput(self) -> float:
-        """Completed requests per second."""
-        return len(self.latencies_s) / self.duration_s
-
-    @property
-    def p50(self) -> float:
-        """Median latency (s)."""
-        return statistics.median(self.latencies_s)
-
-    @property
-    def p99(self) -> float:
-        """99th-percentile latency (s), linearly interpolated between the nearest ranks."""
-        return percentile(sorted(self.latencies_s), 99)
-
-    def as_dict(self) -> dict[str, Any]:
-        """One table row: label, concurrency, requests, errors, throughput, p50 and p99 in ms."""
-        return {
-            "label": self.label,
-            "concurrency": self.concurrency,
-            "requests": len(self.latencies_s),
-            "errors": self.errors,
-            "throughput": self.throughput,
-            "p50_ms": self.p50 * 1e3,
-            "p99_ms": self.p99 * 1e3,
-        }
 
 
 def _client(
@@ -97,108 +47,6 @@ def _client(
     client = mod.InferenceServerClient(url=url)
     reqs, out = request_tensors(mod, inputs, output)
     return client, lambda: client.infer(model, reqs, outputs=out)
-
-
-def closed_loop(
-    url: str,
-    model: str,
-    inputs: Mapping[str, np.ndarray],
-    output: str,
-    *,
-    concurrency: int,
-    duration_s: float,
-    warmup_s: float = 0.3,
-    protocol: str = "grpc",
-    label: str = "",
-) -> LoadPoint:
-    """``concurrency`` clients sending back-to-back requests for ``warmup_s + duration_s`` seconds."""
-    check_loopback(url)
-    if protocol not in ("grpc", "http"):
-        raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
-    if not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ValueError(f"concurrency must be an int in 1..{MAX_CONCURRENCY}, got {concurrency!r}")
-    if not 0 < duration_s <= MAX_SECONDS_PER_LEVEL:
-        raise ValueError(f"duration_s must be in (0, {MAX_SECONDS_PER_LEVEL}], got {duration_s}")
-    inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
-    clients = [_client(protocol, url, model, inputs, output) for _ in range(concurrency)]
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
-    errors = [0] * concurrency
-    first_error: list[str] = []
-    barrier = threading.Barrier(concurrency + 1)
-    window: dict[str, float] = {}
-
-    def worker(i: int) -> None:
-        send = clients[i][1]
-        barrier.wait()
-        while True:
-            t0 = time.perf_counter()
-            if t0 >= window["end"]:
-                return
-            try:
-                send()
-            except Exception as exc:  # noqa: BLE001 - counted and reported, the load keeps going
-                errors[i] += 1
-                if not first_error:
-                    first_error.append(repr(exc))
-                continue
-            t1 = time.perf_counter()
-            if t0 >= window["start"] and t1 <= window["end"]:
-                latencies[i].append(t1 - t0)
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    now = time.perf_counter()
-    window["start"], window["end"] = now + warmup_s, now + warmup_s + duration_s
-    barrier.wait()
-    for t in threads:
-        t.join(timeout=duration_s + warmup_s + 60)
-    for client, _ in clients:
-        client.close()
-    flat = [x for lat in latencies for x in lat]
-    if not flat:
-        raise RuntimeError(
-            f"no request to {model} completed in {duration_s} s at concurrency {concurrency}"
-            + (f"; first error: {first_error[0]}" if first_error else "")
-        )
-    return LoadPoint(concurrency, flat, duration_s, errors=sum(errors), label=label)
-
-
-def load_sweep(
-    url: str,
-    model: str,
-    inputs: Mapping[str, np.ndarray],
-    output: str,
-    concurrencies: Sequence[int],
-    *,
-    duration_s: float = 1.0,
-    warmup_s: float = 0.3,
-    protocol: str = "grpc",
-    label: str = "",
-    progress: bool = True,
-) -> list[LoadPoint]:
-    """:func:`closed_loop` at each concurrency (at most 12 levels, 64 clients, 30 s per level)."""
-    if not concurrencies or len(concurrencies) > MAX_LEVELS:
-        raise ValueError(f"give 1..{MAX_LEVELS} concurrency levels, got {len(concurrencies)}")
-    levels: Any = concurrencies
-    if progress:
-        from tqdm.auto import tqdm
-
-        levels = tqdm(concurrencies, desc=label or model, leave=False)
-    return [
-        closed_loop(
-            url,
-            model,
-            inputs,
-            output,
-            concurrency=c,
-            duration_s=duration_s,
-            warmup_s=warmup_s,
-            protocol=protocol,
-            label=label or model,
-        )
-        for c in levels
-    ]
 
 
 # --------------------------------------------------------------------------------------------- perf_analyzer
@@ -329,36 +177,6 @@ def perf_analyzer(
     return rows
 
 
-def plot_load_sweep(results: Mapping[str, Sequence[LoadPoint]], title: str = "") -> Any:
-    """Two panels over client concurrency: throughput, and p50 (solid) / p99 (dashed) latency."""
-    if not results or any(not pts for pts in results.values()):
-        raise ValueError(
-            "nothing to plot: give {label: [LoadPoint, ...]} with at least one point each"
-        )
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
-    for i, (label, pts) in enumerate(results.items()):
-        c = [p.concurrency for p in pts]
-        left.plot(c, [p.throughput for p in pts], "o-", color=f"C{i}", label=label)
-        right.plot(c, [p.p50 * 1e3 for p in pts], "o-", color=f"C{i}")
-        right.plot(c, [p.p99 * 1e3 for p in pts], "s--", color=f"C{i}", alpha=0.6)
-    ticks = sorted({p.concurrency for pts in results.values() for p in pts})
-    for ax, ylabel in ((left, "requests / s"), (right, "latency (ms)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.set_xlabel("concurrent clients")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    left.set_title("throughput")
-    right.set_title("latency per request: p50 (solid), p99 (dashed)")
-    left.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
 @dataclass
 class CountedRun:
     """A fixed number of requests: how many were sent, answered and failed, and the answers."""
@@ -372,12 +190,7 @@ class CountedRun:
 
     def as_dict(self) -> dict[str, Any]:
         """One table row."""
-        return {
-            "sent": self.sent,
-            "answered": self.answered,
-            "failed": self.failed,
-            "seconds": self.seconds,
-        }
+        return {k: getattr(self, k) for k in ("sent", "answered", "failed", "seconds")}
 
 
 def counted_run(
@@ -418,7 +231,7 @@ def counted_run(
                 state["next"] += 1
             try:
                 result = send().as_numpy(output)
-            except Exception as exc:  # noqa: BLE001 - counted and reported
+            except Exception as exc:  # counted and reported
                 with lock:
                     state["failed"] += 1
                     if len(errors) < 3:

@@ -29,17 +29,12 @@ from typing import Any
 __all__ = [
     "DTYPES",
     "KINDS",
-    "NGC_IMAGE",
     "ONEFLOW_SERVING_IMAGE",
-    "PYTHON_RUNTIMES",
     "RUNTIME_MODEL_FILE",
-    "TENSORRT_PRECISIONS",
     "ConfigError",
     "TensorSpec",
-    "check_config",
     "config_text",
     "docker_command",
-    "make_config",
     "oneflow_serving_model",
     "onnxruntime_backend_model",
     "parse_config",
@@ -47,7 +42,6 @@ __all__ = [
     "tree",
     "validate_model_dir",
     "validate_repository",
-    "write_model",
 ]
 
 RUNTIME_MODEL_FILE = Path(__file__).with_name("triton_models") / "runtime_model.py"
@@ -240,7 +234,7 @@ def check_config(cfg: Any, source: str = "config") -> None:
     # - onnxruntime: github.com/triton-inference-server/onnxruntime_backend, README.md (GPU
     #   accelerators "tensorrt" and "cuda", CPU accelerator "openvino"; TensorRT's precision_mode
     #   "FP32", "FP16" or "INT8"); the backend refuses others ("unknown Execution Accelerator").
-    # Triton's own server checks the rest (see tests/test_serving.py, which loads the production
+    # Triton's own server checks the rest (see tests/serving/test_triton_server.py, which loads the production
     # layouts into the bundled tritonserver).
     if cfg.backend == "oneflow":
         for i, t in enumerate(cfg.input):
@@ -423,17 +417,9 @@ def python_runtime_model(
         "threads": str(threads),
         **(parameters or {}),
     }
-    cfg = make_config(
-        name,
-        backend="python",
-        inputs=inputs,
-        outputs=outputs,
-        max_batch_size=max_batch_size,
-        dynamic_batching=dynamic_batching,
-        instances=instances,
-        kind=kind,
-        parameters=params,
-    )
+    shape = dict(inputs=inputs, outputs=outputs, max_batch_size=max_batch_size)
+    serving = dict(dynamic_batching=dynamic_batching, instances=instances, kind=kind)
+    cfg = make_config(name, backend="python", parameters=params, **shape, **serving)
     return write_model(repo, cfg, {"model.py": RUNTIME_MODEL_FILE, stored: model_path}, version)
 
 
@@ -461,18 +447,10 @@ def onnxruntime_backend_model(
         accelerators = [
             {"name": "tensorrt", "precision_mode": tensorrt, "max_workspace_size_bytes": 1 << 30}
         ]
-    cfg = make_config(
-        name,
-        platform="onnxruntime_onnx",
-        inputs=inputs,
-        outputs=outputs,
-        max_batch_size=max_batch_size,
-        dynamic_batching=dynamic_batching,
-        instances=instances,
-        kind=kind,
-        gpus=[0] if kind == "KIND_GPU" else None,
-        gpu_accelerators=accelerators,
-    )
+    shape = dict(inputs=inputs, outputs=outputs, max_batch_size=max_batch_size)
+    serving = dict(dynamic_batching=dynamic_batching, instances=instances, kind=kind)
+    gpus = dict(gpus=[0] if kind == "KIND_GPU" else None, gpu_accelerators=accelerators)
+    cfg = make_config(name, platform="onnxruntime_onnx", **shape, **serving, **gpus)
     return write_model(repo, cfg, {"model.onnx": onnx_path}, version)
 
 

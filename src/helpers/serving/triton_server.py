@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.core import scratch
 from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
 
@@ -46,15 +45,10 @@ __all__ = [
     "ADMIN_HEADER",
     "RESTRICTED_APIS",
     "ServerStartError",
-    "TritonInstallation",
-    "TritonNotFoundError",
     "TritonServer",
     "find_triton",
     "GLIBC_SERVING",
     "free_port",
-    "glibc_version",
-    "libpython_dir",
-    "pytriton_config",
     "unavailable_reason",
 ]
 
@@ -261,16 +255,6 @@ class TritonServer(ManagedProcess):
 
     # ---- addresses
     @property
-    def http_url(self) -> str:
-        """``127.0.0.1:PORT`` of the HTTP/REST endpoint (what ``tritonclient.http`` takes)."""
-        return f"{LOOPBACK}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        """``127.0.0.1:PORT`` of the gRPC endpoint (what ``tritonclient.grpc`` takes)."""
-        return f"{LOOPBACK}:{self.grpc_port}"
-
-    @property
     def metrics_url(self) -> str:
         """``127.0.0.1:PORT`` of the Prometheus endpoint (``GET /metrics``); needs ``metrics=True``."""
         if not self.metrics:
@@ -434,14 +418,7 @@ class TritonServer(ManagedProcess):
     def load_model(self, name: str, timeout: float = 120.0) -> float:
         """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
         start = time.perf_counter()
-        resp = http_request(
-            self.http_url,
-            "POST",
-            f"/v2/repository/models/{name}/load",
-            body=b"{}",
-            headers=self.admin_headers,
-            timeout=timeout,
-        )
+        resp = self._repository(name, "load", timeout)
         if resp.status != 200:
             raise self._fail(
                 f"loading model {name} failed: HTTP {resp.status} {resp.error_message()}"
@@ -450,48 +427,16 @@ class TritonServer(ManagedProcess):
 
     def unload_model(self, name: str, timeout: float = 60.0) -> None:
         """Unload ``name`` (explicit model control); raises :class:`TritonRequestError` on failure."""
-        resp = http_request(
-            self.http_url,
-            "POST",
-            f"/v2/repository/models/{name}/unload",
-            body=b"{}",
-            headers=self.admin_headers,
-            timeout=timeout,
-        )
+        resp = self._repository(name, "unload", timeout)
         if resp.status != 200:
             raise TritonRequestError(resp.status, resp.error_message())
 
-    def __repr__(self) -> str:
-        state = (
-            f"pid {self.pid}, http {self.http_url}, grpc {self.grpc_url}"
-            if self.is_alive()
-            else "stopped"
+    def _repository(self, name: str, action: str, timeout: float) -> Any:
+        """POST /v2/repository/models/<name>/<action> with the admin header."""
+        path = f"/v2/repository/models/{name}/{action}"
+        return http_request(
+            self.http_url, "POST", path, body=b"{}", headers=self.admin_headers, timeout=timeout
         )
-        return f"TritonServer({self.model_repository.name}, {state})"
 
-
-def pytriton_config(log_file: str | Path | None = None) -> Any:
-    """A PyTriton ``TritonConfig`` on free loopback ports with its server log in ``log_file``.
-
-    PyTriton starts the same bundled server with this process's environment, so the folder of
-    ``libpython`` (which its Python-backend stub needs) is added to ``LD_LIBRARY_PATH`` here.
-    """
-    from pytriton.triton import TritonConfig
-
-    lib = str(libpython_dir())
-    current = os.environ.get("LD_LIBRARY_PATH", "")
-    if lib not in current.split(os.pathsep):
-        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [lib, current]))
-    log = (
-        Path(log_file) if log_file is not None else scratch.scratch_dir("pytriton-") / "server.log"
-    )
-    return TritonConfig(
-        http_address=LOOPBACK,
-        http_port=free_port(),
-        grpc_address=LOOPBACK,
-        grpc_port=free_port(),
-        allow_metrics=False,
-        metrics_port=free_port(),
-        log_file=log,
-        exit_timeout_secs=5,
-    )
+    def __repr__(self) -> str:
+        return self.describe(self.model_repository.name)

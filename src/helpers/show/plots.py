@@ -13,7 +13,6 @@ __all__ = [
     "plot_latency_distribution",
     "plot_speedups",
     "plot_sweep",
-    "plot_loss_curves",
     "plot_stage_breakdown",
     "plot_timeline",
     "plot_grouped_bars",
@@ -120,23 +119,6 @@ def plot_sweep(
         lines, names = lines + l2, names + n2
     ax.legend(lines, names, fontsize=8)
     ax.set_title(title)
-    return ax
-
-
-def plot_loss_curves(
-    curves: Mapping[str, Sequence[float]], ax: Any = None, title: str = "training loss"
-) -> Any:
-    """Loss per step for one or more runs on one chart."""
-    if not curves:
-        raise ValueError("nothing to plot")
-    plt = _plt()
-    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
-    for name, ys in curves.items():
-        ax.plot(np.arange(1, len(ys) + 1), ys, label=name, lw=1.2)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
     return ax
 
 

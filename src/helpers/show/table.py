@@ -13,7 +13,7 @@ from typing import Any
 
 from helpers.measure.measurement import Measurement, paired_ratio, speedup
 
-__all__ = ["Table", "compare_rows", "compare_table", "format_table", "paired_table"]
+__all__ = ["Table", "ShowsAsTable", "compare_rows", "compare_table", "paired_table"]
 
 # Below this many columns of text a table fits the book's code column (about 88 characters); the
 # HTML form wraps its headers and cells instead of scrolling sideways.
@@ -136,6 +136,22 @@ class Table:
         )
 
 
+class ShowsAsTable:
+    """A result that shows as its :meth:`table`: text in a terminal, HTML in a notebook."""
+
+    def table(self) -> Table:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def __repr__(self) -> str:  # what a notebook shows as text: the table, not every field
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+
 def compare_rows(
     measurements: Sequence[Measurement], baseline: Measurement | None = None
 ) -> list[dict[str, Any]]:
@@ -175,11 +191,6 @@ def compare_rows(
     ]
 
 
-def format_table(rows: Sequence[dict[str, Any]], floatfmt: str = ".2f") -> str:
-    """Dict rows as aligned text (columns: the keys of the first row): ``str(Table(rows))``."""
-    return str(Table(rows, floatfmt=floatfmt))
-
-
 def compare_table(
     measurements: Sequence[Measurement], baseline: Measurement | None = None, **kwargs: Any
 ) -> Table:
@@ -208,7 +219,6 @@ def paired_table(
     rows = []
     for label, m in runs.items():
         r = paired_ratio(runs[baseline], m)
-        reading = "faster" if r.p25 > 1.0 else "slower" if r.p75 < 1.0 else "inconclusive"
         rows.append(
             {
                 "variant": label,
@@ -216,7 +226,7 @@ def paired_table(
                 "ms per call": m.median * 1e3,
                 "speedup": "1 (baseline)" if label == baseline else f"{r.median:.2f}x",
                 "per-round IQR": "-" if label == baseline else f"{r.p25:.2f}-{r.p75:.2f}",
-                "reading": "-" if label == baseline else reading,
+                "reading": "-" if label == baseline else r.reading,
             }
         )
     return Table(rows, title=title, notes=notes)

@@ -18,11 +18,8 @@ from helpers.core.checks import check_int
 
 __all__ = [
     "CLASS_NAMES",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
     "make_images",
     "normalize",
-    "Split",
     "make_splits",
     "encode_jpeg",
     "decode_image",

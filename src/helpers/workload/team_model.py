@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-__all__ = ["ARCHS", "TaskHead", "BusinessModel", "train_steps", "predict", "compile_for_serving"]
+__all__ = ["BusinessModel", "train_steps", "predict", "compile_for_serving"]
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101")
 

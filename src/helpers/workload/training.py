@@ -2,7 +2,6 @@
 
     result = train_classifier(model, train_split, steps=300, batch_size=64, val=val_split)
     print(result)                  # steps, seconds, device and math mode, final loss, accuracy
-    plots.plot_loss_curves({"train": result.losses})
 
     print(assert_above_chance(result.val_accuracy, len(val_split), 8, "resnet18"))
 
@@ -22,13 +21,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "TrainResult",
     "above_chance_bar",
     "assert_above_chance",
-    "augment_batch",
     "train_classifier",
-    "batch_stats_accuracy",
-    "chance_advice",
     "train_until_above_chance",
 ]
 

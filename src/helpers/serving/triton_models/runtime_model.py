@@ -29,7 +29,10 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-__all__ = ["RUNTIMES", "TritonPythonModel", "read_graph_variables"]
+__all__ = [
+    "RUNTIMES",
+    "TritonPythonModel",
+]
 
 Runner = Callable[[np.ndarray], np.ndarray]
 
@@ -211,7 +214,7 @@ class TritonPythonModel:
             # merge them. Concatenate along the batch axis and run the network ONCE for all.
             batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
             out = self.run(np.ascontiguousarray(batch, dtype=np.float32))
-        except Exception as exc:  # noqa: BLE001 - each request gets the error, the stub lives on
+        except Exception as exc:  # each request gets the error, the stub lives on
             error = pb_utils.TritonError(
                 f"{self.runtime} failed on input of shape {arrays[0].shape}: {exc}"
             )

@@ -1,0 +1,477 @@
+"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings.
+
+The page measures with :mod:`helpers.chapters.ch08_cpu_target` (``measure_variants`` returns each
+variant's Measurement and its paired ratio to the baseline, computed once); everything here reads
+those objects and only formats them: :func:`variants_table` for the ResNet-101 target,
+:func:`small_model_table` for the trained model and the embedder, and one function per group of
+sentences, shown with :func:`helpers.show.say`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from helpers.measure.measurement import Measurement, paired_ratio
+from helpers.show.table import Table
+
+__all__ = [
+    "model_name",
+    "slug",
+    "variants_table",
+    "training_table",
+    "preprocess_sentence",
+    "checks_table",
+    "small_model_table",
+    "small_model_sentences",
+    "target_sentences",
+    "embedder_table",
+    "ablation_sentence",
+    "embedder_speed_sentences",
+    "summary_table",
+]
+
+
+def _vs_baseline(rows: Iterable[Mapping[str, Any]], name: str) -> Any:
+    """The paired ratio ``measure_variants`` computed for ``name`` against its baseline."""
+    return next(r["ratio"] for r in rows if r["variant"] == name)
+
+
+def model_name(arch: str) -> str:
+    """``'resnet18'`` -> ``'ResNet-18'``; other names unchanged."""
+    return f"ResNet-{arch[6:]}" if arch.startswith("resnet") and arch[6:].isdigit() else arch
+
+
+def slug(text: str) -> str:
+    """A variant's label as a record-name segment: ``'ORT int8 (QDQ, U8S8)'`` -> ``'ort_int8_qdq_u8s8'``."""
+    return "_".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
+def variants_table(
+    rows: Iterable[Mapping[str, Any]], accuracy_label: str = "accuracy", **kwargs: Any
+) -> Table:
+    """The rows of ``measure_variants`` as a :class:`~helpers.show.table.Table`, numbers kept.
+
+    Columns: variant, precision, threads, seconds per batch with its interquartile range, the
+    paired speedup over the baseline, cores really used, and the share of the ceiling of the
+    variant's own precision (with the ceiling). A row with ``accuracy`` (and ``drop_points``)
+    adds them, the accuracy column named ``accuracy_label`` (say which model it was measured on
+    when it is not the timed one). ``kwargs`` go to the Table (title, notes).
+    """
+    out = []
+    for r in rows:
+        row = {
+            "variant": r["variant"],
+            "precision": r["precision"],
+            "threads": r["threads"],
+            "s / batch": r["median_s"],
+            "IQR": f"{r['p25_s']:.3f}-{r['p75_s']:.3f}",
+            "vs eager": r["vs_eager"],
+            "cores used": r.get("cores_used"),
+        }
+        if "pct_of_ceiling" in r:
+            row["% of own ceiling"] = r["pct_of_ceiling"] if r["ceiling_gops"] else None
+            row["ceiling GOP/s"] = r["ceiling_gops"]
+        if r.get("accuracy") is not None:
+            row[accuracy_label] = r["accuracy"]
+            row["drop (points)"] = r["drop_points"]
+        out.append(row)
+    formats = {"s / batch": ".3f", "% of own ceiling": ".0f", "ceiling GOP/s": ".0f"}
+    formats.update({accuracy_label: ".2%", "drop (points)": "+.2f"})
+    return Table(out, formats={k: v for k, v in formats.items() if k in out[0]}, **kwargs)
+
+
+def task_row(check: Any, accuracy: float | None = None, reference: float | None = None) -> dict:
+    """One table row of a :class:`helpers.core.comparison.TaskCheck` (and held-out accuracy).
+
+    Shows what was required (each row nearest its own reference; decided rows kept), what was
+    only counted (top-1 agreement overall) and the two controls that had to fail.
+    """
+    row: dict[str, Any] = {
+        "variant": check.name,
+        "mode": check.mode,
+        "nearest own": f"{check.nearest_own:.0%}",
+        "lowest cosine": f"{check.min_cosine:.4f}",
+    }
+    if check.decided is not None:
+        row["decided rows kept"] = f"{check.kept}/{check.decided}"
+        row["top-1 agreement"] = f"{check.top1:.1%}"
+    row["controls (negated / shifted)"] = " / ".join(f"{v:.0%}" for v in check.controls.values())
+    if accuracy is not None:
+        row["accuracy"] = f"{accuracy:.2%}"
+        if reference is not None:
+            row["drop (points)"] = f"{100 * (reference - accuracy):+.2f}"
+    return row
+
+
+def training_table(result: Any, untrained: float, needed: float, model: str) -> Table:
+    """The training run and the learned-check's numbers as one table row."""
+    row = {
+        "model": model,
+        "steps": result.steps,
+        "seconds": result.seconds,
+        "device": f"{result.device} ({result.math_mode})",
+        "held-out accuracy": result.val_accuracy,
+        "untrained (control)": untrained,
+        "needed": needed,
+    }
+    return Table(
+        [row],
+        formats={
+            "seconds": ".0f",
+            "held-out accuracy": ".1%",
+            "untrained (control)": ".1%",
+            "needed": ".1%",
+        },
+    )
+
+
+def preprocess_sentence(graph_ops: Mapping[str, Mapping[str, int]]) -> str:
+    """What ``quant_pre_process`` changed, from the op counts before and after."""
+    before, after = graph_ops["exported"], graph_ops["pre-processed"]
+    bn0, bn1 = before.get("BatchNormalization", 0), after.get("BatchNormalization", 0)
+    n0, n1 = sum(before.values()), sum(after.values())
+    text = (
+        f"The exported graph has {n0} nodes, {bn0} of them BatchNormalization; after "
+        f"pre-processing, {n1} nodes and {bn1} BatchNormalization."
+    )
+    if bn0 == 0:
+        return text + (
+            " PyTorch's exporter had already folded every BatchNorm into its convolution "
+            "(its default optimizer does, for a model in eval mode: chapter 7), so "
+            "pre-processing had nothing to fold here; "
+            "it matters for graphs that still carry BatchNorm nodes."
+        )
+    return text + f" Pre-processing folded {bn0 - bn1} of them into their convolutions."
+
+
+def checks_table(
+    checks: Mapping[str, Any],
+    acc: Mapping[str, float],
+    base: str,
+    names: Iterable[str] | None = None,
+    *,
+    fp32: Any = None,
+    planted: tuple[BaseException, float] | None = None,
+) -> Table:
+    """The task-level checks (``names``, default all) and held-out accuracies as one table.
+
+    ``fp32`` (a :class:`helpers.core.comparison.Comparison`) adds the float32 row; ``planted``
+    (the caught error, the buggy model's accuracy) a row for the planted bug that had to fail.
+    """
+    rows = []
+    if fp32 is not None:
+        rows.append(
+            {
+                "variant": "ORT fp32",
+                "check": f"float32 bound, {fp32.used:.2g} of it used",
+                "accuracy": f"{acc.get('ORT fp32', acc[base]):.2%}",
+                "drop (points)": "",
+            }
+        )
+    for name in names if names is not None else checks:
+        if isinstance(checks[name], BaseException):  # a variant that failed the check
+            reason = str(checks[name]).split("check: ", 1)[-1]
+            rows.append(
+                {
+                    "variant": name,
+                    "check": f"FAILS: {reason}",
+                    "accuracy": f"{acc[name]:.2%}",
+                    "drop (points)": f"{100 * (acc[base] - acc[name]):+.2f}",
+                }
+            )
+            continue
+        r = task_row(checks[name], acc[name], acc[base])
+        check = (
+            f"passes ({r['mode']}): nearest own {r['nearest own']}, decided rows kept "
+            f"{r.get('decided rows kept', '-')}, top-1 agreement {r.get('top-1 agreement', '-')}; "
+            f"controls (negated / shifted) {r['controls (negated / shifted)']} nearest own"
+        )
+        rows.append(
+            {
+                "variant": name,
+                "check": check,
+                "accuracy": r["accuracy"],
+                "drop (points)": r["drop (points)"],
+            }
+        )
+    if planted is not None:
+        err, bug_acc = planted
+        reason = str(err).split(": ", 1)[-1].split(";")[0]
+        rows.append(
+            {
+                "variant": "planted bug: calibrated on un-normalised images",
+                "check": f"FAILS, as it must ({reason})",
+                "accuracy": f"{bug_acc:.2%}",
+                "drop (points)": f"{100 * (acc[base] - bug_acc):+.2f}",
+            }
+        )
+    notes = []
+    if any(r["check"].startswith("FAILS:") for r in rows if not r["variant"].startswith("planted")):
+        notes.append(
+            "A variant that FAILS kept accuracy within the asserted bound, but its logits moved "
+            "further than the distance between different images' logits: its decisions may be "
+            "right, its scores are not the fp32 model's. Section 7 names the fastest path whose "
+            "recipe passes beside the fastest one."
+        )
+    return Table(rows, title=f"held-out checks against {base} ({acc[base]:.2%})", notes=notes)
+
+
+def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Table:
+    """Throughput per variant at each batch size of ``timed`` ({batch: measure_variants(...)})."""
+    batches = sorted(timed)
+    first_rows = timed[batches[0]][0]
+    rows = []
+    for r in first_rows:
+        name = r["variant"]
+        row: dict[str, Any] = {"variant": name, "precision": r["precision"]}
+        for b in batches:
+            m = timed[b][1][name]
+            row[f"batch {b}: images/s"] = m.throughput
+            row[f"batch {b}: IQR"] = f"{100 * m.relative_iqr:.0f}%"
+        last = timed[batches[-1]][1][name]
+        row["cores used"] = None if last.cores_used is None else round(last.cores_used, 2)
+        rows.append(row)
+    threads = {r["threads"] for r in first_rows}
+    contended = any(m.contended for _, runs in timed.values() for m in runs.values())
+    return Table(
+        rows,
+        floatfmt=".0f",
+        formats={"cores used": ".2f"},
+        title=f"{title}, {'/'.join(map(str, sorted(threads)))} threads, interleaved rounds"
+        + (" (CONTENDED: other processes shared the cores)" if contended else ""),
+    )
+
+
+def _fixed_share(timed: Mapping[int, tuple[list, dict]], name: str) -> tuple[float, float]:
+    """(fixed seconds per call, their share of the largest batch's call) from two batch sizes."""
+    b1, bn = min(timed), max(timed)
+    t1, tn = timed[b1][1][name].median, timed[bn][1][name].median
+    per_item = min(max((tn - t1) / (bn - b1), 0.0), t1 / b1)  # noise can push it outside
+    fixed = t1 - b1 * per_item
+    return fixed, fixed / tn
+
+
+def small_model_sentences(
+    timed: Mapping[int, tuple[list, dict]], executed: Mapping[str, Mapping[str, int]], size: int
+) -> list[str]:
+    """The claims section 6's timings support, each from per-round ratios (with a verdict)."""
+    u8, s8, base = "ORT int8 (QDQ, U8S8)", "ORT int8 (QDQ, S8S8)", "PyTorch eager fp32"
+    bn = max(timed)
+    runs_n = timed[bn][1]
+    k = "integer convs (QLinearConv)"
+    out = [
+        f"At {size}x{size} and batch {bn}, U8S8 against S8S8: "
+        f"**{paired_ratio(runs_n[s8], runs_n[u8]).verdict()}** "
+        f"(ONNX Runtime executed {executed['U8S8'][k]} integer convolutions for U8S8, "
+        f"{executed['S8S8'][k]} for S8S8)."
+    ]
+    per_batch = ", ".join(
+        f"{paired_ratio(timed[b][1]['ORT fp32'], timed[b][1][u8]).verdict()} at batch {b}"
+        for b in sorted(timed)
+    )
+    out.append(f"ORT INT8 (U8S8) against ORT fp32: {per_batch}.")
+    out.append(
+        f"Against fp32 eager PyTorch at batch {bn}: {_vs_baseline(timed[bn][0], u8).verdict()}."
+    )
+    fixed_i, share_i = _fixed_share(timed, u8)
+    _, share_f = _fixed_share(timed, "ORT fp32")
+    _, share_e = _fixed_share(timed, base)
+    out.append(
+        f"Of a batch-{bn} call, costs that do not grow with the batch (dispatch, quantizing the "
+        f"input, Python) take {share_i:.0%} in ORT INT8 ({1e3 * fixed_i:.2f} ms), {share_f:.0%} "
+        f"in ORT fp32 and {share_e:.0%} in eager PyTorch; the rest is arithmetic, the part "
+        "INT8 speeds up."
+    )
+    return out
+
+
+def ceiling_share(row: Mapping[str, Any]) -> str:
+    """``'45% of this CPU's int8 ceiling'``, or that there is none: a CPU without 8-bit
+    dot-product instructions gets no int8 ceiling (:func:`helpers.measure.roofline.ceilings`)."""
+    pct = row.get("pct_of_ceiling")
+    if pct is None or pct != pct:  # NaN: no ceiling of this precision was measured here
+        return f"no {row['precision']} ceiling measured on this CPU"
+    return f"{pct:.0f}% of this CPU's {row['precision']} ceiling"
+
+
+def target_sentences(
+    rows: list[Mapping[str, Any]],
+    runs: Mapping[str, Measurement],
+    ceilings: Mapping[str, float],
+    top: Mapping[str, Any],
+    top_passed: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Section 7's claims: the best path, and the bound the measured int8 ceiling sets.
+
+    ``top`` is the fastest row within the accuracy bound (:func:`best_path`), ``top_passed`` the
+    fastest whose recipe also passed the task-level check (named when it is another row).
+    """
+    eager = rows[0]
+    ratio = top["ratio"]
+    out = [
+        f"The fastest path within one point of accuracy is **{top['variant']}**: "
+        f"{ratio.verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
+        f"{eager['median_s']:.2f} s per batch of {eager['batch']}; {ceiling_share(top)}), "
+        f"{top['drop_points']:+.2f} points of accuracy on the trained model.",
+        f"fp32 eager runs at {ceiling_share(eager)}"
+        + (
+            ": at this size its time goes to arithmetic, not to per-op overhead."
+            if eager.get("pct_of_ceiling", 0) >= 50
+            else "."
+        ),
+    ]
+    if top_passed is not None and top_passed["variant"] != top["variant"]:
+        ratio = top_passed["ratio"]
+        out.insert(
+            1,
+            f"Its recipe failed the task-level check on the trained model (its logits moved more "
+            f"than the distance between images'); the fastest path whose recipe passed it is "
+            f"**{top_passed['variant']}**, {ratio.verdict()} than eager.",
+        )
+    if ceilings.get("int8") and eager.get("gops"):
+        bound = ceilings["int8"] / eager["gops"]
+        out.append(
+            f"The bound this CPU sets: with every operation at the measured int8 ceiling "
+            f"({ceilings['int8']:.0f} GOP/s), a batch would take "
+            f"{eager['median_s'] / bound:.2f} s, {bound:.1f}x eager; the best path reaches "
+            f"{top['vs_eager'] / bound:.0%} of that bound."
+        )
+    if any(m.contended for m in runs.values()):
+        out.append(
+            "Other processes shared the cores during the rounds: these ratios are contended."
+        )
+    if any(r.get("over_ceiling") for r in rows):
+        out.append(
+            "A row above 100% of its ceiling means the ceiling's kernel is not the best this CPU "
+            "has (a network's convolutions can beat a lone matrix product), or that load lowered "
+            "the ceiling's measurement: the ceiling is a measurement too."
+        )
+    return out
+
+
+def embedder_table(
+    checks: Mapping[str, Any], variants: Mapping[str, Any], x: np.ndarray, want: np.ndarray
+) -> Table:
+    """The embedder's task-level checks, with each variant's mean cosine to fp32."""
+    from helpers.core.comparison import max_cross_cosine, rowwise_cosine
+
+    rows = []
+    for name, check in checks.items():
+        mean = f"{rowwise_cosine(variants[name].call(x), want).mean():.4f}"
+        if isinstance(check, BaseException):
+            reason = str(check).split("check: ", 1)[-1]
+            row = {"variant": name, "mode": variants[name].precision, "nearest own": "FAILS"}
+            row.update({"lowest cosine": reason, "controls (negated / shifted)": "-"})
+        else:
+            row = task_row(check)
+        row["mean cosine"] = mean
+        rows.append(row)
+    return Table(
+        rows,
+        title=f"embedder, {len(x)} held-out images: each embedding nearest its own fp32 one",
+        notes=[
+            f"The most similar pair of different images has cosine {max_cross_cosine(want):.4f} "
+            "in fp32: a lowest cosine below it means a fixed similarity threshold set on fp32 "
+            "embeddings would not carry over to INT8 ones unchanged."
+        ],
+    )
+
+
+def ablation_sentence(ablation: Iterable[Mapping[str, Any]]) -> str:
+    """What the embedder's ablation shows: per-channel vs per-tensor, and calibration size."""
+    rows = list(ablation)
+    most = max(r["calibration images"] for r in rows)
+    least = min(r["calibration images"] for r in rows)
+
+    def get(n: int, weights: str) -> Mapping[str, Any]:
+        return next(r for r in rows if r["calibration images"] == n and r["weights"] == weights)
+
+    pc, pt = get(most, "per-channel"), get(most, "per-tensor")
+    one = get(least, "per-channel")
+    gap = pc["mean cosine"] - pt["mean cosine"]
+    word = "closer to" if gap > 0 else "further from"
+    return (
+        f"With {most} calibration images, per-channel weight scales keep the INT8 embeddings "
+        f"{word} fp32 than per-tensor ones (mean cosine {pc['mean cosine']:.4f} against "
+        f"{pt['mean cosine']:.4f}; own image nearest {pc['nearest own']:.0%} against "
+        f"{pt['nearest own']:.0%}). With {least} calibration image(s) instead of {most}, "
+        f"per channel: mean cosine {one['mean cosine']:.4f}, own image nearest "
+        f"{one['nearest own']:.0%}."
+    )
+
+
+def embedder_speed_sentences(
+    timed: Mapping[int, tuple[list, dict]], alone: Measurement
+) -> list[str]:
+    """The embedder's batch-1 figures (alone, interleaved) and INT8's ratios to ORT fp32."""
+    b1 = min(timed)
+    runs1 = timed[b1][1]
+    eager = runs1["PyTorch eager fp32"]
+    ratios = ", ".join(
+        f"{paired_ratio(timed[b][1]['ORT fp32'], timed[b][1]['ORT int8 (minmax)']).verdict()} "
+        f"at batch {b}"
+        for b in sorted(timed)
+    )
+    return [
+        f"PyTorch eager fp32 embeds {alone.throughput:.0f} images/s at batch 1 timed alone "
+        f"(the figure chapters 0 and 7 record the same way) and {eager.throughput:.0f} in the "
+        f"interleaved rounds at batch {b1}, where a call may follow an OpenVINO one, whose "
+        "worker threads keep a core awake briefly after each call (no setting changes that).",
+        f"ORT INT8 (min-max) against ORT fp32: {ratios}.",
+    ]
+
+
+def summary_table(
+    r101_rows: list[Mapping[str, Any]],
+    r101_runs: Mapping[str, Measurement],
+    top: Mapping[str, Any],
+    timed: Mapping[int, tuple[list, dict]],
+    acc: Mapping[str, float],
+    base: str,
+    *,
+    arch: str,
+    size: int,
+    emb_alone: Measurement,
+) -> Table:
+    """This chapter's own figures, each with what was measured (for the page's last table)."""
+    u8 = r101_u8 = "ORT int8 (QDQ, U8S8)"
+    bn = max(timed)
+    runs_n = timed[bn][1]
+
+    def v(r: Any) -> str:
+        return r.verdict()
+
+    rows = [
+        {
+            "measurement": "ResNet-101, 224 px, batch 16: ORT INT8 vs fp32 eager",
+            "here": v(_vs_baseline(r101_rows, r101_u8)),
+        },
+        {
+            "measurement": "ResNet-101, 224 px, batch 16: ORT INT8 vs ORT fp32",
+            "here": v(paired_ratio(r101_runs["ORT fp32"], r101_runs[r101_u8])),
+        },
+        {
+            "measurement": f"ResNet-101, 224 px, batch 16: best path ({top['variant']}) vs eager",
+            "here": f"{v(top['ratio'])}, {ceiling_share(top)}",
+        },
+        {
+            "measurement": f"trained {model_name(arch)}, {size} px: accuracy fp32 -> ORT INT8",
+            "here": f"{acc[base]:.1%} -> {acc[u8]:.1%}",
+        },
+        {
+            "measurement": f"trained {model_name(arch)}, {size} px, batch {bn}: INT8 vs eager",
+            "here": v(_vs_baseline(timed[bn][0], u8)),
+        },
+        {
+            "measurement": f"trained {model_name(arch)}, {size} px, batch {bn}: U8S8 vs S8S8",
+            "here": v(paired_ratio(runs_n["ORT int8 (QDQ, S8S8)"], runs_n[u8])),
+        },
+        {
+            "measurement": "embedder, batch 1: PyTorch eager fp32 images/s (timed alone)",
+            "here": f"{emb_alone.throughput:.0f}",
+        },
+    ]
+    return Table(rows, title="this chapter's measurements (quick-mode figures in quick mode)")

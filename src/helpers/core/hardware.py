@@ -1,0 +1,179 @@
+"""What this machine is: its CPU (model, generation, the instruction sets that decide its speeds),
+cores, memory and GPU, and one way to describe it.
+
+:func:`machine_facts` is the one shape in which the course records a machine (the ledger's
+records, the chapters' Time lines, the full-size tables, the CPU benchmark): ``cpu``,
+``cpu_family``, ``cores``, ``flags``, ``memory_gib``, ``gpu``. :func:`describe_machine` turns it
+into the words every generated page uses, and :func:`same_machine` says whether two records
+describe one CPU. Older records spelt ``flags`` as ``cpu_features``; both are read.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import lru_cache
+from typing import Any
+
+__all__ = [
+    "has_int8_dot_product",
+    "has_bf16_instructions",
+    "int8_saturates",
+    "gpu_info",
+    "machine_facts",
+    "describe_machine",
+    "same_machine",
+]
+
+# The CPU flags that decide the course's CPU speeds (vector width, int8 and bf16 instructions).
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_family() -> str | None:
+    """``"family 25, model 1"`` from /proc/cpuinfo: which generation a model name such as
+    ``AMD EPYC`` was (cloud machines of one name differ by more than 1.5x); None if unknown."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("cpu family", "model") and key not in found:
+                    found[key] = value.strip()
+                if not line.strip() and found:  # the first processor's block only
+                    break
+    except OSError:
+        return None
+    if "cpu family" not in found:
+        return None
+    return f"family {found['cpu family']}, model {found.get('model', '?')}"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def has_int8_dot_product() -> bool:
+    """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX-INT8)."""
+    return bool(_cpu_flags() & INT8_DOT_FLAGS)
+
+
+def has_bf16_instructions() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX-BF16); elsewhere
+    PyTorch emulates it, slowly."""
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def int8_saturates() -> bool:
+    """True on an x86 CPU without 8-bit dot-product instructions: there ONNX Runtime's int8
+    kernels add pairs of 8-bit products into 16 bits (``vpmaddubsw``), which can overflow,
+    with unsigned and with signed activations alike; 7-bit weights (``reduce_range``) keep each
+    pair in range (ONNX Runtime's quantization guide)."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    return x86 and not has_int8_dot_product()
+
+
+def gpu_info() -> dict[str, Any]:
+    """``{"gpu": "NVIDIA H200 (141 GiB)", "driver": ..., "cuda": ...}``; all None without one."""
+    from helpers.core.environment import has_cuda
+
+    if not has_cuda():
+        return {"gpu": None, "driver": None, "cuda": None}
+    import subprocess
+
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    driver = None
+    try:
+        driver = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "gpu": f"{props.name} ({props.total_memory / 2**30:.0f} GiB)",
+        "driver": driver,
+        "cuda": torch.version.cuda,
+    }
+
+
+@lru_cache(maxsize=1)
+def machine_facts() -> dict[str, Any]:
+    """This machine, as every record of where a figure was measured stores it."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu": _cpu_model(),
+        "cpu_family": _cpu_family(),
+        "cores": os.cpu_count(),
+        "flags": sorted(_cpu_flags() & set(FLAGS)),
+        "memory_gib": round(memory, 1),
+        "gpu": gpu_info()["gpu"],
+    }
+
+
+def _flags(m: dict[str, Any]) -> list[str]:
+    return list(m.get("flags", m.get("cpu_features")) or ())
+
+
+def describe_machine(m: dict[str, Any] | None = None, *, memory: bool = False) -> str:
+    """``"AMD EPYC (family 25, model 1), 2 cores, AVX2"``: the CPU behind a figure, with its
+    family where it was recorded and its widest vector extension; ``memory`` adds the RAM, and a
+    recorded GPU is named last. Default: this machine."""
+    m = machine_facts() if m is None else m
+    flags = set(_flags(m))
+    named = [
+        label
+        for flag, label in (
+            ("avx512_vnni", "AVX-512 VNNI"),
+            ("avx512f", "AVX-512"),
+            ("avx2", "AVX2"),
+            ("amx_int8", "AMX"),
+        )
+        if flag in flags
+    ]
+    if "AVX-512 VNNI" in named or "AVX-512" in named:  # name the widest only
+        wider = "AVX-512 VNNI" if "AVX-512 VNNI" in named else "AVX-512"
+        named = [n for n in named if n not in ("AVX-512", "AVX2") or n == wider]
+    family = f" ({m['cpu_family']})" if m.get("cpu_family") else ""
+    parts = [m["cpu"] + family, f"{m['cores']} cores", *named]
+    if memory and m.get("memory_gib"):
+        parts.append(f"{m['memory_gib']} GiB")
+    if m.get("gpu"):
+        parts.append(m["gpu"])
+    return ", ".join(parts)
+
+
+def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two recorded machines are one CPU: model, family, cores and flags."""
+
+    def key(m: dict[str, Any]) -> tuple[Any, ...]:
+        return m["cpu"], m.get("cpu_family") or "", m["cores"], tuple(sorted(_flags(m)))
+
+    return key(a) == key(b)

@@ -1,0 +1,198 @@
+"""Worker processes that report on one queue, with timeouts: a stuck or crashed worker raises.
+
+:class:`WorkerPool` starts ``n`` processes of a ``spawn`` or ``forkserver`` context on one
+target, hands them a payload through a scratch file, and yields their results; a worker that
+raises, dies or stalls stops the run with a clear error, and the processes are always cleaned
+up. It refuses to start from a script's unguarded top level (:func:`unguarded_main_call`), where
+every worker would run the script again. Chapter 5's two-process pipeline runs on it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue as queue_mod
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from helpers.core import scratch
+
+__all__ = ["check_workers", "WorkerPool"]
+
+
+def unguarded_main_call() -> str | None:
+    """``script.py:line`` when this call runs in a script's top-level code outside
+    ``if __name__ == "__main__":``, else None (a notebook, a guarded script, an import).
+
+    Worker processes started by ``spawn`` or ``forkserver`` run the main script again, as
+    ``__mp_main__``, before they run their target: a pipeline started from the script's top
+    level would start again in every worker, which multiprocessing stops with an error that only
+    the worker's stderr shows.
+    """
+    import ast
+    import inspect
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return None
+    import os
+
+    frame = inspect.currentframe()
+    while frame is not None:  # the main script's own top-level code (not a notebook cell's)
+        code = frame.f_code
+        if code.co_name == "<module>" and os.path.realpath(code.co_filename) == os.path.realpath(
+            path
+        ):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError):
+        return None
+
+    def is_main_test(test: ast.expr) -> bool:
+        return (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+        )
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and is_main_test(node.test):
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return None
+    return f"{path}:{line}"
+
+
+def check_workers(workers: Any, what: str) -> None:
+    """Check that a process or thread count ``what`` is a positive int."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        hint = (
+            " (0 workers would mean no pipeline at all: use run_serial for the serial baseline)"
+            if workers == 0 and what == "workers"
+            else ""
+        )
+        raise ValueError(f"{what} must be a positive int, got {workers!r}{hint}")
+
+
+class WorkerPool:
+    """Worker processes (spawn or forkserver) reporting on one queue: start-up, timeouts, errors.
+
+    ``target(wid, payload_path, *args, out_q)`` runs in each of ``n`` processes of the
+    multiprocessing context ``ctx``. ``payload`` (e.g. the model and the images) is pickled to a
+    scratch file that every worker reads (a big start-up message would block the parent if a worker
+    died while reading it). A worker puts ``("ready", wid, None)`` once started, then
+    ``("result", wid, body)`` per item and ``("done", wid, None)`` at the end, or
+    ``("error", wid, traceback_text)``. ``startup_timeout_s`` bounds the start-up (a fresh Python
+    importing PyTorch); ``timeout_s`` bounds the wait for any next message. A worker that raises,
+    dies or stalls stops the run with a clear error; the processes and the file are always cleaned
+    up when the ``with`` block ends.
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        target: Callable[..., None],
+        n: int,
+        payload: Any,
+        args: tuple[Any, ...],
+        *,
+        timeout_s: float = 60.0,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        check_workers(n, "workers")
+        if timeout_s <= 0 or startup_timeout_s <= 0:
+            raise ValueError("timeouts must be positive seconds")
+        self.n, self.payload = n, payload
+        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
+        self.startup_s = float("nan")
+        self._queue = ctx.Queue()
+        # removed on exit, or by the next scratch_dir call if this kernel is killed
+        self._tmp = scratch.scratch_dir("pipeline-")
+        self._path = f"{self._tmp}/payload.pkl"
+        self._procs = [
+            ctx.Process(
+                target=target,
+                daemon=True,
+                name=f"pipeline-worker-{w}",
+                args=(w, self._path, *args, self._queue),
+            )
+            for w in range(n)
+        ]
+
+    def __enter__(self) -> WorkerPool:
+        where = unguarded_main_call()
+        if where is not None:
+            raise RuntimeError(
+                f"worker processes are started from the top level of a script ({where}): "
+                "each worker runs the script again before its own work, and would start the "
+                'pipeline again. Put the script\'s work under `if __name__ == "__main__":`'
+            )
+        try:
+            with open(self._path, "wb") as fh:
+                pickle.dump(self.payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            self._launched = time.time()
+            for p in self._procs:
+                p.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _get(self, timeout: float, waiting_for: str) -> tuple[str, int, Any]:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                msg = self._queue.get(timeout=min(1.0, max(0.01, deadline - time.time())))
+            except queue_mod.Empty:
+                dead = [p for p in self._procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead:
+                    raise RuntimeError(
+                        f"pipeline worker {dead[0].name} died (exit code {dead[0].exitcode}) "
+                        f"while {waiting_for}, before it could report an error: its own "
+                        "message went to the worker's stderr (the terminal that started "
+                        "Python, or the Jupyter server's log)"
+                    ) from None
+                if time.time() >= deadline:
+                    raise TimeoutError(
+                        f"no pipeline worker reported within {timeout:.0f} s while {waiting_for}; "
+                        "a worker is stuck (the run was stopped)"
+                    ) from None
+                continue
+            if msg[0] == "error":
+                raise RuntimeError(f"pipeline worker {msg[1]} failed:\n{msg[2]}")
+            return msg
+
+    def wait_ready(self) -> None:
+        """Wait until every worker has started (``startup_s`` is how long that took)."""
+        ready = 0
+        while ready < self.n:
+            kind, _, _ = self._get(self.startup_timeout_s, "starting the workers")
+            ready += kind == "ready"
+        self.startup_s = time.time() - self._launched
+
+    def results(self) -> Iterator[Any]:
+        """The body of every ``result`` message, until every worker is done."""
+        done = count = 0
+        while done < self.n:
+            kind, _, body = self._get(self.timeout_s, f"waiting for results ({count} so far)")
+            if kind == "result":
+                count += 1
+                yield body
+            elif kind == "done":
+                done += 1
+
+    def __exit__(self, *exc: object) -> None:
+        started = [p for p in self._procs if p.pid is not None]
+        for p in started:
+            p.join(timeout=5)
+        for p in started:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        scratch.remove_scratch(self._tmp)

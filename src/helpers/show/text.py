@@ -1,0 +1,28 @@
+"""Generated sentences: :func:`say` prints them wrapped to the page, or renders them as Markdown."""
+
+from __future__ import annotations
+
+import textwrap
+
+__all__ = ["say"]
+
+
+def say(*parts: object, markdown: bool = False) -> None:
+    """Show ``parts`` joined by spaces (a list of sentences counts as its sentences).
+
+    Printed wrapped to the book's 88 columns, like ``print``; ``markdown=True`` renders the text
+    as Markdown in a notebook (bold verdicts), and prints it elsewhere.
+    """
+    flat = [q for p in parts for q in (p if isinstance(p, (list, tuple)) else [p])]
+    body = " ".join(str(p) for p in flat if p != "")
+    if markdown:
+        try:
+            from IPython import get_ipython
+            from IPython.display import Markdown, display
+
+            if get_ipython() is not None:
+                display(Markdown(body))
+                return
+        except ImportError:  # pragma: no cover - IPython is installed with Jupyter
+            pass
+    print(textwrap.fill(body, width=88, subsequent_indent="  "))

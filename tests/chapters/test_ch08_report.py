@@ -1,0 +1,157 @@
+"""helpers.chapters.ch08_report: chapter 8's tables and sentences follow the numbers they are given."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helpers.chapters import ch08_report as report
+from helpers.measure.measurement import paired_ratio
+
+
+def _m(label, times, items=1):
+    from helpers.measure.measurement import Measurement
+
+    return Measurement(label=label, times_s=list(times), items=items, threads=2)
+
+
+def _timed(per_call):
+    """{batch: (rows, runs)} as measure_variants returns them, from per-call seconds per variant."""
+    out = {}
+    for b, calls in per_call.items():
+        runs = {k: _m(k, t, items=b) for k, t in calls.items()}
+        rows = [
+            {
+                "variant": k,
+                "precision": "int8" if "int8" in k else "fp32",
+                "threads": 2,
+                "device": "cpu",
+                "batch": b,
+                "median_s": runs[k].median,
+                "ratio": paired_ratio(runs["PyTorch eager fp32"], runs[k]),
+            }
+            for k in calls
+        ]
+        out[b] = (rows, runs)
+    return out
+
+
+def test_variants_table_keeps_numbers_and_names_the_accuracy_model():
+    row = {
+        "variant": "v",
+        "precision": "int8",
+        "threads": 2,
+        "median_s": 0.5,
+        "p25_s": 0.4,
+        "p75_s": 0.6,
+        "vs_eager": 2.0,
+        "accuracy": 0.75,
+        "drop_points": 0.39,
+    }
+    table = report.variants_table([row], "accuracy (ResNet-18 trained, 32 px)")
+    assert table.rows[0]["vs eager"] == 2.0 and "accuracy" not in table.columns
+    text = str(table)
+    assert "75.00%" in text and "+0.39" in text and "0.400-0.600" in text
+
+
+def test_task_row_shows_what_was_required_and_the_controls():
+    from helpers.core.comparison import assert_task_level
+
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(32, 8)) * 4
+    check = assert_task_level(
+        ref + rng.normal(0, 0.01, ref.shape),
+        ref,
+        mode="int8",
+        logits=True,
+        network="resnet18",
+        name="int8",
+    )
+    row = report.task_row(check, accuracy=0.70, reference=0.72)
+    assert row["nearest own"] == "100%" and row["drop (points)"] == "+2.00"
+    assert row["controls (negated / shifted)"].endswith("%") and "decided rows kept" in row
+
+
+def test_small_model_sentences_say_inconclusive_when_the_interval_holds_one():
+    u8, s8 = "ORT int8 (QDQ, U8S8)", "ORT int8 (QDQ, S8S8)"
+    calls = {
+        1: {
+            "PyTorch eager fp32": [4e-3] * 5,
+            "ORT fp32": [1e-3] * 5,
+            u8: [1e-3, 0.9e-3, 1.1e-3, 1e-3, 1e-3],
+            s8: [3e-3] * 5,
+        },
+        8: {
+            "PyTorch eager fp32": [20e-3] * 5,
+            "ORT fp32": [8e-3] * 5,
+            u8: [2e-3] * 5,
+            s8: [6e-3] * 5,
+        },
+    }
+    executed = {f: {"integer convs (QLinearConv)": 20} for f in ("U8S8", "S8S8")}
+    text = " ".join(report.small_model_sentences(_timed(calls), executed, 32))
+    assert "U8S8 against S8S8: **3.00x faster**" in text
+    assert "inconclusive" in text and "4.00x faster at batch 8" in text  # batch 1 holds 1
+
+
+def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
+    base, best = "PyTorch eager fp32", "OpenVINO int8 (NNCF)"
+    runs = {base: _m(base, [1.0, 1.1, 0.9]), best: _m(best, [0.2, 0.21, 0.19])}
+    ratio = {k: paired_ratio(runs[base], m) for k, m in runs.items()}
+    rows = [
+        {
+            "variant": base,
+            "median_s": 1.0,
+            "batch": 16,
+            "precision": "fp32",
+            "gops": 100.0,
+            "pct_of_ceiling": 50.0,
+            "vs_eager": 1.0,
+            "ratio": ratio[base],
+        },
+        {
+            "variant": best,
+            "median_s": 0.2,
+            "batch": 16,
+            "precision": "int8",
+            "gops": 500.0,
+            "pct_of_ceiling": 62.5,
+            "vs_eager": 5.0,
+            "ratio": ratio[best],
+            "drop_points": 0.0,
+        },
+    ]
+    text = " ".join(report.target_sentences(rows, runs, {"int8": 800.0}, rows[1]))
+    assert "8.0x eager" in text and "62% of that bound" in text and "goal" not in text.lower()
+    assert "failed the task-level check" not in text
+    text = " ".join(report.target_sentences(rows, runs, {"int8": 800.0}, rows[1], rows[0]))
+    assert "failed the task-level check" in text and f"**{base}**" in text
+    assert "62% of this CPU's int8 ceiling" in text and "nan" not in text
+    no_vnni = [rows[0], {**rows[1], "pct_of_ceiling": float("nan")}]  # no int8 ceiling
+    text = " ".join(report.target_sentences(no_vnni, runs, {"fp32": 200.0}, no_vnni[1]))
+    assert "no int8 ceiling measured on this CPU" in text and "nan" not in text
+    assert "fp32 eager runs at 50% of this CPU's fp32 ceiling" in text
+
+
+def test_preprocess_and_ablation_sentences_follow_the_numbers():
+    folded = report.preprocess_sentence({"exported": {"Conv": 20}, "pre-processed": {"Conv": 20}})
+    assert "had already folded" in folded
+    fold = report.preprocess_sentence(
+        {"exported": {"Conv": 20, "BatchNormalization": 20}, "pre-processed": {"Conv": 20}}
+    )
+    assert "folded 20 of them" in fold
+    rows = [
+        {"calibration images": n, "weights": w, "mean cosine": c, "nearest own": 1.0}
+        for n, w, c in ((1, "per-channel", 0.7), (32, "per-channel", 0.9), (32, "per-tensor", 0.8))
+    ]
+    assert "closer to fp32 than per-tensor" in report.ablation_sentence(rows)
+    rows[2]["mean cosine"] = 0.95
+    assert "further from fp32" in report.ablation_sentence(rows)
+
+
+def test_a_missing_ceiling_is_said_not_printed_as_nan():
+    """A CPU without 8-bit dot products has no int8 ceiling: the sentence says so."""
+    assert report.ceiling_share({"precision": "int8", "pct_of_ceiling": 45.2}) == (
+        "45% of this CPU's int8 ceiling"
+    )
+    for row in ({"precision": "int8", "pct_of_ceiling": float("nan")}, {"precision": "int8"}):
+        assert report.ceiling_share(row) == "no int8 ceiling measured on this CPU"
