@@ -329,7 +329,8 @@ def run_serial(model, job, *, threads=None):
             s = time.time()
             x = job.load(idx)  # the model waits while we load...
             m = time.time()
-            outputs[b] = job.stage(model, x, job.device)  # ...and the loader while it runs
+            # ...and the loader while the model runs
+            outputs[b] = job.stage(model, x, job.device)
             e = time.time()
             events += [
                 StageEvent("main", "load", b, s, m),
