@@ -61,7 +61,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("03_dynamic_to_static", "1.00x"): "the A/A control's expected value, not a measurement",
     ("04_pruning", "1.00x"): "the value a step's spread must hold to be inconclusive",
     ("04_pruning", "1.5x"): "arithmetic: removing one of three units of work is at most 3/2",
-    ("08_int8_quantization", "3x"): "arithmetic: 3.6 PFLOP is about 3x a FLOP count it quotes",
+    ("08_int8_quantization", "3x"): "a FLOP count: a training step is about 3x the forward",
 }
 
 
