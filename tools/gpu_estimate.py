@@ -692,7 +692,7 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
             f"{max(r.get('load_max', 0) for r in rows.values()):.1f}): "
             f"{sum(r['passed'] for r in rows.values())} pass"
             + (f"; not run there: {', '.join(missing)}" if missing else "")
-            + ". Over the chapters both CPUs passed, it took "
+            + f". Over the chapters that passed on both CPU 1 and CPU {n}, it took "
             f"{sum(rows[k]['wall_s'] for k in both) / 60:.0f} minutes against "
             f"{sum(run['chapters'][k]['wall_s'] for k in both) / 60:.0f} on CPU 1, from "
             f"{min(ratio.values()):.1f}x to {max(ratio.values()):.1f}x CPU 1's time per "

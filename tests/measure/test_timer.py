@@ -23,7 +23,7 @@ from helpers.measure.timer import (
     time_calls,
     time_loop,
 )
-from helpers.show.table import compare_rows
+from helpers.show.table import CORES_BUSY, compare_rows
 
 
 def _ms(values):
@@ -272,12 +272,12 @@ def test_benchmark_records_cores_used_and_load(monkeypatch, fake_machine):
     assert m.cpu_s == pytest.approx(1.0) and m.wall_s == pytest.approx(0.5)
     assert m.cores_used == pytest.approx(2.0) and m.threads == 2 and m.device == "cpu"
     assert m.contended is True and m.load.others_cores == pytest.approx(0.5)
-    assert "2.00 cores used" in str(m) and "CONTENDED" in str(m)
+    assert "2.00 cores busy (computing or spinning)" in str(m) and "CONTENDED" in str(m)
     d = m.as_dict()
     assert d["cores_used"] == pytest.approx(2.0) and d["contended"] is True
     row = compare_rows([m])[0]
     assert row["machine"] == "CONTENDED" and row["threads"] == 2 and row["device"] == "cpu"
-    assert row["cores_used"] == "2.00"
+    assert row[CORES_BUSY] == "2.00"
 
 
 def test_benchmark_interleaved_cpu_time_per_variant(monkeypatch, fake_machine):

@@ -21,7 +21,7 @@ def test_compare_table_contains_labels_and_speedups():
         "label",
         "device",
         "threads",
-        "cores_used",
+        "cores busy (computing or spinning)",
         "runs",
         "p50_ms",
         "p99_ms",
@@ -56,7 +56,11 @@ def test_measurement_without_load_shows_unknowns():
     m = Measurement("m", [0.01] * 4)
     assert m.cores_used is None and m.contended is None
     row = compare_rows([m])[0]
-    assert row["machine"] == "?" and row["cores_used"] == "?" and row["device"] == "?"
+    assert (
+        row["machine"] == "?"
+        and row["cores busy (computing or spinning)"] == "?"
+        and row["device"] == "?"
+    )
     m.meta.update(device="cuda:0", threads=4)  # runtimes.Runner puts them in meta
     row = compare_rows([m])[0]
     assert row["device"] == "cuda:0" and row["threads"] == 4

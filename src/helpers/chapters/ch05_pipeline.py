@@ -8,7 +8,7 @@ lock, :func:`case_study_worker`; ``with_lock=False`` runs the replicas control,
 :func:`replica_worker`) and :func:`run_dataloader` (``DataLoader`` workers prefetching). They live
 in a module because a ``forkserver`` worker imports its target function. Here too: the work
 (:class:`Job`), the timeline (:class:`StageEvent`, :class:`PipelineRun`), the ``DataLoader``'s
-dataset and worker start-up, and :func:`speedup_table`. Timestamps are ``time.time()`` (one clock
+dataset and worker start-up. Timestamps are ``time.time()`` (one clock
 for all processes of the machine); the process plumbing is :mod:`helpers.core.worker_pool`.
 """
 
@@ -42,7 +42,6 @@ __all__ = [
     "JpegDataset",
     "start_loader_workers",
     "stopping_workers",
-    "speedup_table",
     "run_serial",
     "case_study_worker",
     "run_two_process",
@@ -317,24 +316,6 @@ def stopping_workers(loader: DataLoader) -> Iterator[DataLoader]:
             loader._iterator._shutdown_workers()
 
 
-def speedup_table(
-    runs: Sequence[PipelineRun], baseline: PipelineRun | None = None
-) -> list[dict[str, Any]]:
-    """Rows (run, images/s, speedup vs ``baseline`` (default: the first), infer-stage busy share)."""
-    if not runs:
-        raise ValueError("no runs to tabulate")
-    base = baseline or runs[0]
-    return [
-        {
-            "run": r.name,
-            "images_per_s": r.throughput,
-            "speedup": r.throughput / base.throughput,
-            "model_busy": f"{min(1.0, r.busy_fraction('infer')):.0%}",
-        }
-        for r in runs
-    ]
-
-
 # ---- saved from notebooks/05_parallelism.ipynb by tools/save_cells.py: edit it there ----
 def run_serial(model, job, *, threads=None):
     """Load a batch, run the model stage (job.stage, on job.device), repeat."""
@@ -348,7 +329,8 @@ def run_serial(model, job, *, threads=None):
             s = time.time()
             x = job.load(idx)  # the model waits while we load...
             m = time.time()
-            outputs[b] = job.stage(model, x, job.device)  # ...and the loader while it runs
+            # ...and the loader while the model runs
+            outputs[b] = job.stage(model, x, job.device)
             e = time.time()
             events += [
                 StageEvent("main", "load", b, s, m),

@@ -2,7 +2,7 @@
 
 Shaped like ``torch.utils.benchmark``'s ``Measurement``: it leads with the median and p99, warns
 when the spread is large (:data:`SPREAD_WARNING`, the same 10% as torch), and knows where it ran
-(device, threads given, cores really used, the machine's load). :func:`paired_ratio` turns two
+(device, threads given, cores busy computing or spinning, the machine's load). :func:`paired_ratio` turns two
 measurements of one interleaved run into a speedup with the spread of its per-round ratios.
 """
 
@@ -71,10 +71,11 @@ class Measurement:
 
     @property
     def cores_used(self) -> float | None:
-        """Cores this process really kept busy while timed: CPU seconds / wall seconds (None: unknown).
+        """Cores this process kept busy while timed: CPU seconds / wall seconds (None: unknown).
 
-        On a CPU this is the parallelism the framework achieved, whatever it was asked for: 2.0 for
-        two threads that both computed all the time, 1.0 for one. (On a GPU it is the host side only.)
+        Busy computing *or spinning*: 2.0 for two threads that were on a core all the time, 1.0 for
+        one, whether they multiplied numbers or polled for work (a runtime that spins waiting counts
+        as busy). It is not the parallelism achieved. (On a GPU it is the host side only.)
         """
         if self.cpu_s is None or not self.wall_s:
             return None
@@ -203,12 +204,16 @@ class Measurement:
         return out
 
     def where(self) -> str:
-        """One line: device, threads given, cores really used, and the machine's load."""
+        """One line: device, threads given, cores busy (computing or spinning), and the machine's load."""
         cores = self.cores_used
         parts = [
             f"device {self.device or '?'}",
             f"{self.threads if self.threads is not None else '?'} thread(s) given",
-            f"{cores:.2f} cores used" if cores is not None else "cores used unknown",
+            (
+                f"{cores:.2f} cores busy (computing or spinning)"
+                if cores is not None
+                else "cores busy unknown"
+            ),
         ]
         if self.load is not None:
             parts.append(self.load.describe())

@@ -110,7 +110,7 @@ def benchmark(
     the peak increase of this process's resident memory (sampled, so an approximation).
     ``threads`` is what the framework was given (default: read from PyTorch or OneFlow,
     :func:`framework_threads`); ``device`` where it runs. The measurement also records this
-    process's CPU time over the timed calls (``cores_used``) and the machine's load
+    process's CPU time over the timed calls (``cores_used``: cores busy, computing or spinning) and the machine's load
     (:class:`MachineLoad`, ``contended``).
     """
     if not callable(fn):

@@ -13,7 +13,11 @@ from typing import Any
 
 from helpers.measure.measurement import Measurement, paired_ratio, speedup
 
-__all__ = ["Table", "ShowsAsTable", "compare_rows", "compare_table", "paired_table"]
+__all__ = ["CORES_BUSY", "Table", "ShowsAsTable", "compare_rows", "compare_table", "paired_table"]
+
+# The column of ``Measurement.cores_used``: CPU time over wall time counts a thread that polls for
+# work as busy, so it says how many cores were busy, not how many computed.
+CORES_BUSY = "cores busy (computing or spinning)"
 
 # Below this many columns of text a table fits the book's code column (about 88 characters); the
 # HTML form wraps its headers and cells instead of scrolling sideways.
@@ -158,7 +162,7 @@ def compare_rows(
     """One dict per measurement: runs, p50/p99 ms, IQR (% of p50), items/s and speedup against ``baseline``.
 
     Each row also names its device and threads (from the measurement, else its ``meta``; '?' when
-    unknown), the cores it really used, and ``machine``: 'CONTENDED' when other processes took
+    unknown), the cores it kept busy (:data:`CORES_BUSY`: computing or spinning), and ``machine``: 'CONTENDED' when other processes took
     CPU time while it ran (:data:`CONTENDED_SHARE`), 'quiet', or '?'. ``baseline`` defaults to
     the first measurement.
     """
@@ -178,7 +182,7 @@ def compare_rows(
             "label": m.label,
             "device": m.device or m.meta.get("device", "?"),
             "threads": threads(m),
-            "cores_used": cores(m),
+            CORES_BUSY: cores(m),
             "runs": len(m.times_s),
             "p50_ms": m.median * 1e3,
             "p99_ms": m.p99 * 1e3,
