@@ -122,9 +122,9 @@ def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
     ]
     text = " ".join(report.target_sentences(rows, runs, {"int8": 800.0}, rows[1]))
     assert "8.0x eager" in text and "62% of that bound" in text and "goal" not in text.lower()
-    assert "failed the task-level check" not in text
+    assert "failed the INT8 rule" not in text
     text = " ".join(report.target_sentences(rows, runs, {"int8": 800.0}, rows[1], rows[0]))
-    assert "failed the task-level check" in text and f"**{base}**" in text
+    assert "failed the INT8 rule" in text and f"**{base}**" in text
     assert "62% of this CPU's int8 ceiling" in text and "nan" not in text
     no_vnni = [rows[0], {**rows[1], "pct_of_ceiling": float("nan")}]  # no int8 ceiling
     text = " ".join(report.target_sentences(no_vnni, runs, {"fp32": 200.0}, no_vnni[1]))

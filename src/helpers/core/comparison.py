@@ -7,7 +7,10 @@ that can fail:
   float32 for equality claims: ``mode="fp32"``), reporting how much of the bound was used;
 - :func:`assert_task_level`: for reduced precision (TF32, bf16, fp16, int8), where an
   elementwise bound on a whole network is as large as its outputs: each row nearest its own
-  reference, decisions the precision cannot flip kept, and two controls that must fail.
+  reference, decisions the precision cannot flip kept, and two controls that must fail;
+- :func:`assert_classifier_logits`: the course's one rule for a classifier's reduced-precision
+  logits (chapters 8 and 10, ``tools/bench_cpu_deploy.py``): the task level by class, plus
+  held-out accuracy within a stated drop.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "bound_used",
     "TaskCheck",
     "assert_task_level",
+    "assert_classifier_logits",
     "rowwise_cosine",
     "nearest_neighbour_agreement",
     "max_cross_cosine",
@@ -287,6 +291,7 @@ class TaskCheck:
     top1: float | None  # logits: top-1 agreement over all rows (shown, not required)
     controls: dict[str, float]  # a control's nearest-own fraction (each must fail the check)
     by_class: bool = False  # nearest a reference of its own class (logits of a trained model)
+    accuracy_drop: float | None = None  # points of held-out accuracy lost (classifier rule)
 
     def __str__(self) -> str:
         own = "a reference of its class" if self.by_class else "its own reference"
@@ -300,6 +305,8 @@ class TaskCheck:
             parts.append("no row decided beyond the error bound: top-1 not checked")
         if self.top1 is not None:
             parts.append(f"top-1 agreement {self.top1:.0%} overall")
+        if self.accuracy_drop is not None:
+            parts.append(f"accuracy {0.0 - self.accuracy_drop:+.2f} points vs reference")
         ctl = ", ".join(f"{k} {v:.0%}" for k, v in self.controls.items())
         text = "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
         return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
@@ -413,3 +420,41 @@ def assert_task_level(
         controls=controls,
         by_class=by_class,
     )
+
+
+def assert_classifier_logits(
+    candidate: Any,
+    reference: Any,
+    labels: Any = None,
+    *,
+    mode: str,
+    network: str | None = None,
+    max_drop: float = 0.02,
+    name: str = "logits",
+) -> TaskCheck:
+    """The course's one rule for a classifier's reduced-precision logits (INT8, bf16, TF32).
+
+    Used by chapters 8 and 10 and ``tools/bench_cpu_deploy.py``: :func:`assert_task_level` with
+    ``logits=True, by_class=True`` (each row nearest a reference row of its own class, every
+    decision the precision cannot flip kept, the negated and shifted controls failing), and,
+    where ``labels`` are given, held-out accuracy at most ``max_drop`` (a fraction) below the
+    reference's. By class, not by image: a trained classifier gives the images of one class
+    nearly the same logits, so which of them a rounded row lands nearest is not the task.
+    """
+    drop = None
+    if labels is not None:
+        y = to_numpy(labels).reshape(-1)
+        x, r = to_numpy(candidate), to_numpy(reference)
+        if len(y) != len(x) or len(x) != len(r):
+            raise ValueError(f"{len(y)} labels for {len(x)} rows and {len(r)} reference rows")
+        drop = 100 * float(np.mean(r.argmax(1) == y) - np.mean(x.argmax(1) == y))
+        if drop > 100 * max_drop:
+            raise AssertionError(
+                f"{name} fail the task-level check: held-out accuracy {drop:.2f} points below "
+                f"the reference (at most {100 * max_drop:g} allowed)"
+            )
+    check = assert_task_level(
+        candidate, reference, mode=mode, logits=True, by_class=True, network=network, name=name
+    )
+    check.accuracy_drop = drop
+    return check
