@@ -30,6 +30,7 @@ __all__ = [
     "embedder_table",
     "ablation_sentence",
     "embedder_speed_sentences",
+    "wait_policy_sentences",
     "summary_table",
 ]
 
@@ -184,7 +185,9 @@ def checks_table(
             )
             continue
         r = task_row(checks[name], acc[name], acc[base])
-        own = "nearest own class" if checks[name].by_class else "nearest own"
+        c = checks[name]
+        own = "nearest own" + (" class" if c.by_class else "")
+        own = ("decided rows " + own) if c.decided_only else own
         check = (
             f"passes ({r['mode']}): {own} {r['nearest own']}, decided rows kept "
             f"{r.get('decided rows kept', '-')}, top-1 agreement {r.get('top-1 agreement', '-')}; "
@@ -286,6 +289,41 @@ def small_model_sentences(
         "INT8 speeds up."
     )
     return out
+
+
+def wait_policy_sentences(
+    timed: Mapping[int, tuple[list, dict]],
+    runtime: str,
+    policy: str,
+    *,
+    one: str = "PyTorch eager fp32, 1 thread",
+    base: str = "PyTorch eager fp32",
+) -> list[str]:
+    """Which wait policy each side ran under, and ``runtime`` over PyTorch on both thread counts.
+
+    ``one`` is PyTorch on one thread, where no thread waits (chapter 7's rule); absent (a one-core
+    machine), only the policy is stated.
+    """
+    b1 = min(timed)
+    if one not in timed[b1][1]:
+        return [f"Wait policy: {policy}."]
+    n = next(r["threads"] for r in timed[b1][0] if r["variant"] == base)
+    cost = ", ".join(
+        f"{paired_ratio(runs[base], runs[one]).verdict()} at batch {b}"
+        for b, (_, runs) in sorted(timed.items())
+    )
+    lead = "; ".join(
+        f"at batch {b}, {paired_ratio(runs[base], runs[runtime]).short} over PyTorch on {n} "
+        f"threads and {paired_ratio(runs[one], runs[runtime]).short} over PyTorch on one"
+        for b, (_, runs) in sorted(timed.items())
+    )
+    return [
+        f"Wait policy: {policy}. PyTorch eager on one thread, where no thread ever waits, "
+        f"against the same PyTorch on {n} threads under that policy: {cost}.",
+        f"{runtime} against PyTorch (median, per-round IQR): {lead}. Chapter 7 gives every "
+        "framework PyTorch's fastest thread count; where one thread is it, the second figure "
+        "is the one to compare with chapter 7's.",
+    ]
 
 
 def ceiling_share(row: Mapping[str, Any]) -> str:
