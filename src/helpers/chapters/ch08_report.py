@@ -70,7 +70,7 @@ def variants_table(
             "s / batch": r["median_s"],
             "IQR": f"{r['p25_s']:.3f}-{r['p75_s']:.3f}",
             "vs eager": r["vs_eager"],
-            "cores used": r.get("cores_used"),
+            "cores busy (computing or spinning)": r.get("cores_used"),
         }
         if "pct_of_ceiling" in r:
             row["% of own ceiling"] = r["pct_of_ceiling"] if r["ceiling_gops"] else None
@@ -235,14 +235,16 @@ def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Tab
             row[f"batch {b}: images/s"] = m.throughput
             row[f"batch {b}: IQR"] = f"{100 * m.relative_iqr:.0f}%"
         last = timed[batches[-1]][1][name]
-        row["cores used"] = None if last.cores_used is None else round(last.cores_used, 2)
+        row["cores busy (computing or spinning)"] = (
+            None if last.cores_used is None else round(last.cores_used, 2)
+        )
         rows.append(row)
     threads = {r["threads"] for r in first_rows}
     contended = any(m.contended for _, runs in timed.values() for m in runs.values())
     return Table(
         rows,
         floatfmt=".0f",
-        formats={"cores used": ".2f"},
+        formats={"cores busy (computing or spinning)": ".2f"},
         title=f"{title}, {'/'.join(map(str, sorted(threads)))} threads, interleaved rounds"
         + (" (CONTENDED: other processes shared the cores)" if contended else ""),
     )
