@@ -24,6 +24,14 @@ def test_journey_rows_multiply_measured_and_reported():
     assert 20 < expected < 23  # the case study's "about 21x"
 
 
+def test_journey_row_says_when_its_record_is_a_ratio_across_processes():
+    statistic = "ratio of medians across processes (no interval)"
+    records = [dict(r, statistic=statistic) if "compile" in r["name"] else r for r in FULL]
+    rows = ladder.journey_rows(records)
+    assert rows[-1]["step"].endswith("(medians across processes)")
+    assert not any("across" in r["step"] for r in ladder.journey_rows(FULL))
+
+
 def test_reported_cumulative_is_the_articles_21_beside_its_factors_22():
     """Both figures are the article's: its "about 21x" and its step factors' product, 22.0x."""
     from helpers.record.reported import RESNET101_ONEFLOW as R

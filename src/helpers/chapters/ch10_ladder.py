@@ -602,7 +602,8 @@ def journey_rows(
 
     A step without a ledger record has ``measured=None`` and is skipped in the measured
     cumulative product (the row says which chapter to run). Each row names the ``device`` and
-    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say.
+    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say; a step
+    whose record is a ratio of medians across processes (chapter 6's chain) says so.
     """
     if not steps:
         raise ValueError("no steps given")
@@ -623,9 +624,10 @@ def journey_rows(
             cum_m = value if cum_m is None else cum_m * value
         if s.reported is not None:
             cum_r *= s.reported
+        across = rec is not None and "across processes" in str(rec.get("statistic", ""))
         rows.append(
             {
-                "step": s.label,
+                "step": s.label + (" (medians across processes)" if across else ""),
                 "device": _meta(meta, "device"),
                 "precision": _meta(meta, "precision"),
                 "measured": value,
