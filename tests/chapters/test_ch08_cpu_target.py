@@ -51,6 +51,23 @@ def test_each_variant_states_the_threads_its_runtime_has(tiny, torch_mod):
         torch_mod.set_num_threads(saved)
 
 
+def test_one_thread_control_runs_on_one_thread_and_restores_the_count(tiny, torch_mod):
+    """The one-thread PyTorch row: one thread inside each call, the process's count after it,
+    and the same logits as the baseline."""
+    model, _, x, _ = tiny
+    saved = torch_mod.get_num_threads()
+    try:
+        base = cpu_target.torch_variants(model, 2)["PyTorch eager fp32"]
+        seen = []
+        one = cpu_target.torch_one_thread(model)
+        model.register_forward_pre_hook(lambda *_: seen.append(torch_mod.get_num_threads()))
+        np.testing.assert_allclose(one.call(x), base.call(x), rtol=1e-5, atol=1e-6)
+        assert seen[0] == 1 and torch_mod.get_num_threads() == 2
+        assert (one.label, one.threads, one.framework) == (cpu_target.ONE_THREAD, 1, "torch")
+    finally:
+        torch_mod.set_num_threads(saved)
+
+
 def test_openvino_variant_rejects_bad_settings(tiny):
     _, path, _, _ = tiny
     with pytest.raises(ValueError, match="streams"):

@@ -93,6 +93,22 @@ def test_small_model_sentences_say_inconclusive_when_the_interval_holds_one():
     assert "inconclusive" in text and "4.00x faster at batch 8" in text  # batch 1 holds 1
 
 
+def test_wait_policy_sentences_give_the_runtime_over_both_pytorch_rows():
+    """The one-thread PyTorch control: its cost under the policy, and the runtime's lead over
+    PyTorch on both thread counts; without the control only the policy is stated."""
+    base, one, ort = "PyTorch eager fp32", "PyTorch eager fp32, 1 thread", "ORT fp32"
+    calls = {
+        1: {base: [8e-3] * 5, one: [2e-3] * 5, ort: [1e-3] * 5},
+        8: {base: [16e-3] * 5, one: [16e-3, 15e-3, 17e-3, 16e-3, 16e-3], ort: [4e-3] * 5},
+    }
+    text = " ".join(report.wait_policy_sentences(_timed(calls), ort, "PASSIVE"))
+    assert text.startswith("Wait policy: PASSIVE.") and "on 2 threads" in text
+    assert "4.00x faster at batch 1" in text and "inconclusive" in text
+    assert "8.00x (8.00-8.00) over PyTorch on 2 threads and 2.00x" in text
+    no_control = {b: {base: c[base], ort: c[ort]} for b, c in calls.items()}
+    assert report.wait_policy_sentences(_timed(no_control), ort, "X") == ["Wait policy: X."]
+
+
 def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
     base, best = "PyTorch eager fp32", "OpenVINO int8 (NNCF)"
     runs = {base: _m(base, [1.0, 1.1, 0.9]), best: _m(best, [0.2, 0.21, 0.19])}
@@ -122,9 +138,9 @@ def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
     ]
     text = " ".join(report.target_sentences(rows, runs, {"int8": 800.0}, rows[1]))
     assert "8.0x eager" in text and "62% of that bound" in text and "goal" not in text.lower()
-    assert "failed the task-level check" not in text
+    assert "failed the INT8 rule" not in text
     text = " ".join(report.target_sentences(rows, runs, {"int8": 800.0}, rows[1], rows[0]))
-    assert "failed the task-level check" in text and f"**{base}**" in text
+    assert "failed the INT8 rule" in text and f"**{base}**" in text
     assert "62% of this CPU's int8 ceiling" in text and "nan" not in text
     no_vnni = [rows[0], {**rows[1], "pct_of_ceiling": float("nan")}]  # no int8 ceiling
     text = " ".join(report.target_sentences(no_vnni, runs, {"fp32": 200.0}, no_vnni[1]))

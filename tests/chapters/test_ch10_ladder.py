@@ -24,6 +24,14 @@ def test_journey_rows_multiply_measured_and_reported():
     assert 20 < expected < 23  # the case study's "about 21x"
 
 
+def test_journey_row_says_when_its_record_is_a_ratio_across_processes():
+    statistic = "ratio of medians across processes (no interval)"
+    records = [dict(r, statistic=statistic) if "compile" in r["name"] else r for r in FULL]
+    rows = ladder.journey_rows(records)
+    assert rows[-1]["step"].endswith("(medians across processes)")
+    assert not any("across" in r["step"] for r in ladder.journey_rows(FULL))
+
+
 def test_reported_cumulative_is_the_articles_21_beside_its_factors_22():
     """Both figures are the article's: its "about 21x" and its step factors' product, 22.0x."""
     from helpers.record.reported import RESNET101_ONEFLOW as R
@@ -120,3 +128,20 @@ def test_the_page_names_what_failed_its_check():
     assert any("fails its check" in line for line in ladder.dropped_lines(climb(check=check)))
     lad = climb(check=lambda label, s, base: "wrong" if s.get("int8") else None)
     assert "fastest that passed its check was forward only" in ladder.ladder_guide(lad, "cpu")[-1]
+
+
+def test_order_sentence_names_the_factor_the_order_moved():
+    """Exercise 1's answer: both orders' factors with their intervals, and which one moved."""
+    from helpers.measure.measurement import Measurement
+
+    def m(label, t):
+        return Measurement(label, [t * f for f in (1.0, 1.02, 0.98, 1.01, 0.99)], items=1)
+
+    runs = {"pruned": m("p", 8.0), "+ batching": m("b", 2.0), "+ precision": m("l", 2.0)}
+    runs["+ both"] = m("both", 1.0)
+    text = ladder.order_sentence(runs)
+    assert "batching 4.00x" in text and "then precision 2.00x" in text
+    assert "The batching and precision factor changed with the order" in text
+    assert "the products are 8.00x and 8.00x" in text
+    runs["+ precision"] = m("l", 4.0)  # now each factor is the same in both orders
+    assert "No factor moved" in ladder.order_sentence(runs)

@@ -7,6 +7,7 @@ import pytest
 
 from helpers.core import precision
 from helpers.core.comparison import (
+    assert_classifier_logits,
     assert_outputs_close,
     assert_task_level,
     bound_used,
@@ -295,6 +296,42 @@ def test_task_level_by_class_for_a_trained_classifier():
         assert_task_level(one_class, one_class, mode="int8", logits=True, by_class=True)
     with pytest.raises(ValueError, match="logits=True"):
         assert_task_level(got, ref, mode="int8", by_class=True)
+
+
+def test_classifier_logits_rule_is_by_class_plus_accuracy():
+    """The one rule for a classifier's reduced-precision logits: by class on the decided rows,
+    decided top-1 kept, held-out accuracy within the stated drop; a row on a class boundary may
+    land on either side; a drop beyond the bound fails with the points."""
+    rng = np.random.default_rng(0)
+    ref = np.repeat(6.0 * np.eye(8), 4, axis=0) + 1e-4 * rng.normal(size=(32, 8))
+    got = ref + 1e-3 * rng.normal(size=ref.shape)  # swaps rows inside a class only
+    labels = np.repeat(np.arange(8), 4)
+    kw = dict(mode="int8", network="resnet18")
+    check = assert_classifier_logits(got, ref, labels, **kw)
+    assert check.by_class and check.decided_only and check.accuracy_drop == 0.0
+    assert "+0.00 points" in str(check) and "each decided row" in str(check)
+    assert assert_classifier_logits(got, ref, **kw).accuracy_drop is None
+    wrong = labels.copy()
+    wrong[:2] = 7  # the reference now misses two images; the candidate misses them too
+    assert assert_classifier_logits(got, ref, wrong, **kw).accuracy_drop == 0.0
+    worse = got.copy()
+    worse[0] = ref[4]  # image 0 of class 0 answered as class 1: a flipped decision
+    with pytest.raises(AssertionError, match="accuracy 3.12 points below"):
+        assert_classifier_logits(worse, ref, labels, max_drop=0.02, **kw)
+    with pytest.raises(AssertionError, match="top-1 changed on 1 of 32"):
+        assert_classifier_logits(worse, ref, labels, max_drop=0.05, **kw)
+    edge_ref = ref.copy()
+    edge_ref[0, :2] = [3.0, 2.99]  # image 0 on the boundary of classes 0 and 1: undecided
+    edge = got.copy()
+    edge[0] = edge_ref[4]  # it lands in class 1: counted, not required
+    check = assert_classifier_logits(edge, edge_ref, max_drop=0.05, **kw)
+    assert check.decided == 31 and check.nearest_own == 1.0 and check.nearest_own_all < 1.0
+    with pytest.raises(AssertionError, match="nearest a reference of their own class"):
+        assert_task_level(edge, edge_ref, logits=True, by_class=True, **kw)
+    with pytest.raises(ValueError, match="labels"):
+        assert_classifier_logits(got, ref, labels[:3], **kw)
+    with pytest.raises(ValueError, match="by_class"):
+        assert_task_level(got, ref, logits=True, decided_only=True, **kw)
 
 
 def test_an_actual_below_the_expected_fails_like_one_above():

@@ -130,6 +130,15 @@ def test_a_ratio_whose_interval_holds_one_is_inconclusive():
     assert paired_ratio(fast, base).verdict() == "0.50x slower"
 
 
+def test_two_ratios_are_apart_only_when_their_intervals_do_not_meet():
+    base = Measurement("base", [0.010, 0.011, 0.010, 0.012, 0.010], items=1)
+    same = Measurement("same", [0.011, 0.010, 0.010, 0.010, 0.011], items=1)
+    fast = Measurement("fast", [0.005, 0.006, 0.005, 0.006, 0.005], items=1)
+    noise, gain = paired_ratio(base, same), paired_ratio(base, fast)
+    assert gain.apart_from(noise) and noise.apart_from(gain)
+    assert not noise.apart_from(noise)
+
+
 def test_an_interval_that_reaches_one_holds_one():
     """Catches M12 (``conclusive`` with ``>=``/``<=``): a per-round interval that starts or ends
     exactly at 1.00 holds 1, so the ratio is inconclusive."""

@@ -28,7 +28,7 @@ import numpy as np
 import openvino as ov
 
 from helpers.core.checks import check_int
-from helpers.core.threads import WAIT_POLICY_ENV, threads_spin
+from helpers.core.threads import WAIT_POLICY_ENV, threads_spin, torch_threads
 from helpers.deploy.quantization import check_calibration
 from helpers.measure.measurement import Measurement, paired_ratio
 from helpers.measure.timer import benchmark_interleaved
@@ -37,6 +37,8 @@ __all__ = [
     "VARIANTS",
     "Variant",
     "torch_variants",
+    "ONE_THREAD",
+    "torch_one_thread",
     "ort_variant",
     "openvino_variant",
     "nncf_quantize",
@@ -119,6 +121,27 @@ def torch_variants(model: Any, threads: int) -> dict[str, Variant]:
             settings={"autocast": "bfloat16", "memory_format": "channels_last"},
         ),
     }
+
+
+ONE_THREAD = "PyTorch eager fp32, 1 thread"  # chapter 7's control: no thread ever waits
+
+
+def torch_one_thread(model: Any) -> Variant:
+    """fp32 eager PyTorch on one thread for each call (the process keeps its own count).
+
+    A control row beside :func:`torch_variants`' baseline: on one thread no worker waits, so no
+    wait policy applies (chapter 7's thread rule), and the two rows show what the threads and
+    their policy cost PyTorch here.
+    """
+    import torch
+
+    net = model.eval()
+
+    def eager(x: np.ndarray) -> np.ndarray:
+        with torch_threads(1), torch.inference_mode():
+            return net(torch.from_numpy(x)).numpy()
+
+    return Variant(ONE_THREAD, "PyTorch eager", "fp32", 1, eager, framework="torch")
 
 
 def ort_variant(
@@ -432,7 +455,8 @@ def openvino_streams(compiled: Any, streams: int) -> Callable[[np.ndarray], np.n
         x = np.ascontiguousarray(x, dtype=np.float32)
         parts = np.array_split(x, min(streams, len(x)))
         results.clear()
-        for i, part in enumerate(parts):  # start_async returns at once; a stream computes
+        # start_async returns at once; a stream computes
+        for i, part in enumerate(parts):
             queue.start_async({0: part}, userdata=i)
         queue.wait_all()
         return np.concatenate([results[i] for i in range(len(parts))])

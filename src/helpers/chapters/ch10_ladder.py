@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers.measure.ladder import Ladder
-from helpers.measure.measurement import RatioSummary
+from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 from helpers.record.ledger_names import JOURNEY
 from helpers.record.reported import RESNET101_ONEFLOW
 
@@ -39,6 +39,7 @@ __all__ = [
     "answer",
     "serve_onnx",
     "served_reason",
+    "order_sentence",
     "REPORTED",
     "ladder_table",
     "plot_ladder",
@@ -218,6 +219,33 @@ REPORTED: dict[str, float] = {
     "precision": RESNET101_ONEFLOW["amp"],
     "compiler": RESNET101_ONEFLOW["compile_total"] / RESNET101_ONEFLOW["amp"],
 }
+
+
+def order_sentence(runs: Mapping[str, Measurement]) -> str:
+    """Exercise 1's answer: precision and batching in the ladder's order and swapped.
+
+    ``runs``: one interleaved run of ``pruned``, ``+ batching``, ``+ precision``, ``+ both``.
+    """
+
+    def r(a: str, b: str) -> RatioSummary:
+        return paired_ratio(runs[a], runs[b])
+
+    ladder = {"batching": r("pruned", "+ batching"), "precision": r("+ batching", "+ both")}
+    swap = {"precision": r("pruned", "+ precision"), "batching": r("+ precision", "+ both")}
+    moved = [k for k in ladder if ladder[k].apart_from(swap[k])]
+    prod = [o["batching"].median * o["precision"].median for o in (ladder, swap)]
+    return (
+        f"The ladder's order: batching {ladder['batching'].short}, then precision "
+        f"{ladder['precision'].short}; swapped: precision {swap['precision'].short}, then "
+        f"batching {swap['batching'].short}. "
+        + (
+            f"The {' and '.join(moved)} factor changed with the order, beyond both intervals"
+            if moved
+            else "No factor moved beyond its intervals"
+        )
+        + f"; the products are {prod[0]:.2f}x and {prod[1]:.2f}x, and both orders end on one "
+        f"timed path, {r('pruned', '+ both').short} over pruned."
+    )
 
 
 def _interval(ratio: RatioSummary) -> str:
@@ -574,7 +602,8 @@ def journey_rows(
 
     A step without a ledger record has ``measured=None`` and is skipped in the measured
     cumulative product (the row says which chapter to run). Each row names the ``device`` and
-    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say.
+    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say; a step
+    whose record is a ratio of medians across processes (chapter 6's chain) says so.
     """
     if not steps:
         raise ValueError("no steps given")
@@ -595,9 +624,10 @@ def journey_rows(
             cum_m = value if cum_m is None else cum_m * value
         if s.reported is not None:
             cum_r *= s.reported
+        across = rec is not None and "across processes" in str(rec.get("statistic", ""))
         rows.append(
             {
-                "step": s.label,
+                "step": s.label + (" (medians across processes)" if across else ""),
                 "device": _meta(meta, "device"),
                 "precision": _meta(meta, "precision"),
                 "measured": value,

@@ -7,7 +7,10 @@ that can fail:
   float32 for equality claims: ``mode="fp32"``), reporting how much of the bound was used;
 - :func:`assert_task_level`: for reduced precision (TF32, bf16, fp16, int8), where an
   elementwise bound on a whole network is as large as its outputs: each row nearest its own
-  reference, decisions the precision cannot flip kept, and two controls that must fail.
+  reference, decisions the precision cannot flip kept, and two controls that must fail;
+- :func:`assert_classifier_logits`: the course's one rule for a classifier's reduced-precision
+  logits (chapters 8 and 10, ``tools/bench_cpu_deploy.py``): the task level by class, plus
+  held-out accuracy within a stated drop.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "bound_used",
     "TaskCheck",
     "assert_task_level",
+    "assert_classifier_logits",
     "rowwise_cosine",
     "nearest_neighbour_agreement",
     "max_cross_cosine",
@@ -287,12 +291,17 @@ class TaskCheck:
     top1: float | None  # logits: top-1 agreement over all rows (shown, not required)
     controls: dict[str, float]  # a control's nearest-own fraction (each must fail the check)
     by_class: bool = False  # nearest a reference of its own class (logits of a trained model)
+    accuracy_drop: float | None = None  # points of held-out accuracy lost (classifier rule)
+    decided_only: bool = False  # nearest-own required of the decided rows only
+    nearest_own_all: float | None = None  # with decided_only: the fraction over every row
 
     def __str__(self) -> str:
         own = "a reference of its class" if self.by_class else "its own reference"
+        which = "decided row" if self.decided_only else "row"
+        every = "" if self.nearest_own_all is None else f" (every row {self.nearest_own_all:.0%})"
         parts = [
-            f"{self.name} ({self.mode}, {self.rows} rows): each row nearest {own} "
-            f"{self.nearest_own:.0%}, lowest cosine {self.min_cosine:.4f}"
+            f"{self.name} ({self.mode}, {self.rows} rows): each {which} nearest {own} "
+            f"{self.nearest_own:.0%}{every}, lowest cosine {self.min_cosine:.4f}"
         ]
         if self.decided:
             parts.append(f"top-1 kept on {self.kept}/{self.decided} rows decided beyond the error")
@@ -300,20 +309,27 @@ class TaskCheck:
             parts.append("no row decided beyond the error bound: top-1 not checked")
         if self.top1 is not None:
             parts.append(f"top-1 agreement {self.top1:.0%} overall")
+        if self.accuracy_drop is not None:
+            parts.append(f"accuracy {0.0 - self.accuracy_drop:+.2f} points vs reference")
         ctl = ", ".join(f"{k} {v:.0%}" for k, v in self.controls.items())
         text = "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
         return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
-def _nearest_own(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
+def _nearest_own(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+) -> float:
     # The fraction of rows of x whose nearest row of y (by cosine) is their own, or with
-    # ``groups`` one of their own group (a trained classifier's class).
+    # ``groups`` one of their own group (a trained classifier's class); with ``rows`` (a
+    # boolean mask), the fraction over those rows only.
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
     yn = y / np.linalg.norm(y, axis=1, keepdims=True)
     nearest = (xn @ yn.T).argmax(axis=1)
-    if groups is None:
-        return float(np.mean(nearest == np.arange(len(x))))
-    return float(np.mean(groups[nearest] == groups))
+    hit = nearest == np.arange(len(x)) if groups is None else groups[nearest] == groups
+    return float(np.mean(hit if rows is None else hit[rows]))
 
 
 def assert_task_level(
@@ -325,6 +341,7 @@ def assert_task_level(
     network: str | None = None,
     min_nearest_own: float = 1.0,
     by_class: bool = False,
+    decided_only: bool = False,
     name: str = "outputs",
 ) -> TaskCheck:
     """Assert that a reduced-precision result still does the task its float32 reference does.
@@ -342,6 +359,9 @@ def assert_task_level(
       reference class (top-1). A trained classifier gives the images of one class nearly the same
       logits, so which of them a rounded row lands nearest says nothing about the task; which
       class it lands in does. The controls then refuse a model that puts every image in one class.
+    - ``decided_only`` (with ``by_class``): nearest its own class is required of the rows whose
+      decision the precision cannot flip (the rows ``logits=True`` holds to their top-1), and
+      counted on the others: a row on a class boundary may land on either side of it.
     - **Controls that must fail**: the same criteria on the candidate negated and on its rows
       shifted by one (each image paired with another's reference) must fail, else the data cannot
       tell a right answer from a wrong one and the check is refused.
@@ -363,6 +383,8 @@ def assert_task_level(
         raise ValueError(f"min_nearest_own must be a fraction in (0, 1], got {min_nearest_own}")
     if by_class and not logits:
         raise ValueError("by_class compares decisions: it needs logits=True")
+    if decided_only and not by_class:
+        raise ValueError("decided_only holds decided rows to their class: it needs by_class=True")
     groups = y.argmax(axis=1) if by_class else None
     own_what = "a reference of their own class" if by_class else "their own reference"
     if _nearest_own(y, y) < min_nearest_own:
@@ -370,9 +392,8 @@ def assert_task_level(
             f"{name}: the reference rows are too alike to identify themselves (duplicates, or a "
             "model that gives every sample the same output): use distinct samples or a trained model"
         )
-    own = _nearest_own(x, y, groups)
     cos = rowwise_cosine(x, y)
-    decided = kept = top1 = None
+    decided = kept = top1 = required = None
     problems = []
     if logits:
         tol = precision.tolerance(mode, network=network, scale=precision.output_scale(y))
@@ -385,15 +406,24 @@ def assert_task_level(
                 f"top-1 changed on {decided - kept} of {decided} rows whose reference decision is "
                 f"wider than twice the {mode} bound ({tol.atol:.3g})"
             )
+        if decided_only:
+            if not sure.any():
+                raise AssertionError(
+                    f"{name}: no row is decided beyond twice the {mode} bound, so no row can be "
+                    "held to its class (a model that learned nothing?)"
+                )
+            required = sure
+    own = _nearest_own(x, y, groups, required)
+    which = "the rows" if required is None else "the decided rows"
     if own < min_nearest_own:
         problems.append(
-            f"only {own:.0%} of the rows are nearest {own_what} (need {min_nearest_own:.0%})"
+            f"only {own:.0%} of {which} are nearest {own_what} (need {min_nearest_own:.0%})"
         )
     if problems:
         raise AssertionError(f"{name} fail the task-level check: " + "; ".join(problems))
     controls = {
-        "negated": _nearest_own(-x, y, groups),
-        "shifted rows": _nearest_own(np.roll(x, 1, 0), y, groups),
+        "negated": _nearest_own(-x, y, groups, required),
+        "shifted rows": _nearest_own(np.roll(x, 1, 0), y, groups, required),
     }
     passing = [k for k, v in controls.items() if v >= min_nearest_own]
     if passing:
@@ -412,4 +442,52 @@ def assert_task_level(
         top1=top1,
         controls=controls,
         by_class=by_class,
+        decided_only=decided_only,
+        nearest_own_all=None if required is None else _nearest_own(x, y, groups),
     )
+
+
+def assert_classifier_logits(
+    candidate: Any,
+    reference: Any,
+    labels: Any = None,
+    *,
+    mode: str,
+    network: str | None = None,
+    max_drop: float = 0.02,
+    name: str = "logits",
+) -> TaskCheck:
+    """The course's one rule for a classifier's reduced-precision logits (INT8, bf16, TF32).
+
+    Used by chapters 8 and 10 and ``tools/bench_cpu_deploy.py``: :func:`assert_task_level` with
+    ``logits=True, by_class=True, decided_only=True`` (every row whose decision the precision
+    cannot flip keeps its top-1 and stays nearest a reference row of its own class, the negated
+    and shifted controls failing), and, where ``labels`` are given, held-out accuracy at most
+    ``max_drop`` (a fraction) below the reference's. By class, not by image: a trained
+    classifier gives the images of one class nearly the same logits, so which of them a rounded
+    row lands nearest is not the task; and a row on a class boundary may land on either side.
+    """
+    drop = None
+    if labels is not None:
+        y = to_numpy(labels).reshape(-1)
+        x, r = to_numpy(candidate), to_numpy(reference)
+        if len(y) != len(x) or len(x) != len(r):
+            raise ValueError(f"{len(y)} labels for {len(x)} rows and {len(r)} reference rows")
+        drop = 100 * float(np.mean(r.argmax(1) == y) - np.mean(x.argmax(1) == y))
+        if drop > 100 * max_drop:
+            raise AssertionError(
+                f"{name} fail the task-level check: held-out accuracy {drop:.2f} points below "
+                f"the reference (at most {100 * max_drop:g} allowed)"
+            )
+    check = assert_task_level(
+        candidate,
+        reference,
+        mode=mode,
+        logits=True,
+        by_class=True,
+        decided_only=True,
+        network=network,
+        name=name,
+    )
+    check.accuracy_drop = drop
+    return check

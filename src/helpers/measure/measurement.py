@@ -273,6 +273,10 @@ class RatioSummary:
         """``'1.84x (1.70-1.95)'``: the median and the per-round interquartile range."""
         return f"{self.median:.2f}x ({self.p25:.2f}-{self.p75:.2f})"
 
+    def apart_from(self, other: RatioSummary) -> bool:
+        """True when the two per-round intervals (p25-p75) do not meet: the ratios differ."""
+        return self.p75 < other.p25 or other.p75 < self.p25
+
     def verdict(self, faster: str = "faster", slower: str = "slower") -> str:
         """``'1.84x faster'``, ``'0.91x slower'``, or ``'inconclusive (...)'`` when the interval holds 1."""
         if not self.conclusive:

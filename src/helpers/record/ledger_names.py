@@ -202,6 +202,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         Name("p50_ms_{setup}", required=False, when="perf_analyzer can run"),
         Name("p99_ms_{setup}", required=False, when="perf_analyzer can run"),
         Name("queue_ms_{setup}", required=False, when="perf_analyzer can run"),
+        Name("compute_ms_per_image_{setup}", required=False, when="perf_analyzer can run"),
         Name("compute_ms_{setup}", required=False, when="perf_analyzer can run"),
         "throughput_1_instance_dynamic_batching",  # read by the capstone
         Name("dynamic_batching_avg_batch", required=False, when="perf_analyzer can run"),

@@ -238,7 +238,9 @@ def model_stats(url: str, model: str, headers: Mapping[str, str] | None = None) 
 
     ``requests`` answered successfully, ``inferences`` (images: a batch-4 request counts 4),
     ``executions`` of the model, ``avg_batch`` (inferences per execution), mean ``queue_ms`` and
-    ``compute_ms`` per request, and ``batch_sizes`` ({batch size: executions}).
+    ``compute_ms`` per request, and ``batch_sizes`` ({batch size: executions}). Triton adds an
+    execution's whole compute time to every request it carried: ``compute_ms`` is the time of
+    one execution, and ``compute_ms / avg_batch`` the model's time per image.
     """
     resp = http_request(url, "GET", f"/v2/models/{model}/stats", headers=headers, timeout=10)
     if resp.status != 200:
