@@ -318,11 +318,8 @@ def own_onnx(tmp_path_factory, images):
 
 
 def test_chapter_8_int8_on_your_model_is_judged_at_task_level(own_onnx, tmp_path):
-    """INT8 of your model, judged by chapter 8's rule; whatever it decides, its control fails.
-
-    On this course's machines MobileNetV3-small's INT8 logits keep the held-out accuracy but
-    move about 1% of the rows nearer another class's reference: the rule then rejects INT8 for
-    it, and says so (the course's own networks pass it)."""
+    """INT8 of your model, judged by the course's one INT8 rule (chapters 8 and 10, the bench):
+    whatever it decides, the reason is the rule's and its control fails."""
     from helpers.deploy import quantization, runtimes
 
     net, val, path, _ = own_onnx
@@ -330,16 +327,13 @@ def test_chapter_8_int8_on_your_model_is_judged_at_task_level(own_onnx, tmp_path
     got = runtimes.create_session(q.path, "cpu", intra_op_threads=1, verbose=False).run(val.x)
     with torch.no_grad():
         want = net(torch.from_numpy(val.x)).numpy()
-    drop = (want.argmax(1) == val.y).mean() - (got.argmax(1) == val.y).mean()
-    assert abs(drop) < 0.05  # INT8 kept the held-out accuracy within 5 points
-    kw = dict(mode="int8", logits=True, by_class=True)
     try:
-        check = comparison.assert_task_level(got, want, **kw)
+        check = comparison.assert_classifier_logits(got, want, val.y, mode="int8")
         assert check.nearest_own == 1.0 and max(check.controls.values()) < 1.0
-    except AssertionError as err:  # rejected: the reason names the rows that moved
-        assert "nearest a reference of their own class" in str(err)
+    except AssertionError as err:  # rejected: the rule says which part failed
+        assert "task-level check" in str(err) or "no row is decided" in str(err), err
     with pytest.raises(AssertionError):  # the control: negated logits must fail
-        comparison.assert_task_level(-got, want, **kw)
+        comparison.assert_classifier_logits(-got, want, mode="int8")
 
 
 def test_chapter_9_serves_your_model(own_onnx, tmp_path):
