@@ -146,3 +146,32 @@ def test_request_tensors_for_both_protocols():
     assert grpc_in[0]._get_content() == expected
     with pytest.raises(ValueError, match="no Triton datatype"):
         sc.request_tensors(httpclient, {"s": np.array(["a"])}, "y")
+
+
+def test_model_stats_reads_again_until_the_requests_are_counted(monkeypatch):
+    """Triton counts a request just after answering it: ``min_requests`` waits for the count;
+    without it (the control) the first, short read is what comes back."""
+    counts = iter([5, 7, 8, 8])
+
+    def fake(url, method, path, headers=None, timeout=30.0):
+        n = next(counts)
+        stats = {
+            "inference_count": n,
+            "execution_count": n,
+            "inference_stats": {
+                "success": {"count": n, "ns": 0},
+                "queue": {"ns": 0},
+                "compute_infer": {"ns": 1_000_000 * n},
+            },
+        }
+        return sc.HttpResponse(
+            200, "OK", "HTTP/1.1", {}, json.dumps({"model_stats": [stats]}).encode()
+        )
+
+    monkeypatch.setattr(sc, "http_request", fake)
+    assert sc.model_stats("127.0.0.1:1", "m", min_requests=8, timeout_s=5)["requests"] == 8
+    counts = iter([5, 7, 8])  # the control: a plain read returns the first, short count
+    assert sc.model_stats("127.0.0.1:1", "m")["requests"] == 5
+    counts = iter([5] * 100)
+    short = sc.model_stats("127.0.0.1:1", "m", min_requests=8, timeout_s=0.15)
+    assert short["requests"] == 5  # gave up after its timeout: the caller's check decides

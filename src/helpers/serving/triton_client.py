@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,11 +231,22 @@ def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: s
     return _infer_with(grpcclient, url, model, inputs, output)
 
 
-def model_stats(url: str, model: str, headers: Mapping[str, str] | None = None) -> dict[str, float]:
+def model_stats(
+    url: str,
+    model: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    min_requests: int = 0,
+    timeout_s: float = 10.0,
+) -> dict[str, float]:
     """Server-side counters of ``model`` since it loaded.
 
     ``headers``: e.g. the key of a server whose statistics API is restricted
-    (:attr:`~helpers.serving.triton_server.TritonServer.admin_headers`).
+    (:attr:`~helpers.serving.triton_server.TritonServer.admin_headers`). Triton records a
+    request's statistics just after it has sent the response, so a client that has all its
+    answers can still read a count short by the last few: ``min_requests`` reads again (for
+    at most ``timeout_s``) until at least that many requests are counted, then returns what
+    it read (the caller's own check says whether that was enough).
 
     ``requests`` answered successfully, ``inferences`` (images: a batch-4 request counts 4),
     ``executions`` of the model, ``avg_batch`` (inferences per execution), mean ``queue_ms`` and
@@ -242,10 +254,16 @@ def model_stats(url: str, model: str, headers: Mapping[str, str] | None = None) 
     execution's whole compute time to every request it carried: ``compute_ms`` is the time of
     one execution, and ``compute_ms / avg_batch`` the model's time per image.
     """
-    resp = http_request(url, "GET", f"/v2/models/{model}/stats", headers=headers, timeout=10)
-    if resp.status != 200:
-        raise TritonRequestError(resp.status, resp.error_message())
-    stats = resp.json()["model_stats"][0]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        resp = http_request(url, "GET", f"/v2/models/{model}/stats", headers=headers, timeout=10)
+        if resp.status != 200:
+            raise TritonRequestError(resp.status, resp.error_message())
+        stats = resp.json()["model_stats"][0]
+        counted = int(stats["inference_stats"]["success"]["count"])
+        if counted >= min_requests or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
     st = stats["inference_stats"]
     n = max(int(st["success"]["count"]), 1)
