@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from tiny_models import images as _x
+from tiny_models import tiny_classifier
 
 from helpers.chapters import ch03_static
 from helpers.compiling.graphs import StaticMeasurement
+from helpers.core.comparison import assert_outputs_close
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+
+
+def small(framework: str):
+    return tiny_classifier(framework, width=4, classes=3)
 
 
 def _m(label, times, items=1):
@@ -119,3 +126,42 @@ def test_verdict_word_reads_the_interval_not_the_median():
     )
     assert ch03_static.verdict_word(wide) == "inconclusive"
     assert ch03_static.verdict_word(tight) == "faster"
+
+
+@pytest.mark.parametrize("route", ["trace", "script", "freeze"])
+def test_torch_static_routes_match_eager(torch_mod, route):
+    m = small("torch").eval()
+    x = torch_mod.from_numpy(_x())
+    static = ch03_static.torch_static(m, x, route)
+    with torch_mod.no_grad():
+        assert_outputs_close(static(x), m(x), atol=1e-5, name=route)
+
+
+def test_torch_static_bad_inputs(torch_mod):
+    m = small("torch")
+    x = torch_mod.from_numpy(_x())
+    with pytest.raises(ValueError, match="unknown route 'onnx'"):
+        ch03_static.torch_static(m, x, "onnx")
+    with pytest.raises(ValueError, match="eval mode"):
+        ch03_static.torch_static(m.train(), x, "freeze")
+    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
+        ch03_static.torch_static(object(), x, "trace")
+    compiled = ch03_static.torch_static(m.eval(), x, "compile")  # lazy: compiles at the 1st call
+    assert callable(compiled)
+
+
+def test_trace_reports_its_warnings_on_stdout(capsys):
+    import torch
+
+    class Checked(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[1] != 3:  # read while tracing: trace decides it once and warns
+                raise ValueError("need 3 channels")
+            return x * 2
+
+    x = torch.ones(2, 3)
+    traced = ch03_static.torch_static(Checked(), x, "trace")
+    out = capsys.readouterr().out
+    assert out.count("trace warned at test_ch03_static.py:") == 1, out
+    assert "`if x.shape[1] != 3:" in out and "Python boolean" in out
+    torch.testing.assert_close(traced(x), x * 2)

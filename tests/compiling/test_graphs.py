@@ -77,28 +77,6 @@ def test_graph_wrappers_refuse_wrong_objects(torch_mod, flow):
         graphs.make_train_graph(m, torch_mod.optim.SGD(small("torch").parameters(), lr=0.1))
 
 
-@pytest.mark.parametrize("route", ["trace", "script", "freeze"])
-def test_torch_static_routes_match_eager(torch_mod, route):
-    m = small("torch").eval()
-    x = torch_mod.from_numpy(_x())
-    static = graphs.torch_static(m, x, route)
-    with torch_mod.no_grad():
-        assert_outputs_close(static(x), m(x), atol=1e-5, name=route)
-
-
-def test_torch_static_bad_inputs(torch_mod, flow):
-    m = small("torch")
-    x = torch_mod.from_numpy(_x())
-    with pytest.raises(ValueError, match="unknown route 'onnx'"):
-        graphs.torch_static(m, x, "onnx")
-    with pytest.raises(ValueError, match="eval mode"):
-        graphs.torch_static(m.train(), x, "freeze")
-    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
-        graphs.torch_static(small("oneflow"), x, "trace")
-    compiled = graphs.torch_static(m.eval(), x, "compile")  # lazy: compiles on the first call only
-    assert callable(compiled)
-
-
 def test_measure_static_separates_compile_from_steady_state(flow):
     m = small("oneflow").eval()
     x = flow.tensor(_x())
@@ -132,23 +110,6 @@ def test_measure_static_bad_inputs():
         lambda: lambda: 1, label="plain", framework="none", warmup=0, repeats=2
     )
     assert fn() == 1 and meas.compile_s >= 0
-
-
-def test_trace_reports_its_warnings_on_stdout(capsys):
-    import torch
-
-    class Checked(torch.nn.Module):
-        def forward(self, x):
-            if x.shape[1] != 3:  # read while tracing: trace decides it once and warns
-                raise ValueError("need 3 channels")
-            return x * 2
-
-    x = torch.ones(2, 3)
-    traced = graphs.torch_static(Checked(), x, "trace")
-    out = capsys.readouterr().out
-    assert out.count("trace warned at test_graphs.py:") == 1, out
-    assert "`if x.shape[1] != 3:" in out and "Python boolean" in out
-    torch.testing.assert_close(traced(x), x * 2)
 
 
 def test_with_steady_replaces_the_steady_state():

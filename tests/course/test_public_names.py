@@ -39,7 +39,6 @@ PENDING_MERGE = {
         "measurement_rows",
         "session_options",
     },
-    "helpers.compiling.graphs": {"TORCH_ROUTES"},
 }
 
 

@@ -15,6 +15,10 @@
 - :func:`best_torch_routes` -- PyTorch's fastest static route per batch;
 - :func:`ratio_from_dict` -- a :class:`~helpers.measure.measurement.RatioSummary` back from what
   :func:`deployed_timings` returns;
+- :func:`torch_static` -- the page's ``STATIC_ROUTES`` (a ``#@save`` cell, copied to the end of
+  this module) applied with the checks a reader's model needs: a clear error for an unknown route,
+  a non-PyTorch module or ``freeze`` in training mode, and each ``TracerWarning`` printed once
+  with the line of code it is about (trace decided that branch once, while tracing);
 - :func:`quiet_capture` -- a block in which torch's graph capture (``torch.export``,
   ``torch._dynamo.explain``) keeps its chatter off the page: what it prints to stderr (the
   partial graph of a failed export) is collected for the page to show a line of, its warnings
@@ -28,10 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import linecache
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 
@@ -47,6 +55,8 @@ __all__ = [
     "deployed_timings",
     "deployed_rows",
     "quiet_capture",
+    "STATIC_ROUTES",
+    "torch_static",
 ]
 
 # torch's loggers that warn while a graph is captured ("Unable to find user code ...").
@@ -75,6 +85,39 @@ def quiet_capture() -> Iterator[io.StringIO]:
     finally:
         for log, level in zip(loggers, levels):
             log.setLevel(level)
+
+
+def torch_static(model: Any, example: Any, route: str) -> Any:
+    """PyTorch's static version of ``model`` by ``STATIC_ROUTES[route]``, built without gradients.
+
+    ``example`` is the input ``trace`` records (the other routes ignore it); ``compile``
+    compiles lazily, at the first call. Each TracerWarning is printed once, on stdout.
+    """
+    if route not in STATIC_ROUTES:
+        raise ValueError(f"unknown route {route!r}; use one of {', '.join(STATIC_ROUTES)}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__name__}"
+        )
+    if route == "freeze" and model.training:
+        raise ValueError("torch.jit.freeze needs a model in eval mode: call model.eval() first")
+    if route == "compile" and not torch.cuda.is_available():
+        # Inductor's C++ path logs "No CUDA runtime is found" once on CPU-only machines: harmless.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        static = STATIC_ROUTES[route](model, example)
+    seen = set()
+    for w in caught:
+        if not issubclass(w.category, torch.jit.TracerWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif (w.filename, w.lineno) not in seen:
+            seen.add((w.filename, w.lineno))
+            code = linecache.getline(w.filename, w.lineno).strip()
+            # two lines, each narrow enough for the book's 88-column output
+            print(f"trace warned at {Path(w.filename).name}:{w.lineno} `{code}`:")
+            print(f"  {str(w.message).split('. ')[0]}.")
+    return static
 
 
 def _steady(m: Measurement | StaticMeasurement) -> Measurement:
@@ -227,7 +270,7 @@ def deployed_timings(
     """Eager vs static in this process's default math mode; meant for a fresh process.
 
     PyTorch: eager vs the static route ``torch_routes[str(batch)]`` ('trace', 'script', 'freeze'
-    or 'compile', :func:`helpers.compiling.graphs.torch_static`) at each batch. OneFlow (when
+    or 'compile', :func:`torch_static`) at each batch. OneFlow (when
     ``oneflow``; by default only when OneFlow computes on a GPU, the only place where its default
     math differs from float32): eager vs ``nn.Graph`` for inference at each batch, and the case
     study's task (chapter 4's ``original``) at batch 1. Each pair runs in interleaved rounds with
@@ -338,7 +381,7 @@ def deployed_timings(
         for b in batches:
             route = torch_routes[str(b)]
             xt = torch.from_numpy(np.ascontiguousarray(images[:b])).to(device)
-            static = graphs.torch_static(model, xt, route)
+            static = torch_static(model, xt, route)
             for _ in range(2):  # TorchScript optimises during its first two calls
                 static(xt)
             pair(
@@ -374,3 +417,13 @@ def deployed_rows(
             }
         )
     return rows
+
+
+# ---- saved from notebooks/03_dynamic_to_static.ipynb by tools/save_cells.py: edit it there ----
+STATIC_ROUTES = {  # route -> (model, example input) -> PyTorch's static model
+    "trace": lambda model, x: torch.jit.trace(model, x),  # the ops x ran, recorded
+    "script": lambda model, x: torch.jit.script(model),  # forward's source, compiled
+    "freeze": lambda model, x: torch.jit.freeze(torch.jit.script(model)),  # + folded
+    "compile": lambda model, x: torch.compile(model),  # Inductor, at the first call
+}
+# ---- end of cells saved from notebooks/03_dynamic_to_static.ipynb ----

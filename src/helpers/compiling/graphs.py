@@ -1,12 +1,10 @@
-"""Static graphs in both frameworks: OneFlow ``nn.Graph`` classes, PyTorch's routes, and their compile cost.
+"""Static graphs: OneFlow ``nn.Graph`` classes, and a static variant's compile cost.
 
 - :class:`InferenceGraph` and :class:`TrainGraph` -- the ``nn.Graph`` classes that chapter 3 writes on its
   page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``); the one inference
   wrapper of the course (chapters 2, 3, 5, 9 and the deploy/compiling helpers use it);
 - :func:`make_inference_graph` / :func:`make_train_graph` -- those classes plus a type check (a clear error
   for a PyTorch module) and OneFlow's harmless "no CUDA driver" line hidden;
-- :func:`torch_static` -- PyTorch's routes on the same module: ``trace``, ``script``, ``freeze``
-  (script + ``torch.jit.freeze``) and ``compile`` (``torch.compile``, TorchInductor);
 - :func:`measure_static` -- build time, first-call (compile) time and steady-state timing of
   a static variant, measured separately so compile cost never pollutes the steady state;
 - :func:`with_steady` -- the same cost with its steady state re-timed elsewhere (chapter 3 times
@@ -15,7 +13,7 @@
 A OneFlow graph compiles on its first call for the exact input shapes and dtypes of that call:
 a graph built at batch 1 refuses batch 16 (make one graph per shape). Importing this module imports
 OneFlow (the page's classes subclass ``flow.nn.Graph``); modules that must stay light import it inside
-their functions. PyTorch is imported lazily.
+their functions. PyTorch's static routes are chapter 3's own (:mod:`helpers.chapters.ch03_static`).
 """
 
 from __future__ import annotations
@@ -31,20 +29,16 @@ from helpers.measure.timer import benchmark, synchronize
 from helpers.workload.models import framework_of
 
 __all__ = [
-    "TORCH_ROUTES",
     "InferenceGraph",
     "TrainGraph",
     "make_inference_graph",
     "make_train_graph",
-    "torch_static",
     "StaticMeasurement",
     "measure_static",
     "with_steady",
 ]
 
 flow = import_oneflow()  # the notebook's setup cell does the same before the page's classes
-
-TORCH_ROUTES = ("trace", "script", "freeze", "compile")
 
 
 def _check_oneflow_module(model: Any) -> None:
@@ -79,67 +73,6 @@ def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> TrainGr
         )
     with quiet_native_stderr():
         return TrainGraph(model, optimizer, loss_fn)
-
-
-def torch_static(model: Any, example: Any, route: str) -> Any:
-    """PyTorch's static version of ``model`` for ``route`` in ``trace``, ``script``, ``freeze``, ``compile``.
-
-    ``trace`` records the ops run on ``example``; ``script`` compiles the Python source;
-    ``freeze`` scripts, then inlines weights and folds constants (eval mode only); ``compile``
-    is ``torch.compile`` (TorchInductor), which compiles lazily on the first call.
-    """
-    import torch
-
-    if route not in TORCH_ROUTES:
-        raise ValueError(f"unknown route {route!r}; use one of {', '.join(TORCH_ROUTES)}")
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"expected a torch.nn.Module, got {type(model).__module__}.{type(model).__name__}"
-        )
-    if route == "freeze" and model.training:
-        raise ValueError("torch.jit.freeze needs a model in eval mode: call model.eval() first")
-    if route == "compile" and not torch.cuda.is_available():
-        import logging
-
-        # Inductor's C++ path logs "No CUDA runtime is found" once on CPU-only machines: harmless.
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    with torch.no_grad():
-        if route == "trace":
-            return _trace_and_report(model, example)
-        if route == "script":
-            return torch.jit.script(model)
-        if route == "freeze":
-            return torch.jit.freeze(torch.jit.script(model))
-    return torch.compile(model)
-
-
-def _trace_and_report(model, example):
-    """``torch.jit.trace``, printing each TracerWarning once (the code it is about included).
-
-    Trace warns when Python control flow reads a tensor: the branch is decided once, while tracing,
-    and not recorded. Printed to stdout, the warning stays visible in the rendered book."""
-    import linecache
-    import warnings
-    from pathlib import Path
-
-    import torch
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        traced = torch.jit.trace(model, example)
-    seen = set()
-    for w in caught:
-        if not issubclass(w.category, torch.jit.TracerWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            continue
-        if (w.filename, w.lineno) in seen:
-            continue
-        seen.add((w.filename, w.lineno))
-        code = linecache.getline(w.filename, w.lineno).strip()
-        # two lines, each narrow enough for the book's 88-column output
-        print(f"trace warned at {Path(w.filename).name}:{w.lineno} `{code}`:")
-        print(f"  {str(w.message).split('. ')[0]}.")
-    return traced
 
 
 @dataclass
