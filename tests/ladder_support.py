@@ -1,7 +1,7 @@
 """A fake capstone for the ladder's tests: each rung's cost modelled, timings with shared noise.
 
-Imported by tests/measure/test_ladder.py (the climb) and tests/chapters/test_ch10_ladder.py (its
-page's views); tests/ is on sys.path as the folder of tests/conftest.py.
+Imported by tests/measure/test_ladder.py (the climb) and tests/chapters/test_ch10_ladder.py and
+test_ch10_report.py (its page's views); tests/ is on sys.path as the folder of tests/conftest.py.
 """
 
 from __future__ import annotations

@@ -30,15 +30,6 @@ ALLOWED = {
 # Modules another branch is rewriting (torch.export / AOTInductor): their faces are narrowed after
 # that merge. Listed by name, so a new unused name there still fails.
 PENDING_MERGE = {
-    "helpers.deploy.runtimes": {
-        "PREFERENCE",
-        "pick_provider",
-        "is_quantized",
-        "ort_math_mode",
-        "BoundRun",
-        "measurement_rows",
-        "session_options",
-    },
 }
 
 

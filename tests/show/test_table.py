@@ -61,7 +61,7 @@ def test_measurement_without_load_shows_unknowns():
         and row["cores busy (computing or spinning)"] == "?"
         and row["device"] == "?"
     )
-    m.meta.update(device="cuda:0", threads=4)  # runtimes.Runner puts them in meta
+    m.meta.update(device="cuda:0", threads=4)  # deploy.runner.Runner puts them in meta
     row = compare_rows([m])[0]
     assert row["device"] == "cuda:0" and row["threads"] == 4
 

@@ -8,7 +8,8 @@
 - :mod:`~helpers.chapters.ch07_runtimes` -- chapter 7's embedder builder (saved from its page), wait-policy control, 224 px comparison
 - :mod:`~helpers.chapters.ch08_cpu_target` -- every CPU route to ResNet-101 side by side (also ``tools/bench_cpu_deploy.py``)
 - :mod:`~helpers.chapters.ch08_report` -- chapter 8's tables and generated sentences, from its timings
-- :mod:`~helpers.chapters.ch10_ladder` -- the capstone's speed-up ladder: step factors, waterfall, decision guide
+- :mod:`~helpers.chapters.ch10_ladder` -- the capstone's speed-up ladder: test images, ladder table, step factors
+- :mod:`~helpers.chapters.ch10_report` -- chapter 10's waterfall, checks table and generated sentences
 
 Nothing else in the package imports these modules (a test checks it); notebooks and ``tools/`` may.
 """

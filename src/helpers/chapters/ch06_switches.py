@@ -186,7 +186,7 @@ def tensorrt_fp16(
     ONNX Runtime's TensorRT execution provider with fp16 enabled and one optimisation profile for
     batch 1 to ``max_batch`` (one engine, built on the first run, minutes; cached in
     ``work_dir/trt``). TensorRT picks its own layouts (NHWC where it pays). Returns the runner
-    (:class:`helpers.deploy.runtimes.Runner`); raises ``ProviderUnavailableError`` where TensorRT
+    (:class:`helpers.deploy.runner.Runner`); raises ``ProviderUnavailableError`` where TensorRT
     cannot run. The caller checks its output at task level (fp16) and times it.
     """
     from helpers.deploy import export, runtimes

@@ -1,70 +1,47 @@
-"""Inference runtimes behind one small interface: ONNX Runtime (TensorRT / CUDA / CPU) and OpenVINO.
+"""Inference runtimes behind one interface: ONNX Runtime (TensorRT / CUDA / CPU) and OpenVINO.
 
 ``create_session(path)`` opens an ONNX file in ONNX Runtime with the best execution provider
 this machine can really use (TensorRT > CUDA > CPU) and says which one it picked;
 ``openvino_model(path, precision="f32")`` compiles it with OpenVINO for the CPU with an
 explicit precision (OpenVINO's CPU plugin silently runs bf16 on CPUs that support it unless
-told otherwise). Both return a :class:`Runner`::
+told otherwise). Both return a :class:`helpers.deploy.runner.Runner` (NumPy in, NumPy out,
+``benchmark``) that names its ``device``, ``math_mode`` (:func:`ort_math_mode`: ONNX Runtime's
+CUDA provider runs float32 convolutions and matmuls in TF32 on Ampere and newer unless
+``use_tf32`` is 0) and ``threads``.
 
-    runner = create_session("model.onnx")            # prints "ONNX Runtime: picked CPUExecutionProvider (...)"
-    y = runner.run(x)                                  # NumPy in, NumPy out
-    m = runner.benchmark(x, warmup=3, repeats=10)      # a helpers.measure.measurement.Measurement
-
-Every runner states what a figure needs: ``device`` ('cpu' or 'cuda:0'), ``math_mode`` (the
-precision policy's mode it computes in, :func:`ort_math_mode`: ONNX Runtime's CUDA provider
-runs float32 convolutions and matmuls in TF32 on Ampere and newer unless ``use_tf32`` is 0;
-TensorRT in what its flags allow) and ``threads``. On a GPU, ``benchmark`` times the session
-with **I/O binding** (:meth:`Runner.bind`): the input is copied to the device once, the output
-stays there, so the timing holds the same work as a PyTorch model timed on device tensors;
-``run`` keeps NumPy in and out (one copy each way per call) for checking results.
-
-Asking for a provider or device that is not installed or cannot run here (``provider="cuda"``
-without a GPU, ``provider="openvino"`` with the onnxruntime-gpu wheel, ``device="GPU"`` for
-OpenVINO without an OpenCL driver) raises a clear error instead of silently falling back.
-
-Plumbing for chapters 7, 8 and 9: chapter 7 shows the raw calls on its page
-(``onnxruntime.InferenceSession(path, providers=[...])``, ``openvino.compile_model``) and then
-hands over to these runners, which add the provider choice, the precision read-back and timing.
+Asking for a provider or device that cannot run here (``provider="cuda"`` without a GPU,
+``device="GPU"`` for OpenVINO without an OpenCL driver) raises :class:`ProviderUnavailableError`
+instead of silently falling back. Chapter 7 shows the raw calls on its page and then hands over
+to these runners, which add the provider choice, the precision read-back and timing.
 """
 
 from __future__ import annotations
 
 import collections
 import ctypes
-import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from helpers.core import precision as _precision
+from helpers.core.tf32_switch import gpu_tf32_capable, nvidia_tf32_overridden
 from helpers.core.threads import available_cores, threads_spin
-from helpers.measure.measurement import Measurement
-from helpers.measure.timer import benchmark
-from helpers.show.table import compare_rows
+from helpers.deploy.runner import Runner
+from helpers.show.text import say
 
 __all__ = [
     "ORT_PROVIDERS",
-    "PREFERENCE",
     "OPT_LEVELS",
     "OV_PRECISIONS",
     "ProviderUnavailableError",
     "provider_status",
     "usable_providers",
     "describe_providers",
-    "pick_provider",
     "skip_without_tensorrt",
-    "is_quantized",
-    "ort_math_mode",
-    "BoundRun",
-    "Runner",
-    "measurement_rows",
-    "session_options",
     "create_session",
     "trt_profile",
     "openvino_model",
@@ -86,13 +63,6 @@ PREFERENCE: tuple[str, ...] = ("tensorrt", "cuda", "cpu")
 
 # ONNX Runtime graph optimisation levels by short name (the order is the order they build on each other).
 OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "layout", "all")
-_OPT_ATTRS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "layout": "ORT_ENABLE_LAYOUT",
-    "all": "ORT_ENABLE_ALL",
-}
 OV_PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16")
 # OpenVINO's precision names -> the precision policy's math modes.
 _OV_MODES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "int8": "int8"}
@@ -100,13 +70,6 @@ _OV_MODES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "int8": "int8"}
 
 class ProviderUnavailableError(RuntimeError):
     """An execution provider or device was asked for explicitly but cannot run on this machine."""
-
-
-def _say(line: str) -> None:
-    """Print a report line wrapped at 88 columns (a book page's width: nothing scrolls sideways)."""
-    import textwrap
-
-    print(textwrap.fill(line, 88, subsequent_indent="  "))
 
 
 # --------------------------------------------------------------------------- what is usable here
@@ -145,23 +108,18 @@ def provider_status() -> dict[str, str]:
     built = set(ort.get_available_providers())
     status: dict[str, str] = {}
     for short, full in ORT_PROVIDERS.items():
+        why = "usable"
         if full not in built:
-            status[short] = (
-                f"not in this onnxruntime build ({ort.__version__}; it has {', '.join(sorted(built))})"
-            )
-        elif short == "cpu":
-            status[short] = "usable"
-        elif not _cuda_usable():
-            status[short] = (
-                "compiled into onnxruntime-gpu, but no CUDA GPU is visible on this machine"
-            )
+            has = ", ".join(sorted(built))
+            why = f"not in this onnxruntime build ({ort.__version__}; it has {has})"
+        elif short != "cpu" and not _cuda_usable():
+            why = "compiled into onnxruntime-gpu, but no CUDA GPU is visible on this machine"
         elif short == "tensorrt" and not _tensorrt_loadable():
-            status[short] = (
+            why = (
                 "no TensorRT runtime library (libnvinfer.so.10) found; `make setup GPU=1` "
                 "installs it (pip tensorrt-cu12, the TensorRT 10 this onnxruntime-gpu links)"
             )
-        else:
-            status[short] = "usable"
+        status[short] = why
     return status
 
 
@@ -196,23 +154,6 @@ def skip_without_tensorrt(what: str) -> bool:
 def _option_true(value: Any) -> bool:
     """A provider option's truth: ONNX Runtime takes True/1/'1'/'true'/'True'."""
     return str(value).strip().lower() in ("1", "true")
-
-
-def _gpu_tf32_allowed(device_id: int = 0) -> bool:
-    """Whether a CUDA library may use TF32 on GPU ``device_id``: compute capability 8.0 or newer
-    and not switched off process-wide by ``NVIDIA_TF32_OVERRIDE=0``. Without a visible GPU (a CPU
-    machine asked about CUDA) True, like :mod:`helpers.core.precision`: the course's GPUs are
-    Ampere or newer, and a tolerance derived from it is safe, never too tight."""
-    if os.environ.get(_precision.NVIDIA_TF32_ENV, "").strip() == "0":
-        return False
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return True
-        return tuple(torch.cuda.get_device_capability(device_id)) >= (8, 0)
-    except Exception:  # noqa: BLE001 - no usable torch/CUDA: fall back to the course's GPUs
-        return True
 
 
 # Ops of a quantized ONNX graph: QDQ pairs, or QOperator-format integer kernels.
@@ -252,14 +193,15 @@ def ort_math_mode(
     TF32 needs an Ampere-or-newer GPU and is off everywhere with ``NVIDIA_TF32_OVERRIDE=0``;
     ``tf32`` overrides that question (True/False) for tests.
     """
-    opts = {k: v for k, v in (provider_options or {}).items()}
+    opts = dict(provider_options or {})
     key = _short_name(provider)
     if quantized:
         return "int8"
     if key == "cpu":
         return "fp32"
     device_id = int(opts.get("device_id", 0))
-    allowed = _gpu_tf32_allowed(device_id) if tf32 is None else bool(tf32)
+    allowed = bool(tf32) if tf32 is not None else not nvidia_tf32_overridden()
+    allowed = allowed and gpu_tf32_capable(device_id, tf32)  # no GPU here: True
     if key == "tensorrt":
         if _option_true(opts.get("trt_int8_enable", False)):
             return "int8"
@@ -287,210 +229,25 @@ def pick_provider(provider: str = "auto") -> str:
     ``'auto'`` takes the best usable one (TensorRT > CUDA > CPU). An explicit name that is unknown,
     not built into the installed onnxruntime, or not runnable on this machine raises an error saying why.
     """
-    if not isinstance(provider, str):
-        raise TypeError(f"provider must be a string, got {type(provider).__name__}")
-    key = provider.strip().lower()
-    aliases = {v.lower(): k for k, v in ORT_PROVIDERS.items()}
-    key = aliases.get(key, key)
-    if key == "auto":
+    if isinstance(provider, str) and provider.strip().lower() == "auto":
         return usable_providers()[0]
-    status = provider_status()
-    if key not in status:
+    try:
+        key = _short_name(provider)  # a TypeError for a non-string
+    except ValueError:
         import onnxruntime as ort
 
-        built = ", ".join(ort.get_available_providers())
         raise ProviderUnavailableError(
-            f"execution provider {provider!r} is not installed: the course knows 'auto', {', '.join(map(repr, ORT_PROVIDERS))}, "
-            f"and this onnxruntime {ort.__version__} build has {built}"
-        )
-    if status[key] != "usable":
+            f"execution provider {provider!r} is not installed: the course knows 'auto', "
+            f"{', '.join(map(repr, ORT_PROVIDERS))}, and this onnxruntime {ort.__version__} "
+            f"build has {', '.join(ort.get_available_providers())}"
+        ) from None
+    why = provider_status()[key]
+    if why != "usable":
         raise ProviderUnavailableError(
-            f"execution provider {provider!r} cannot be used here: {status[key]}. "
+            f"execution provider {provider!r} cannot be used here: {why}. "
             f"Usable here: {', '.join(usable_providers())} (or provider='auto')."
         )
     return key
-
-
-# --------------------------------------------------------------------------- the uniform runner
-
-
-@dataclass
-class BoundRun:
-    """One input batch bound to an ONNX Runtime session's device with I/O binding.
-
-    Calling it runs the session with no host<->device copy: the input was copied to ``device``
-    once (``OrtValue.ortvalue_from_numpy(x, 'cuda', 0)``), the output is bound to the same device
-    (``bind_output(name, 'cuda', 0)``) and stays there; the call returns when the outputs are
-    ready (``synchronize_outputs``), so a clock around it measures the work. :meth:`output`
-    copies the last output to the host, for checking it.
-    """
-
-    session: Any = field(repr=False)
-    binding: Any = field(repr=False)
-    value: Any = field(repr=False)  # the bound input: kept alive as long as the binding
-    device: str
-    batch: int
-
-    def __call__(self) -> None:
-        self.session.run_with_iobinding(self.binding)
-        self.binding.synchronize_outputs()
-
-    def output(self) -> np.ndarray:
-        """The first output of the last call, copied to the host as NumPy."""
-        return self.binding.copy_outputs_to_cpu()[0]
-
-
-@dataclass
-class Runner:
-    """A compiled model of some runtime: ``run(x) -> y`` on NumPy arrays, plus ``benchmark``.
-
-    ``framework`` is the name :func:`helpers.measure.timer.benchmark` knows ('onnxruntime', 'openvino');
-    ``backend`` names what executes it (an ONNX Runtime provider or an OpenVINO device) and
-    ``precision`` the arithmetic it really runs in, so every figure can state it.
-    ``device`` is where it computes ('cpu', 'cuda:0'), ``math_mode`` the precision policy's mode
-    of that arithmetic (the tolerance a comparison with it takes:
-    ``precision.tolerance(runner.math_mode, ...)``) and ``threads`` the CPU threads it was given.
-    """
-
-    name: str
-    framework: str
-    backend: str
-    precision: str
-    input_name: str
-    output_name: str
-    input_rank: int | None
-    _call: Callable[[np.ndarray], np.ndarray] = field(repr=False)
-    handle: Any = field(
-        default=None, repr=False
-    )  # the session / compiled model, for anything not wrapped
-    info: dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-    math_mode: str = "fp32"
-    threads: int | str = "default"
-
-    def _input(self, x: Any) -> np.ndarray:
-        """``x`` as a contiguous float32 NumPy batch of the model's rank, or a clear error."""
-        if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()
-        if not isinstance(x, np.ndarray):
-            raise TypeError(
-                f"{self.name}: input must be a NumPy array or a tensor, got {type(x).__name__}"
-            )
-        if self.input_rank is not None and x.ndim != self.input_rank:
-            raise ValueError(
-                f"{self.name}: input {self.input_name!r} has rank {x.ndim} (shape {x.shape}); "
-                f"the model expects rank {self.input_rank}"
-            )
-        return np.ascontiguousarray(x, dtype=np.float32)
-
-    @property
-    def on_device(self) -> bool:
-        """True for an ONNX Runtime session that computes on a GPU (CUDA or TensorRT EP)."""
-        return self.framework == "onnxruntime" and self.device != "cpu"
-
-    def bind(self, x: Any) -> BoundRun:
-        """Bind batch ``x`` to this ONNX Runtime session's device (I/O binding): see :class:`BoundRun`.
-
-        Works on every provider, the CPU's included (then the device is the host and nothing is
-        copied either way); OpenVINO runners have no I/O binding and raise ``TypeError``.
-        """
-        if self.framework != "onnxruntime":
-            raise TypeError(f"{self.name}: I/O binding is an ONNX Runtime feature")
-        import onnxruntime as ort
-
-        arr = self._input(x)
-        kind, _, index = self.device.partition(":")
-        device_id = int(index or 0)
-        value = ort.OrtValue.ortvalue_from_numpy(arr, kind, device_id)
-        binding = self.handle.io_binding()
-        binding.bind_ortvalue_input(self.input_name, value)
-        binding.bind_output(self.output_name, kind, device_id)
-        return BoundRun(self.handle, binding, value, self.device, int(len(arr)))
-
-    def run(self, x: Any, *, io_binding: bool = False) -> np.ndarray:
-        """Run one batch (a float32 NumPy array or a CPU tensor) and return the first output.
-
-        ``io_binding=True`` runs it through :meth:`bind` (the path :meth:`benchmark` times on a
-        GPU) and copies the output back, so that path can be checked like the plain one.
-        """
-        if io_binding:
-            bound = self.bind(x)
-            bound()
-            return bound.output()
-        return self._call(self._input(x))
-
-    __call__ = run
-
-    def benchmark(
-        self,
-        x: Any,
-        *,
-        label: str | None = None,
-        warmup: int = 3,
-        repeats: int = 10,
-        progress: bool = False,
-        io_binding: bool | None = None,
-    ) -> Measurement:
-        """Time one batch ``x`` (warm-up, repeats; items = batch size), labelled with what ran it.
-
-        ``io_binding=None`` (default) binds input and output to the device when the session runs
-        on a GPU (:attr:`on_device`): the timed calls then do no host<->device copies, like a
-        PyTorch model timed on tensors already on the GPU; on the CPU the plain :meth:`run`
-        (NumPy in and out) is timed. ``meta`` names runtime, backend, device, precision, math
-        mode, threads, batch and whether I/O binding was used.
-        """
-        arr = self._input(x)
-        bound = self.on_device if io_binding is None else bool(io_binding)
-        fn: Callable[[], Any] = self.bind(arr) if bound else (lambda: self.run(arr))
-        m = benchmark(
-            fn,
-            label=label or f"{self.name} (batch {len(arr)})",
-            framework=self.framework,
-            warmup=warmup,
-            repeats=repeats,
-            items=int(len(arr)),
-            progress=progress,
-        )
-        m.meta.update(
-            runtime=self.name,
-            backend=self.backend,
-            device=self.device,
-            precision=self.precision,
-            math_mode=self.math_mode,
-            threads=self.threads,
-            batch=int(len(arr)),
-            io_binding=bound,
-        )
-        return m
-
-    def __str__(self) -> str:
-        return (
-            f"{self.name}: {self.framework} on {self.backend} ({self.device}), {self.precision}, "
-            f"{self.threads} threads"
-        )
-
-
-def measurement_rows(
-    measurements: Sequence[Measurement], baseline: Measurement | None = None
-) -> list[dict[str, Any]]:
-    """:func:`helpers.show.table.compare_rows` with runtime, device, precision and threads.
-
-    Each row names what produced the figure, read from the measurement's ``meta`` (set by
-    :meth:`Runner.benchmark`; for a PyTorch timing set it on the page:
-    ``m.meta.update(runtime=..., device=..., precision=..., threads=...)``); '?' where missing.
-    """
-    rows = []
-    for m, row in zip(measurements, compare_rows(measurements, baseline)):
-        named = {k: m.meta.get(k, "?") for k in ("runtime", "device", "precision", "threads")}
-        rows.append(
-            {
-                "label": row["label"],
-                **named,
-                "batch": m.meta.get("batch", m.items),
-                **{k: v for k, v in row.items() if k != "label"},
-            }
-        )
-    return rows
 
 
 def _rank(shape: Sequence[Any]) -> int | None:
@@ -540,7 +297,8 @@ def session_options(
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int or None, got {value!r}")
     opts = ort.SessionOptions()
-    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_ATTRS[optimization])
+    level = "ORT_DISABLE_ALL" if optimization == "disable" else f"ORT_ENABLE_{optimization.upper()}"
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     if intra_op_threads is not None:
         opts.intra_op_num_threads = intra_op_threads
     if inter_op_threads is not None:
@@ -552,9 +310,7 @@ def session_options(
         spinning = threads_spin()
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
-    opts.log_severity_level = (
-        3  # errors only: the serialisation warnings are explained in the course text
-    )
+    opts.log_severity_level = 3  # errors only: chapter 7 explains the serialisation warnings
     return opts
 
 
@@ -662,7 +418,7 @@ def create_session(
     )
     if verbose:
         why = "best usable provider here" if provider == "auto" else "as requested"
-        _say(
+        say(
             f"ONNX Runtime: picked {active[0]} ({why}; usable here: {', '.join(usable_providers())}), "
             f"graph optimisation '{optimization}', {precision} on {device}"
         )
@@ -766,10 +522,11 @@ def openvino_model(
     # waiting for the GIL inside it). With the LATENCY hint the CPU plugin runs one request at a
     # time anyway; the caller's other work (loading the next batch) still overlaps.
     precisions = runtime_precisions(compiled)
-    # an int8 model is labelled by its int8 layers plus the precision of the rest
-    int8 = any(
-        p in ("i8", "u8") for (layer, p) in precisions if layer in ("Convolution", "FullyConnected")
-    )
+    heavy: collections.Counter[str] = collections.Counter()  # conv / FC layers by precision
+    for (layer, p), n in precisions.items():
+        if layer in ("Convolution", "FullyConnected"):
+            heavy[p] += n
+    int8 = bool(heavy.keys() & {"i8", "u8"})  # labelled: its int8 layers + the rest's precision
     label = f"int8 + {precision}" if int8 else precision
 
     def call(x: np.ndarray) -> np.ndarray:
@@ -798,11 +555,7 @@ def openvino_model(
         threads=compiled.get_property("INFERENCE_NUM_THREADS") or "default",
     )
     if verbose:
-        heavy: collections.Counter[str] = collections.Counter()
-        for (layer, p), n in precisions.items():
-            if layer in ("Convolution", "FullyConnected"):
-                heavy[p] += n
-        _say(
+        say(
             f"OpenVINO: compiled for {dev}, INFERENCE_PRECISION_HINT={precision}, "
             f"{runner.info['threads']} threads; conv/FC layers run in {dict(heavy)}"
         )

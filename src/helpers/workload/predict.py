@@ -4,7 +4,7 @@
     acc = accuracy(runner, val.x, val.y)                # top-1 on a held-out split
 
 ``model`` may be a PyTorch or OneFlow module (also TorchScript, ``torch.compile`` and OneFlow
-``nn.Graph`` objects), a :class:`helpers.deploy.runtimes.Runner` (ONNX Runtime, OpenVINO), or
+``nn.Graph`` objects), a :class:`helpers.deploy.runner.Runner` (ONNX Runtime, OpenVINO), or
 any function from a NumPy batch to an array or tensor. A module runs in eval mode without
 gradients, on the device of its parameters, and gets float64 inputs when its parameters are
 float64 (a float64 copy makes a good "exact" reference); its training mode is restored after.
@@ -101,7 +101,7 @@ def _predict_fn(model: Any) -> Callable[[np.ndarray], np.ndarray]:
         if not callable(model):
             raise TypeError(
                 f"cannot predict with a {type(model).__name__}: it is neither a model nor a callable "
-                "(give a PyTorch or OneFlow model, a helpers.deploy.runtimes.Runner or a function)"
+                "(give a PyTorch or OneFlow model, a helpers.deploy.runner.Runner or a function)"
             )
         return lambda x: _to_array(model(x))
     mod = _framework_module(fw)
