@@ -95,3 +95,18 @@ def test_plots_draw_from_the_measurements():
     table = rep.sweep_report(sweep, 4, "resnet18, PyTorch on cpu (fp32)", 5)
     assert [r["batch"] for r in table.rows] == [1, 2, 4]
     rep.dependence_plot({1: 0.0, 4: 1e-7}, {1: 0.0, 4: 0.2}, 1e-5)
+
+
+def test_batching_report_quotes_each_reference_run(monkeypatch, capsys):
+    recs = [
+        {"chapter": "05_parallelism", "name": "batch_gain_oneflow_graph", "value": 1.1},
+        {"chapter": "05_parallelism", "name": "batch_gain_torch", "value": 3.35},
+    ]
+    runs = {"ref-cpu": recs, "partial-cpu": recs[1:]}  # one without OneFlow's: left out
+    monkeypatch.setattr(rep.ledger, "reference_runs", lambda: runs)
+    used = {"PyTorch eager": {1: timed("b1", 0.01), 16: timed("b16", 0.05, 16)}}
+    table = rep.batching_report("05_parallelism", GAIN["flow"], GAIN["torch"], used, "n")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "reference run (ref-cpu): OneFlow 1.10x, PyTorch 3.35x." in out
+    assert "partial-cpu" not in out
+    assert [r["ms per image"] for r in table.rows] == [10.0, 0.05 / 16 * 1e3]

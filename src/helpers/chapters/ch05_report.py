@@ -34,14 +34,9 @@ def dependence_table(
     eval_dep: Mapping, train_dep: Mapping, sal: Mapping, device: Any
 ) -> show.Table:
     """Each batch size: how far a sample's logits and maps moved inside a batch, vs alone."""
+    cols = ("batch", "logits, eval", "logits, train", "maps, eval: 1 - cosine", "pixels within tol")
     rows = [
-        {
-            "batch": b,
-            "logits, eval": eval_dep[b],
-            "logits, train": train_dep[b],
-            "maps, eval: 1 - cosine": 1 - sal[b][0],
-            "pixels within tol": f"{sal[b][1]:.1%}",
-        }
+        dict(zip(cols, (b, eval_dep[b], train_dep[b], 1 - sal[b][0], f"{sal[b][1]:.1%}")))
         for b in eval_dep
     ]
     title = f"each sample inside batches vs alone ({device})"
@@ -125,13 +120,9 @@ def batching_report(
         f"Batching here: OneFlow's graph {flow.verdict()}, PyTorch's task {torch.verdict()}"
         + (f"; {refs}." if refs else ".")
     )
+    cols = ("run", "ms per image", "threads given", "cores busy (computing or spinning)")
     rows = [
-        {
-            "run": f"{fw}, batch {b}",
-            "ms per image": m.median * 1e3 / b,
-            "threads given": m.threads,
-            "cores busy (computing or spinning)": m.cores_used,
-        }
+        dict(zip(cols, (f"{fw}, batch {b}", m.median * 1e3 / b, m.threads, m.cores_used)))
         for fw, by_batch in runs.items()
         for b, m in by_batch.items()
     ]
