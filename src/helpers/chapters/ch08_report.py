@@ -134,15 +134,8 @@ def training_table(result: Any, untrained: float, needed: float, model: str) -> 
         "untrained (control)": untrained,
         "needed": needed,
     }
-    return Table(
-        [row],
-        formats={
-            "seconds": ".0f",
-            "held-out accuracy": ".1%",
-            "untrained (control)": ".1%",
-            "needed": ".1%",
-        },
-    )
+    shares = ("held-out accuracy", "untrained (control)", "needed")
+    return Table([row], formats={"seconds": ".0f", **dict.fromkeys(shares, ".1%")})
 
 
 def preprocess_sentence(graph_ops: Mapping[str, Mapping[str, int]]) -> str:
@@ -178,30 +171,22 @@ def checks_table(
     ``fp32`` (a :class:`helpers.core.comparison.Comparison`) adds the float32 row; ``planted``
     (the caught error, the buggy model's accuracy) a row for the planted bug that had to fail.
     """
+    keys = ("variant", "check", "accuracy", "drop (points)")
+
+    def drop(accuracy: float) -> str:
+        return f"{100 * (acc[base] - accuracy):+.2f}"
+
     rows = []
     if fp32 is not None:
-        rows.append(
-            {
-                "variant": "ORT fp32",
-                "check": f"float32 bound, {fp32.used:.2g} of it used",
-                "accuracy": f"{acc.get('ORT fp32', acc[base]):.2%}",
-                "drop (points)": "",
-            }
-        )
+        used = f"float32 bound, {fp32.used:.2g} of it used"
+        rows.append(("ORT fp32", used, f"{acc.get('ORT fp32', acc[base]):.2%}", ""))
     for name in names if names is not None else checks:
-        if isinstance(checks[name], BaseException):  # a variant that failed the check
-            reason = str(checks[name]).split("check: ", 1)[-1]
-            rows.append(
-                {
-                    "variant": name,
-                    "check": f"FAILS: {reason}",
-                    "accuracy": f"{acc[name]:.2%}",
-                    "drop (points)": f"{100 * (acc[base] - acc[name]):+.2f}",
-                }
-            )
-            continue
-        r = task_row(checks[name], acc[name], acc[base])
         c = checks[name]
+        if isinstance(c, BaseException):  # a variant that failed the check
+            reason = str(c).split("check: ", 1)[-1]
+            rows.append((name, f"FAILS: {reason}", f"{acc[name]:.2%}", drop(acc[name])))
+            continue
+        r = task_row(c, acc[name], acc[base])
         own = "nearest own" + (" class" if c.by_class else "")
         own = ("decided rows " + own) if c.decided_only else own
         check = (
@@ -209,25 +194,13 @@ def checks_table(
             f"{r.get('decided rows kept', '-')}, top-1 agreement {r.get('top-1 agreement', '-')}; "
             f"controls (negated / shifted) {r['controls (negated / shifted)']} nearest own"
         )
-        rows.append(
-            {
-                "variant": name,
-                "check": check,
-                "accuracy": r["accuracy"],
-                "drop (points)": r["drop (points)"],
-            }
-        )
+        rows.append((name, check, r["accuracy"], r["drop (points)"]))
     if planted is not None:
         err, bug_acc = planted
         reason = str(err).split(": ", 1)[-1].split(";")[0]
-        rows.append(
-            {
-                "variant": "planted bug: calibrated on un-normalised images",
-                "check": f"FAILS, as it must ({reason})",
-                "accuracy": f"{bug_acc:.2%}",
-                "drop (points)": f"{100 * (acc[base] - bug_acc):+.2f}",
-            }
-        )
+        bug = "planted bug: calibrated on un-normalised images"
+        rows.append((bug, f"FAILS, as it must ({reason})", f"{bug_acc:.2%}", drop(bug_acc)))
+    rows = [dict(zip(keys, r)) for r in rows]
     notes = []
     if any(r["check"].startswith("FAILS:") for r in rows if not r["variant"].startswith("planted")):
         notes.append(
