@@ -53,3 +53,23 @@ def test_resnet_pair_times_both_frameworks_alike(flow):
     assert len(torch_m["times_s"]) == len(flow_m["times_s"]) == 2
     assert set(res["per_thread"]) == {"PyTorch", "OneFlow"}
     json.dumps(res)  # JSON-ready: a fresh process (run_in_subprocess) returns it
+
+
+def test_gap_table_says_the_avx2_gain_only_when_the_processes_are_apart():
+    from helpers.measure.measurement import Measurement, paired_ratio
+
+    def ratio(flow_ms, torch_ms):
+        return paired_ratio(Measurement("flow", flow_ms), Measurement("torch", torch_ms))
+
+    here = {"matmul": ratio([8.0, 8.2, 7.9], [1.0, 1.0, 1.0])}
+    assert list(ch00.gap_table(here, None, "t").rows[0]) == [
+        "work",
+        "OneFlow / PyTorch, as installed",
+    ]
+    fixed = {"matmul": ratio([2.0, 2.1, 1.9], [1.0, 1.0, 1.0])}
+    row = ch00.gap_table(here, fixed, "t").rows[0]
+    assert row["OneFlow with AVX2 kernels"] == "4.0x faster"
+    overlap = {"matmul": ratio([7.8, 8.3, 8.0], [1.0, 1.0, 1.0])}
+    assert ch00.gap_table(here, overlap, "t").rows[0]["OneFlow with AVX2 kernels"] == (
+        "inconclusive"
+    )

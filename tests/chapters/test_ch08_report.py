@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from helpers.chapters import ch08_report as report
 from helpers.measure.measurement import paired_ratio
@@ -146,6 +147,32 @@ def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
     text = " ".join(report.target_sentences(no_vnni, runs, {"fp32": 200.0}, no_vnni[1]))
     assert "no int8 ceiling measured on this CPU" in text and "nan" not in text
     assert "fp32 eager runs at 50% of this CPU's fp32 ceiling" in text
+    said = report.target_sentences(rows, runs, {}, rows[1], cross_cosine=0.999991)
+    assert said[-1].startswith("(The random network's logits") and "0.99999:" in said[-1]
+    assert "random network" not in " ".join(report.target_sentences(rows, runs, {}, rows[1]))
+
+
+def test_variant_records_name_every_batch_and_variant_and_plots_draw_them():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    timed = _timed({1: {"PyTorch eager fp32": [2.0, 2.1], "ORT int8 (QDQ, U8S8)": [1.0, 1.0]}})
+    timed |= _timed({8: {"PyTorch eager fp32": [8.0, 8.2], "ORT int8 (QDQ, U8S8)": [2.0, 2.0]}})
+    recs = {name: (m, how) for name, m, how in report.variant_records(timed, "fps")}
+    assert list(recs) == [
+        "fps_pytorch_eager_fp32_batch1",
+        "fps_ort_int8_qdq_u8s8_batch1",
+        "fps_pytorch_eager_fp32_batch8",
+        "fps_ort_int8_qdq_u8s8_batch8",
+    ]
+    m, how = recs["fps_ort_int8_qdq_u8s8_batch8"]
+    assert how == {"batch": 8, "precision": "int8"} and m.throughput == 8 / 2.0
+    assert report.ratio_of(timed[8][0], "ORT int8 (QDQ, U8S8)").median == pytest.approx(4.05)
+    rows = [{"variant": "a", "vs_eager": 1.0}, {"variant": "b", "vs_eager": 2.5}]
+    ax = report.plot_target(rows, "t")
+    assert [p.get_height() for p in ax.patches] == [2.5]  # the baseline itself is not a bar
+    ax = report.plot_speed_against_accuracy(timed[8][1], {k: 0.9 for k in timed[8][1]}, "t")
+    assert len(ax.collections) == 2
 
 
 def test_preprocess_and_ablation_sentences_follow_the_numbers():
@@ -171,3 +198,23 @@ def test_a_missing_ceiling_is_said_not_printed_as_nan():
     )
     for row in ({"precision": "int8", "pct_of_ceiling": float("nan")}, {"precision": "int8"}):
         assert report.ceiling_share(row) == "no int8 ceiling measured on this CPU"
+
+
+def test_checks_table_rows_say_pass_fail_and_the_planted_bug():
+    from types import SimpleNamespace
+
+    ok = SimpleNamespace(
+        name="A", mode="int8", nearest_own=0.98, min_cosine=0.99, decided=10, kept=9, top1=0.97
+    )
+    ok.__dict__.update(
+        controls={"negated": 0.0, "shifted": 0.1}, by_class=False, decided_only=False
+    )
+    checks = {"A": ok, "B": AssertionError("task-level check: rows moved")}
+    acc = {"PyTorch eager fp32": 0.9, "A": 0.89, "B": 0.5}
+    planted = (AssertionError("x: calibration wrong; more"), 0.3)
+    table = report.checks_table(checks, acc, "PyTorch eager fp32", planted=planted)
+    rows = {r["variant"]: r for r in table.rows}
+    assert rows["A"]["check"].startswith("passes (int8): nearest own 98%")
+    assert rows["A"]["drop (points)"] == "+1.00" and rows["B"]["check"] == "FAILS: rows moved"
+    assert rows["planted bug: calibrated on un-normalised images"]["drop (points)"] == "+60.00"
+    assert table.notes and "FAILS" in table.notes[0]  # a variant failed: the note says what

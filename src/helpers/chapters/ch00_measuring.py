@@ -4,7 +4,8 @@ A matrix product and a ResNet in both frameworks, interleaved (:func:`matmul_pai
 :func:`resnet_pair`, both at once in :func:`cpu_probe`, which a fresh process can run with
 another ``OPENBLAS_CORETYPE``), the CPU time each thread spent (:func:`thread_cpu_seconds`) and the
 OpenBLAS that OneFlow's wheel bundles, asked through ``ctypes`` (:func:`oneflow_blas`). Only
-chapter 0's appendix (``notebooks/appendix_a_oneflow_cpu.ipynb``) uses this module.
+chapter 0's appendix (``notebooks/appendix_a_oneflow_cpu.ipynb``) uses this module; its table of
+the two processes side by side is :func:`gap_table`.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from helpers.core.environment import import_oneflow
 from helpers.core.threads import same_threads
+from helpers.measure.measurement import RatioSummary
 from helpers.measure.timer import benchmark_interleaved, synchronize
+from helpers.show.table import Table
 
 __all__ = [
     "oneflow_blas",
     "matmul_pair",
     "cpu_probe",
+    "gap_table",
 ]
 
 # OpenBLAS kernel families, newest first, that OneFlow 0.9.0's bundled OpenBLAS may pick at start-up.
@@ -262,3 +266,23 @@ def cpu_probe(
         "matmul": matmul_pair(n=n, **runs),
         "resnet": resnet_pair(arch=arch, image_size=image_size, batch=batch, **runs),
     }
+
+
+def gap_table(
+    here: Mapping[str, RatioSummary], fixed: Mapping[str, RatioSummary] | None, title: str
+) -> Table:
+    """OneFlow's time over PyTorch's per work, as installed (``here``) and, when a second process
+    ran with AVX2 kernels, beside it (``fixed``) with what those kernels gain: a ratio of the two
+    processes' ratios, said only when their interquartile ranges are apart."""
+    rows = []
+    for work, g in here.items():
+        row = {"work": work, "OneFlow / PyTorch, as installed": str(g)}
+        if fixed is not None:
+            f = fixed[work]
+            row["with OPENBLAS_CORETYPE=Haswell"] = str(f)
+            faster = f.p75 < g.p25  # two processes: conclusive when the IQRs are apart
+            row["OneFlow with AVX2 kernels"] = (
+                f"{g.median / f.median:.1f}x faster" if faster else "inconclusive"
+            )
+        rows.append(row)
+    return Table(rows, title=title)

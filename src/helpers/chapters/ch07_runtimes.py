@@ -8,12 +8,15 @@ Used by chapter 7 only:
 - :func:`embedder_timings` -- the subprocess target of the wait-policy control: PyTorch eager and
   an ONNX Runtime session on the same embedder, timed in a process whose ``OMP_WAIT_POLICY`` the
   caller set (GNU OpenMP reads it once, when PyTorch starts: hence a fresh process per policy);
-- :func:`policy_table` -- those runs as one table of paired ratios (spinning over PASSIVE);
+- :func:`wait_ratios`, :func:`policy_table` -- those runs as paired ratios (spinning over PASSIVE),
+  and as one table;
 - :func:`cpu_rivals` -- the CPU runtimes of the FPS table (ONNX Runtime, OpenVINO), at a thread count;
 - :func:`compare_at_224` -- the case study's input size, full width: PyTorch eager (NCHW) and its
   best eager CPU paths (channels-last, BatchNorm folded), optionally compiled with freezing,
   ONNX Runtime with and without its NCHWc layout, OpenVINO fp32; every output checked in strict
-  float32, all timed interleaved at batch 1 and a larger batch;
+  float32, all timed interleaved at batch 1 and a larger batch.
+
+The tables and sentences of its hidden cells: :mod:`helpers.chapters.ch07_report`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import torchvision
 from helpers.core import comparison, precision
 from helpers.core.threads import WAIT_POLICY_ENV
 from helpers.deploy import export, runtimes
-from helpers.measure.measurement import Measurement, paired_ratio
+from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 from helpers.measure.timer import benchmark, benchmark_interleaved
 from helpers.show.table import Table
 from helpers.workload import data, models
@@ -40,6 +43,7 @@ __all__ = [
     "EMBEDDER_ENV",
     "network_of",
     "embedder_timings",
+    "wait_ratios",
     "policy_table",
     "cpu_rivals",
     "compare_at_224",
@@ -122,31 +126,40 @@ def embedder_timings(
     }
 
 
-def policy_table(runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str) -> Table:
-    """One row per timed call: median ms under ``base`` and ``other``, and other's paired speedup.
+def wait_ratios(
+    runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str
+) -> dict[str, RatioSummary]:
+    """Per timed call, ``other``'s paired speedup over ``base`` (base time / other time).
 
     ``runs[policy]`` holds one :func:`embedder_timings` result per round; round *i* of the two
-    policies ran one after the other, so the speedup is the median of the per-round ratios
-    (``base`` time / ``other`` time: above 1, ``other`` is faster) with their IQR and a verdict
-    that says "inconclusive" when the interval holds 1.
+    policies ran one after the other, so the speedup is the median of the per-round ratios.
     """
     if len(runs[base]) != len(runs[other]) or not runs[base]:
         raise ValueError("need the same number (at least one) of rounds for both policies")
+
+    def timed(name: str, p: str) -> Measurement:
+        return Measurement(f"{name} ({p})", [r["rows"][name]["median_s"] for r in runs[p]])
+
+    return {
+        name: paired_ratio(timed(name, base), timed(name, other)) for name in runs[base][0]["rows"]
+    }
+
+
+def policy_table(runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str) -> Table:
+    """One row per timed call: median ms under ``base`` and ``other``, and other's paired speedup
+    (:func:`wait_ratios`) with a verdict that says "inconclusive" when its IQR holds 1."""
     rows = []
-    for name in runs[base][0]["rows"]:
-        m = {
-            p: Measurement(
-                label=f"{name} ({p})", times_s=[r["rows"][name]["median_s"] for r in runs[p]]
-            )
+    for name, ratio in wait_ratios(runs, base=base, other=other).items():
+        ms = {
+            p: 1e3 * np.median([r["rows"][name]["median_s"] for r in runs[p]])
             for p in (base, other)
         }
         busy = any(r["rows"][name]["contended"] for p in (base, other) for r in runs[p])
-        ratio = paired_ratio(m[base], m[other])
         rows.append(
             {
                 "call": name,
-                f"{base} ms": m[base].median * 1e3,
-                f"{other} ms": m[other].median * 1e3,
+                f"{base} ms": ms[base],
+                f"{other} ms": ms[other],
                 f"{other} vs {base}": ratio.verdict(),
                 "machine": "CONTENDED" if busy else "quiet",
             }

@@ -9,15 +9,18 @@ sentences, shown with :func:`helpers.show.say`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from helpers.measure.measurement import Measurement, paired_ratio
+from helpers.show.plots import plot_speed_accuracy, plot_speedups
 from helpers.show.table import Table
 
 __all__ = [
+    "ratio_of",
+    "variant_records",
     "model_name",
     "slug",
     "variants_table",
@@ -27,6 +30,8 @@ __all__ = [
     "small_model_table",
     "small_model_sentences",
     "target_sentences",
+    "plot_target",
+    "plot_speed_against_accuracy",
     "embedder_table",
     "ablation_sentence",
     "embedder_speed_sentences",
@@ -35,9 +40,20 @@ __all__ = [
 ]
 
 
-def _vs_baseline(rows: Iterable[Mapping[str, Any]], name: str) -> Any:
+def ratio_of(rows: Iterable[Mapping[str, Any]], name: str) -> Any:
     """The paired ratio ``measure_variants`` computed for ``name`` against its baseline."""
     return next(r["ratio"] for r in rows if r["variant"] == name)
+
+
+def variant_records(
+    timed: Mapping[int, tuple[list, dict]], prefix: str
+) -> Iterator[tuple[str, Measurement, dict[str, Any]]]:
+    """Per batch and variant of ``measure_variants`` runs: the ledger name
+    ``<prefix>_<slug>_batch<b>``, the variant's Measurement and its batch and precision."""
+    for b, (rows, runs) in timed.items():
+        for r in rows:
+            how = {"batch": b, "precision": r["precision"]}
+            yield f"{prefix}_{slug(r['variant'])}_batch{b}", runs[r["variant"]], how
 
 
 def model_name(arch: str) -> str:
@@ -118,15 +134,8 @@ def training_table(result: Any, untrained: float, needed: float, model: str) -> 
         "untrained (control)": untrained,
         "needed": needed,
     }
-    return Table(
-        [row],
-        formats={
-            "seconds": ".0f",
-            "held-out accuracy": ".1%",
-            "untrained (control)": ".1%",
-            "needed": ".1%",
-        },
-    )
+    shares = ("held-out accuracy", "untrained (control)", "needed")
+    return Table([row], formats={"seconds": ".0f", **dict.fromkeys(shares, ".1%")})
 
 
 def preprocess_sentence(graph_ops: Mapping[str, Mapping[str, int]]) -> str:
@@ -162,30 +171,22 @@ def checks_table(
     ``fp32`` (a :class:`helpers.core.comparison.Comparison`) adds the float32 row; ``planted``
     (the caught error, the buggy model's accuracy) a row for the planted bug that had to fail.
     """
+    keys = ("variant", "check", "accuracy", "drop (points)")
+
+    def drop(accuracy: float) -> str:
+        return f"{100 * (acc[base] - accuracy):+.2f}"
+
     rows = []
     if fp32 is not None:
-        rows.append(
-            {
-                "variant": "ORT fp32",
-                "check": f"float32 bound, {fp32.used:.2g} of it used",
-                "accuracy": f"{acc.get('ORT fp32', acc[base]):.2%}",
-                "drop (points)": "",
-            }
-        )
+        used = f"float32 bound, {fp32.used:.2g} of it used"
+        rows.append(("ORT fp32", used, f"{acc.get('ORT fp32', acc[base]):.2%}", ""))
     for name in names if names is not None else checks:
-        if isinstance(checks[name], BaseException):  # a variant that failed the check
-            reason = str(checks[name]).split("check: ", 1)[-1]
-            rows.append(
-                {
-                    "variant": name,
-                    "check": f"FAILS: {reason}",
-                    "accuracy": f"{acc[name]:.2%}",
-                    "drop (points)": f"{100 * (acc[base] - acc[name]):+.2f}",
-                }
-            )
-            continue
-        r = task_row(checks[name], acc[name], acc[base])
         c = checks[name]
+        if isinstance(c, BaseException):  # a variant that failed the check
+            reason = str(c).split("check: ", 1)[-1]
+            rows.append((name, f"FAILS: {reason}", f"{acc[name]:.2%}", drop(acc[name])))
+            continue
+        r = task_row(c, acc[name], acc[base])
         own = "nearest own" + (" class" if c.by_class else "")
         own = ("decided rows " + own) if c.decided_only else own
         check = (
@@ -193,25 +194,13 @@ def checks_table(
             f"{r.get('decided rows kept', '-')}, top-1 agreement {r.get('top-1 agreement', '-')}; "
             f"controls (negated / shifted) {r['controls (negated / shifted)']} nearest own"
         )
-        rows.append(
-            {
-                "variant": name,
-                "check": check,
-                "accuracy": r["accuracy"],
-                "drop (points)": r["drop (points)"],
-            }
-        )
+        rows.append((name, check, r["accuracy"], r["drop (points)"]))
     if planted is not None:
         err, bug_acc = planted
         reason = str(err).split(": ", 1)[-1].split(";")[0]
-        rows.append(
-            {
-                "variant": "planted bug: calibrated on un-normalised images",
-                "check": f"FAILS, as it must ({reason})",
-                "accuracy": f"{bug_acc:.2%}",
-                "drop (points)": f"{100 * (acc[base] - bug_acc):+.2f}",
-            }
-        )
+        bug = "planted bug: calibrated on un-normalised images"
+        rows.append((bug, f"FAILS, as it must ({reason})", f"{bug_acc:.2%}", drop(bug_acc)))
+    rows = [dict(zip(keys, r)) for r in rows]
     notes = []
     if any(r["check"].startswith("FAILS:") for r in rows if not r["variant"].startswith("planted")):
         notes.append(
@@ -278,9 +267,7 @@ def small_model_sentences(
         for b in sorted(timed)
     )
     out.append(f"ORT INT8 (U8S8) against ORT fp32: {per_batch}.")
-    out.append(
-        f"Against fp32 eager PyTorch at batch {bn}: {_vs_baseline(timed[bn][0], u8).verdict()}."
-    )
+    out.append(f"Against fp32 eager PyTorch at batch {bn}: {ratio_of(timed[bn][0], u8).verdict()}.")
     fixed_i, share_i = _fixed_share(timed, u8)
     _, share_f = _fixed_share(timed, "ORT fp32")
     _, share_e = _fixed_share(timed, base)
@@ -343,11 +330,13 @@ def target_sentences(
     ceilings: Mapping[str, float],
     top: Mapping[str, Any],
     top_passed: Mapping[str, Any] | None = None,
+    cross_cosine: float | None = None,
 ) -> list[str]:
     """Section 7's claims: the best path, and the bound the measured int8 ceiling sets.
 
     ``top`` is the fastest row within the accuracy bound (:func:`best_path`), ``top_passed`` the
-    fastest whose recipe also passed the task-level check (named when it is another row).
+    fastest whose recipe also passed the task-level check (named when it is another row);
+    ``cross_cosine``: how alike the random network's logits of two images are (why no task check).
     """
     eager = rows[0]
     ratio = top["ratio"]
@@ -389,7 +378,26 @@ def target_sentences(
             "has (a network's convolutions can beat a lone matrix product), or that load lowered "
             "the ceiling's measurement: the ceiling is a measurement too."
         )
+    if cross_cosine is not None:
+        out.append(
+            f"(The random network's logits for two different images reach a cosine of "
+            f"{cross_cosine:.5f}: too alike for a task-level check.)"
+        )
     return out
+
+
+def plot_target(rows: list[Mapping[str, Any]], title: str) -> Any:
+    """Each variant's speedup over the first row (fp32 eager), as bars."""
+    rest = rows[1:]
+    return plot_speedups([r["variant"] for r in rest], [r["vs_eager"] for r in rest], title=title)
+
+
+def plot_speed_against_accuracy(
+    runs: Mapping[str, Measurement], acc: Mapping[str, float], title: str
+) -> Any:
+    """Each variant's throughput against its held-out accuracy, one labelled point each."""
+    points = [{"label": k, "speed": m.throughput, "accuracy": acc[k]} for k, m in runs.items()]
+    return plot_speed_accuracy(points, title=title)
 
 
 def embedder_table(
@@ -481,44 +489,28 @@ def summary_table(
     ``top`` is the fastest path within a point of accuracy whose recipe passed the INT8 rule
     (:func:`helpers.core.comparison.assert_classifier_logits`): a failed path is never "best".
     """
-    u8 = r101_u8 = "ORT int8 (QDQ, U8S8)"
-    bn = max(timed)
-    runs_n = timed[bn][1]
-
-    def v(r: Any) -> str:
-        return r.verdict()
-
+    u8, r16, bn = "ORT int8 (QDQ, U8S8)", "ResNet-101, 224 px, batch 16", max(timed)
+    runs_n, model = timed[bn][1], f"trained {model_name(arch)}, {size} px"
     rows = [
-        {
-            "measurement": "ResNet-101, 224 px, batch 16: ORT INT8 vs fp32 eager",
-            "here": v(_vs_baseline(r101_rows, r101_u8)),
-        },
-        {
-            "measurement": "ResNet-101, 224 px, batch 16: ORT INT8 vs ORT fp32",
-            "here": v(paired_ratio(r101_runs["ORT fp32"], r101_runs[r101_u8])),
-        },
-        {
-            "measurement": (
-                f"ResNet-101, 224 px, batch 16: fastest path that passed ({top['variant']}) "
-                "vs eager"
-            ),
-            "here": f"{v(top['ratio'])}, {ceiling_share(top)}",
-        },
-        {
-            "measurement": f"trained {model_name(arch)}, {size} px: accuracy fp32 -> ORT INT8",
-            "here": f"{acc[base]:.1%} -> {acc[u8]:.1%}",
-        },
-        {
-            "measurement": f"trained {model_name(arch)}, {size} px, batch {bn}: INT8 vs eager",
-            "here": v(_vs_baseline(timed[bn][0], u8)),
-        },
-        {
-            "measurement": f"trained {model_name(arch)}, {size} px, batch {bn}: U8S8 vs S8S8",
-            "here": v(paired_ratio(runs_n["ORT int8 (QDQ, S8S8)"], runs_n[u8])),
-        },
-        {
-            "measurement": "embedder, batch 1: PyTorch eager fp32 images/s (timed alone)",
-            "here": f"{emb_alone.throughput:.0f}",
-        },
+        (f"{r16}: ORT INT8 vs fp32 eager", ratio_of(r101_rows, u8).verdict()),
+        (
+            f"{r16}: ORT INT8 vs ORT fp32",
+            paired_ratio(r101_runs["ORT fp32"], r101_runs[u8]).verdict(),
+        ),
+        (
+            f"{r16}: fastest path that passed ({top['variant']}) vs eager",
+            f"{top['ratio'].verdict()}, {ceiling_share(top)}",
+        ),
+        (f"{model}: accuracy fp32 -> ORT INT8", f"{acc[base]:.1%} -> {acc[u8]:.1%}"),
+        (f"{model}, batch {bn}: INT8 vs eager", ratio_of(timed[bn][0], u8).verdict()),
+        (
+            f"{model}, batch {bn}: U8S8 vs S8S8",
+            paired_ratio(runs_n["ORT int8 (QDQ, S8S8)"], runs_n[u8]).verdict(),
+        ),
+        (
+            "embedder, batch 1: PyTorch eager fp32 images/s (timed alone)",
+            f"{emb_alone.throughput:.0f}",
+        ),
     ]
+    rows = [{"measurement": m, "here": h} for m, h in rows]
     return Table(rows, title="this chapter's measurements (quick-mode figures in quick mode)")
