@@ -158,7 +158,7 @@ def test_variant_records_name_every_batch_and_variant_and_plots_draw_them():
     matplotlib.use("Agg")
     timed = _timed({1: {"PyTorch eager fp32": [2.0, 2.1], "ORT int8 (QDQ, U8S8)": [1.0, 1.0]}})
     timed |= _timed({8: {"PyTorch eager fp32": [8.0, 8.2], "ORT int8 (QDQ, U8S8)": [2.0, 2.0]}})
-    recs = {name: (m, how) for name, m, how in report.variant_records(timed, "fps")}
+    recs = {f"fps_{v}_batch{b}": (m, how) for b, v, m, how in report.variant_records(timed)}
     assert list(recs) == [
         "fps_pytorch_eager_fp32_batch1",
         "fps_ort_int8_qdq_u8s8_batch1",

@@ -46,14 +46,15 @@ def ratio_of(rows: Iterable[Mapping[str, Any]], name: str) -> Any:
 
 
 def variant_records(
-    timed: Mapping[int, tuple[list, dict]], prefix: str
-) -> Iterator[tuple[str, Measurement, dict[str, Any]]]:
-    """Per batch and variant of ``measure_variants`` runs: the ledger name
-    ``<prefix>_<slug>_batch<b>``, the variant's Measurement and its batch and precision."""
+    timed: Mapping[int, tuple[list, dict]],
+) -> Iterator[tuple[int, str, Measurement, dict[str, Any]]]:
+    """Per batch and variant of ``measure_variants`` runs: the batch, the variant's
+    :func:`slug` (the page writes the record name from both), its Measurement, and its batch
+    and precision."""
     for b, (rows, runs) in timed.items():
         for r in rows:
             how = {"batch": b, "precision": r["precision"]}
-            yield f"{prefix}_{slug(r['variant'])}_batch{b}", runs[r["variant"]], how
+            yield b, slug(r["variant"]), runs[r["variant"]], how
 
 
 def model_name(arch: str) -> str:
