@@ -8,7 +8,6 @@ beside case study 2.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 
 from helpers.deploy.export import op_counts
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+from helpers.record.ledger import slug as key
 from helpers.show.table import Table, paired_table
 
 __all__ = [
@@ -34,11 +34,6 @@ __all__ = [
 ]
 
 ORT = "ONNX Runtime"
-
-
-def key(label: str) -> str:
-    """A label as a record-name segment: ``'ONNX Runtime, batch 1'`` -> ``'onnx_runtime_batch_1'``."""
-    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
 def levels_table(

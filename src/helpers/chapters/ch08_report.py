@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from helpers.measure.measurement import Measurement, paired_ratio
+from helpers.record.ledger import slug
 from helpers.show.plots import plot_speed_accuracy, plot_speedups
 from helpers.show.table import Table
 
@@ -60,11 +61,6 @@ def variant_records(
 def model_name(arch: str) -> str:
     """``'resnet18'`` -> ``'ResNet-18'``; other names unchanged."""
     return f"ResNet-{arch[6:]}" if arch.startswith("resnet") and arch[6:].isdigit() else arch
-
-
-def slug(text: str) -> str:
-    """A variant's label as a record-name segment: ``'ORT int8 (QDQ, U8S8)'`` -> ``'ort_int8_qdq_u8s8'``."""
-    return "_".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
 
 def variants_table(

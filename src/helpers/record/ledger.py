@@ -20,6 +20,7 @@ import json
 import math
 import numbers
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from helpers.measure.machine import measured_loads
 from helpers.measure.measurement import RatioSummary
 
 __all__ = [
+    "slug",
     "RESULTS_ENV",
     "ledger_dir",
     "machine_slug",
@@ -41,6 +43,11 @@ __all__ = [
 ]
 
 RESULTS_ENV = "COURSE_RESULTS_DIR"
+
+
+def slug(label: str) -> str:
+    """A label as a record-name segment: ``'ORT int8 (QDQ, U8S8)'`` -> ``'ort_int8_qdq_u8s8'``."""
+    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
 def repo_root() -> Path:
