@@ -152,6 +152,28 @@ def test_target_sentences_derive_the_bound_from_the_measured_ceiling():
     assert "random network" not in " ".join(report.target_sentences(rows, runs, {}, rows[1]))
 
 
+def test_target_report_shows_the_table_the_sentences_and_the_bars(capsys):
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    matplotlib.use("Agg")
+    base, best = "PyTorch eager fp32", "OpenVINO int8 (NNCF)"
+    runs = {base: _m(base, [1.0, 1.1, 0.9]), best: _m(best, [0.2, 0.21, 0.19])}
+    common = {"batch": 16, "threads": 2, "p25_s": 0.1, "p75_s": 0.3, "accuracy": 0.9}
+    rows = [
+        {"variant": base, "precision": "fp32", "median_s": 1.0, "vs_eager": 1.0, **common},
+        {"variant": best, "precision": "int8", "median_s": 0.2, "vs_eager": 5.0, **common},
+    ]
+    for r in rows:
+        r |= {"ratio": paired_ratio(runs[base], runs[r["variant"]]), "drop_points": 0.0}
+    want = np.eye(4, dtype=np.float32)
+    report.target_report(rows, runs, {}, rows[1], rows[1], want, "resnet18", 32)
+    out = capsys.readouterr().out
+    assert "accuracy (trained ResNet-18, 32 px)" in out and f"**{best}**" in out
+    assert "cosine of 0.00000" in out  # the random network's logits: orthogonal here
+    assert [p.get_height() for p in plt.gca().patches] == [5.0]  # the baseline is no bar
+
+
 def test_variant_records_name_every_batch_and_variant_and_plots_draw_them():
     import matplotlib
 
@@ -168,14 +190,11 @@ def test_variant_records_name_every_batch_and_variant_and_plots_draw_them():
     m, how = recs["fps_ort_int8_qdq_u8s8_batch8"]
     assert how == {"batch": 8, "precision": "int8"} and m.throughput == 8 / 2.0
     assert report.ratio_of(timed[8][0], "ORT int8 (QDQ, U8S8)").median == pytest.approx(4.05)
-    rows = [{"variant": "a", "vs_eager": 1.0}, {"variant": "b", "vs_eager": 2.5}]
-    ax = report.plot_target(rows, "t")
-    assert [p.get_height() for p in ax.patches] == [2.5]  # the baseline itself is not a bar
     ax = report.plot_speed_against_accuracy(timed[8][1], {k: 0.9 for k in timed[8][1]}, "t")
     assert len(ax.collections) == 2
 
 
-def test_preprocess_and_ablation_sentences_follow_the_numbers():
+def test_preprocess_and_ablation_sentences_follow_the_numbers(capsys):
     folded = report.preprocess_sentence({"exported": {"Conv": 20}, "pre-processed": {"Conv": 20}})
     assert "had already folded" in folded
     fold = report.preprocess_sentence(
@@ -186,9 +205,12 @@ def test_preprocess_and_ablation_sentences_follow_the_numbers():
         {"calibration images": n, "weights": w, "mean cosine": c, "nearest own": 1.0}
         for n, w, c in ((1, "per-channel", 0.7), (32, "per-channel", 0.9), (32, "per-tensor", 0.8))
     ]
-    assert "closer to fp32 than per-tensor" in report.ablation_sentence(rows)
+    report.ablation_report(rows)
+    assert "closer to fp32 than per-tensor" in " ".join(capsys.readouterr().out.split())
     rows[2]["mean cosine"] = 0.95
-    assert "further from fp32" in report.ablation_sentence(rows)
+    report.ablation_report(rows)
+    out = capsys.readouterr().out
+    assert "further from fp32" in " ".join(out.split()) and "0.9500" in out  # the table
 
 
 def test_a_missing_ceiling_is_said_not_printed_as_nan():

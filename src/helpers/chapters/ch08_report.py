@@ -13,11 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from IPython.display import display
 
 from helpers.measure.measurement import Measurement, paired_ratio
 from helpers.record.ledger import slug
 from helpers.show.plots import plot_speed_accuracy, plot_speedups
 from helpers.show.table import Table
+from helpers.show.text import say
 
 __all__ = [
     "ratio_of",
@@ -28,15 +30,13 @@ __all__ = [
     "training_table",
     "preprocess_sentence",
     "checks_table",
-    "small_model_table",
+    "speed_report",
     "small_model_sentences",
-    "target_sentences",
-    "plot_target",
+    "target_report",
     "plot_speed_against_accuracy",
     "embedder_table",
-    "ablation_sentence",
+    "ablation_report",
     "embedder_speed_sentences",
-    "wait_policy_sentences",
     "summary_table",
 ]
 
@@ -236,6 +236,16 @@ def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Tab
     )
 
 
+def speed_report(
+    timed: Mapping[int, tuple[list, dict]], title: str, runtime: str, sentences: list[str]
+) -> None:
+    """Show the timings of ``timed`` as a table, then ``sentences`` and the wait policy's."""
+    from helpers.chapters.ch08_cpu_target import wait_policy
+
+    display(small_model_table(timed, title))
+    say(sentences + wait_policy_sentences(timed, runtime, wait_policy()), markdown=True)
+
+
 def _fixed_share(timed: Mapping[int, tuple[list, dict]], name: str) -> tuple[float, float]:
     """(fixed seconds per call, their share of the largest batch's call) from two batch sizes."""
     b1, bn = min(timed), max(timed)
@@ -383,10 +393,28 @@ def target_sentences(
     return out
 
 
-def plot_target(rows: list[Mapping[str, Any]], title: str) -> Any:
-    """Each variant's speedup over the first row (fp32 eager), as bars."""
-    rest = rows[1:]
-    return plot_speedups([r["variant"] for r in rest], [r["vs_eager"] for r in rest], title=title)
+def target_report(
+    rows: list[Mapping[str, Any]],
+    runs: Mapping[str, Measurement],
+    ceilings: Mapping[str, float],
+    top: Mapping[str, Any],
+    top_passed: Mapping[str, Any],
+    want: np.ndarray,
+    arch: str,
+    size: int,
+) -> None:
+    """Section 7: the ResNet-101 table (accuracy from the trained ``arch`` at ``size`` px), its
+    sentences, and each variant's speedup over fp32 eager as bars; ``want``: the random
+    network's fp32 logits (how alike two images' are: why it gets no task-level check)."""
+    from helpers.core.comparison import max_cross_cosine
+
+    title = "ResNet-101, 224x224, batch 16"
+    label = f"accuracy (trained {model_name(arch)}, {size} px)"
+    display(variants_table(rows, label, title=title))
+    alike = max_cross_cosine(want)
+    say(target_sentences(rows, runs, ceilings, top, top_passed, alike), markdown=True)
+    rest, title = rows[1:], f"{title} on the CPU: speedup over fp32 eager PyTorch"
+    plot_speedups([r["variant"] for r in rest], [r["vs_eager"] for r in rest], title=title)
 
 
 def plot_speed_against_accuracy(
@@ -394,7 +422,7 @@ def plot_speed_against_accuracy(
 ) -> Any:
     """Each variant's throughput against its held-out accuracy, one labelled point each."""
     points = [{"label": k, "speed": m.throughput, "accuracy": acc[k]} for k, m in runs.items()]
-    return plot_speed_accuracy(points, title=title)
+    return plot_speed_accuracy(points, title=f"{title}: speed vs held-out accuracy")
 
 
 def embedder_table(
@@ -425,9 +453,11 @@ def embedder_table(
     )
 
 
-def ablation_sentence(ablation: Iterable[Mapping[str, Any]]) -> str:
-    """What the embedder's ablation shows: per-channel vs per-tensor, and calibration size."""
+def ablation_report(ablation: Iterable[Mapping[str, Any]]) -> None:
+    """The embedder's ablation as a table, and what it shows: per-channel vs per-tensor, and
+    calibration size."""
     rows = list(ablation)
+    display(Table(rows, formats={"mean cosine": ".4f", "nearest own": ".0%"}))
     most = max(r["calibration images"] for r in rows)
     least = min(r["calibration images"] for r in rows)
 
@@ -438,13 +468,14 @@ def ablation_sentence(ablation: Iterable[Mapping[str, Any]]) -> str:
     one = get(least, "per-channel")
     gap = pc["mean cosine"] - pt["mean cosine"]
     word = "closer to" if gap > 0 else "further from"
-    return (
+    say(
         f"With {most} calibration images, per-channel weight scales keep the INT8 embeddings "
         f"{word} fp32 than per-tensor ones (mean cosine {pc['mean cosine']:.4f} against "
         f"{pt['mean cosine']:.4f}; own image nearest {pc['nearest own']:.0%} against "
         f"{pt['nearest own']:.0%}). With {least} calibration image(s) instead of {most}, "
         f"per channel: mean cosine {one['mean cosine']:.4f}, own image nearest "
-        f"{one['nearest own']:.0%}."
+        f"{one['nearest own']:.0%}.",
+        markdown=True,
     )
 
 
