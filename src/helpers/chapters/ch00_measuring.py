@@ -1,11 +1,8 @@
-"""Chapter 0's companion: why OneFlow 0.9.0 is slow on a CPU (appendix A's measurements).
+"""Why OneFlow 0.9.0 is slow on a CPU: appendix A's measurements (its only user).
 
-A matrix product and a ResNet in both frameworks, interleaved (:func:`matmul_pair`,
-:func:`resnet_pair`, both at once in :func:`cpu_probe`, which a fresh process can run with
-another ``OPENBLAS_CORETYPE``), the CPU time each thread spent (:func:`thread_cpu_seconds`) and the
-OpenBLAS that OneFlow's wheel bundles, asked through ``ctypes`` (:func:`oneflow_blas`). Only
-chapter 0's appendix (``notebooks/appendix_a_oneflow_cpu.ipynb``) uses this module; its table of
-the two processes side by side is :func:`gap_table`.
+A matrix product and a ResNet in both frameworks, interleaved, with each thread's CPU time and
+the OpenBLAS that OneFlow's wheel bundles (asked through ``ctypes``); :func:`cpu_probe` runs in a
+fresh process, which may set another ``OPENBLAS_CORETYPE``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Chapter 3's companion: eager vs static results as a table and a figure, and timings as deployed.
 
-- :func:`ratios` -- each static variant's speedup over its framework's eager mode, per round;
-- :func:`speedup_rows` -- one row per measured variant (framework, variant, batch): its steady
-  time, its speedup over eager mode as the median of per-round ratios with their spread and a
-  verdict ("inconclusive" when the spread holds 1), the compile cost paid once and the calls it
-  takes to earn that back;
-- :func:`plot_speedups` -- those speedups as bars with their per-round spread, beside the case
-  study's reported factor where it has one;
-- :func:`deployed_timings` -- eager vs static in the frameworks' *default* math mode (TF32 on an
-  Ampere-or-newer GPU), for a fresh process (:func:`helpers.core.subprocess_run.run_in_subprocess`):
-  the chapter's own process keeps strict float32 for its checks, and OneFlow cannot switch TF32
-  back on once it started;
-- :func:`deployed_rows` -- those timings beside the strict float32 ones, both labelled;
-- :func:`best_torch_routes` -- PyTorch's fastest static route per batch;
-- :func:`ratio_from_dict` -- a :class:`~helpers.measure.measurement.RatioSummary` back from what
-  :func:`deployed_timings` returns;
-- :func:`torch_static` -- the page's ``STATIC_ROUTES`` (a ``#@save`` cell, copied to the end of
-  this module) applied with the checks a reader's model needs: a clear error for an unknown route,
-  a non-PyTorch module or ``freeze`` in training mode, and each ``TracerWarning`` printed once
-  with the line of code it is about (trace decided that branch once, while tracing);
-- :func:`quiet_capture` -- a block in which torch's graph capture (``torch.export``,
-  ``torch._dynamo.explain``) keeps its chatter off the page: what it prints to stderr (the
-  partial graph of a failed export) is collected for the page to show a line of, its warnings
-  about unbacked symbols and its note on ``torch.cond`` are hidden.
-
-The chapter's page builds and checks every graph, trace and compiled model itself; this module
-only arranges the numbers it measured.
+:func:`deployed_timings` times eager vs static in the frameworks' *default* math mode (TF32 on
+an Ampere-or-newer GPU) in a fresh process: the chapter's own process keeps strict float32 for
+its checks, and OneFlow cannot switch TF32 back on once it started. :func:`torch_static` is the
+page's ``STATIC_ROUTES`` (a ``#@save`` cell) with the checks a reader's model needs;
+:func:`quiet_capture` keeps ``torch.export``'s chatter off the page. The page builds and checks
+every graph itself; this module only arranges the numbers it measured.
 """
 
 from __future__ import annotations
@@ -36,6 +16,8 @@ import linecache
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +31,6 @@ if TYPE_CHECKING:  # importing helpers.compiling.graphs starts OneFlow: not befo
 __all__ = [
     "ratios",
     "speedup_rows",
-    "verdict_word",
     "best_torch_routes",
     "plot_speedups",
     "deployed_timings",
@@ -162,7 +143,7 @@ def speedup_rows(
             raise KeyError(f"no eager measurement for {fw} at batch {batch}")
         steady = _steady(m)
         ratio = paired.get((fw, variant, batch))
-        verdict = "baseline" if ratio is None else verdict_word(ratio)
+        verdict = "baseline" if ratio is None else ratio.reading
         compile_s = None if isinstance(m, Measurement) else m.compile_s
         gain_s = _steady(eager).median - steady.median  # per call, when faster
         break_even = (
@@ -184,13 +165,6 @@ def speedup_rows(
             }
         )
     return rows
-
-
-def verdict_word(ratio: RatioSummary) -> str:
-    """'faster', 'slower' or 'inconclusive' (the per-round spread holds 1)."""
-    if not ratio.conclusive:
-        return "inconclusive"
-    return "faster" if ratio.p25 > 1 else "slower"
 
 
 def best_torch_routes(
@@ -233,27 +207,6 @@ def plot_speedups(
     return ax
 
 
-def ratio_from_dict(d: Mapping[str, Any]) -> RatioSummary:
-    """A :class:`RatioSummary` from its fields (``median``, ``p25``, ``p75``, ``rounds``, ``ratios``)."""
-    return RatioSummary(
-        median=float(d["median"]),
-        p25=float(d["p25"]),
-        p75=float(d["p75"]),
-        rounds=int(d["rounds"]),
-        ratios=tuple(float(r) for r in d["ratios"]),
-    )
-
-
-def _ratio_dict(r: RatioSummary) -> dict[str, Any]:
-    return {
-        "median": r.median,
-        "p25": r.p25,
-        "p75": r.p75,
-        "rounds": r.rounds,
-        "ratios": list(r.ratios),
-    }
-
-
 def deployed_timings(
     *,
     arch: str,
@@ -277,8 +230,8 @@ def deployed_timings(
     the same warm-up and ``threads`` CPU threads for both frameworks.
 
     Returns JSON values: ``{"math": {framework: mode}, "device": {framework: device},
-    "rows": [{"framework", "variant", "work", "batch", "ratio": {...}}]}`` (``ratio``: see
-    :func:`ratio_from_dict`; eager time / static time per round). ``variant`` is the key of
+    "rows": [{"framework", "variant", "work", "batch", "ratio": {...}}]}`` (``ratio``: a
+    :class:`RatioSummary`'s fields, eager time / static time per round). ``variant`` is the key of
     :func:`ratios` for the same pair: the route, ``"nn.Graph"`` or ``"task graph"``.
     """
     import numpy as np
@@ -314,27 +267,15 @@ def deployed_timings(
         "rows": [],
     }
 
-    def pair(
-        fw: str, variant: str, work: str, batch: int, eager: Any, static: Any, dev: str
-    ) -> None:
-        timed = benchmark_interleaved(
-            {"eager": eager, "static": static},
-            framework=fw,
-            warmup=warmup,
-            repeats=repeats,
-            items=batch,
-            device=dev,
-        )
-        ratio = paired_ratio(timed["eager"], timed["static"])
+    def pair(fw: str, variant: str, work: str, batch: int, eager: Any, static: Any) -> None:
+        dev = out["device"]["PyTorch" if fw == "torch" else "OneFlow"]
+        calls = {"eager": eager, "static": static}
+        kw = dict(framework=fw, warmup=warmup, repeats=repeats, items=batch, device=dev)
+        timed = benchmark_interleaved(calls, **kw)
+        ratio = asdict(paired_ratio(timed["eager"], timed["static"]))
         name = "PyTorch" if fw == "torch" else "OneFlow"
         out["rows"].append(
-            {
-                "framework": name,
-                "variant": variant,
-                "work": work,
-                "batch": batch,
-                "ratio": _ratio_dict(ratio),
-            }
+            dict(framework=name, variant=variant, work=work, batch=batch, ratio=ratio)
         )
 
     if oneflow:
@@ -348,15 +289,8 @@ def deployed_timings(
         task_eager = st.make_task(flow_model, "original")
         task_graph = st.make_graph_task(flow_model, "original", tuple(x1.shape))
         task_graph(x1)  # compiles
-        pair(
-            "oneflow",
-            "task graph",
-            "the case study's task",
-            1,
-            lambda: task_eager(x1),
-            lambda: task_graph(x1),
-            str(fdevice),
-        )
+        task = "the case study's task"
+        pair("oneflow", "task graph", task, 1, lambda: task_eager(x1), lambda: task_graph(x1))
         for b in batches:
             xf = flow.tensor(images[:b]).to(fdevice)
             with quiet_native_stderr():
@@ -367,15 +301,7 @@ def deployed_timings(
                 with flow.no_grad():
                     return flow_model(xf)
 
-            pair(
-                "oneflow",
-                "nn.Graph",
-                "inference",
-                b,
-                eager_call,
-                lambda graph=graph, xf=xf: graph(xf),
-                str(fdevice),
-            )
+            pair("oneflow", "nn.Graph", "inference", b, eager_call, partial(graph, xf))
     model = model.to(device)
     with torch.no_grad():
         for b in batches:
@@ -384,15 +310,7 @@ def deployed_timings(
             static = torch_static(model, xt, route)
             for _ in range(2):  # TorchScript optimises during its first two calls
                 static(xt)
-            pair(
-                "torch",
-                route,
-                f"inference ({route})",
-                b,
-                lambda xt=xt: model(xt),
-                lambda static=static, xt=xt: static(xt),
-                str(device),
-            )
+            pair("torch", route, f"inference ({route})", b, partial(model, xt), partial(static, xt))
     return out
 
 
@@ -405,7 +323,7 @@ def deployed_rows(
     keyed like :func:`ratios`): one row each, both speedups labelled with their math mode."""
     rows = []
     for r in deployed["rows"]:
-        here = ratio_from_dict(r["ratio"])
+        here = RatioSummary(**{**r["ratio"], "ratios": tuple(r["ratio"]["ratios"])})
         before = strict.get((r["framework"], r["variant"], r["batch"]))
         rows.append(
             {

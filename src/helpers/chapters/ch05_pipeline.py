@@ -1,15 +1,11 @@
 """A two-stage inference pipeline: CPU pre-processing overlapped with model execution.
 
 Each batch of encoded images is *loaded* (decode, resize, normalise: CPU work) and then
-*inferred* (:func:`infer`: chapter 4's pruned task, logits and a saliency map per image). Chapter
-5 writes three runners on its page, saved at the end of this module: :func:`run_serial` (the
-baseline), :func:`run_two_process` (the case study's fix: worker processes loading under a shared
-lock, :func:`case_study_worker`; ``with_lock=False`` runs the replicas control,
-:func:`replica_worker`) and :func:`run_dataloader` (``DataLoader`` workers prefetching). They live
-in a module because a ``forkserver`` worker imports its target function. Here too: the work
-(:class:`Job`), the timeline (:class:`StageEvent`, :class:`PipelineRun`), the ``DataLoader``'s
-dataset and worker start-up. Timestamps are ``time.time()`` (one clock
-for all processes of the machine); the process plumbing is :mod:`helpers.core.worker_pool`.
+*inferred* (chapter 4's pruned task). Chapter 5 writes its three runners on its page (saved at
+the end of this module): serial, two processes under a shared lock (the case study's fix; without
+the lock, the replicas control) and ``DataLoader`` workers. They live in a module because a
+``forkserver`` worker imports its target function. Timestamps are ``time.time()``: one clock for
+all processes of the machine.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Chapter 6's OneFlow ``nn.Graph`` switches and the ablation that runs them in fresh processes.
 
-Used by chapter 6 only. It is a module, not page code, because OneFlow reads its MLIR switches once, at
-``import oneflow``: each MLIR setting runs in a fresh Python process
-(:func:`helpers.core.subprocess_run.run_in_subprocess`), and a fresh process can only run code it imports.
-So the page is the source of the technique, and this module is what the child process imports:
-
-- :class:`SwitchedGraph` -- chapter 3's ``graphs.InferenceGraph`` with case study 1's ``graph.config``
-  switches (``enable_amp``, ``enable_cudnn_conv_heuristic_search_algo(False)``,
-  ``allow_fuse_add_to_output``); :data:`PAD_CONV_FUSION_ENV`, :data:`BN_FOLDING_ENV` (the MLIR passes'
-  environment variables, :data:`MLIR_VARS` all of them); :func:`explicit_padding`. All written on chapter
-  6's page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``: edit them there);
-- :func:`tensorrt_fp16` -- the case study's TensorRT step on a GPU: the PyTorch model exported,
-  verified and opened in ONNX Runtime's TensorRT provider in fp16 (the page checks and times it);
-- :func:`oneflow_graph_ablation` -- the subprocess target (plumbing): load the weights, build one
-  :class:`SwitchedGraph` per variant, compile, time them interleaved, save their outputs, and report
-  the math mode each variant ran in (read in the child, whose environment decides OneFlow's TF32:
-  :func:`helpers.core.precision.oneflow_math_mode`).
-
-How close an output must stay to the float32 reference is not decided here: the chapter takes it
-from the precision policy, :func:`helpers.core.precision.tolerance` of the variant's math mode.
-
-Importing this module imports OneFlow (:class:`SwitchedGraph` subclasses a ``flow.nn.Graph``): a process
-sets the MLIR variables (and, for IEEE float32 on a GPU, the TF32 ones) before it imports this module.
+A module, not page code, because OneFlow reads its MLIR switches once, at ``import oneflow``:
+each MLIR setting runs in a fresh process, which can only run code it imports. The switches
+(:class:`SwitchedGraph`, the MLIR passes' environment variables, :func:`explicit_padding`) are
+written on chapter 6's page (``#@save`` cells); :func:`oneflow_graph_ablation` is the subprocess
+target, reporting the math mode each variant ran in (the child's environment decides OneFlow's
+TF32). Importing this module imports OneFlow: set the MLIR (and TF32) variables first.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Chapter 7's report: the tables and generated sentences its hidden cells show, from its runs.
-
-The page measures (with :mod:`helpers.chapters.ch07_runtimes`); everything here reads those
-measurements and only formats them, one function per hidden cell's pattern: the optimisation
-levels, the wait-policy control, the FPS table's headline, the 224 px comparison and the summary
-beside case study 2.
-"""
+"""Chapter 7's report: the tables and generated sentences its hidden cells show, from its runs."""
 
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
 """Chapter 7's companion: the embedder it deploys, the wait-policy control, the 224 px comparison.
 
-Used by chapter 7 only:
-
-- :func:`build_embedder` (written on the page, ``#@save`` cell, copied to the end of this module by
-  ``tools/save_cells.py``: edit it there) -- case study 2's MobileNetV2 embedder, or any other
-  torchvision classifier turned into an embedder (the page reads ``COURSE_EMBEDDER``);
-- :func:`embedder_timings` -- the subprocess target of the wait-policy control: PyTorch eager and
-  an ONNX Runtime session on the same embedder, timed in a process whose ``OMP_WAIT_POLICY`` the
-  caller set (GNU OpenMP reads it once, when PyTorch starts: hence a fresh process per policy);
-- :func:`wait_ratios`, :func:`policy_table` -- those runs as paired ratios (spinning over PASSIVE),
-  and as one table;
-- :func:`cpu_rivals` -- the CPU runtimes of the FPS table (ONNX Runtime, OpenVINO), at a thread count;
-- :func:`compare_at_224` -- the case study's input size, full width: PyTorch eager (NCHW) and its
-  best eager CPU paths (channels-last, BatchNorm folded), optionally compiled with freezing,
-  ONNX Runtime with and without its NCHWc layout, OpenVINO fp32; every output checked in strict
-  float32, all timed interleaved at batch 1 and a larger batch.
-
-The tables and sentences of its hidden cells: :mod:`helpers.chapters.ch07_report`.
+:func:`build_embedder` is written on the page (``#@save``). :func:`embedder_timings` is the
+wait-policy control's subprocess target: GNU OpenMP reads ``OMP_WAIT_POLICY`` once, when PyTorch
+starts, hence a fresh process per policy. :func:`compare_at_224` times the case study's input
+size: PyTorch's eager CPU paths, ONNX Runtime with and without NCHWc, OpenVINO, all checked in
+strict float32.
 """
 
 from __future__ import annotations

@@ -3,12 +3,9 @@
     variants = build_variants(model, "model.onnx", calibration, threads=2, work_dir="art")
     rows, runs = measure_variants(variants, x16, ceilings=roofline.ceilings("cpu"), flops=f)
 
-Every :class:`Variant` names its runtime, device, precision (``fp32``, ``bf16``, ``int8``: the
-precision policy's modes) and the threads it was given; every runtime gets the same threads, set
-explicitly. The OpenVINO streams runner (``PERFORMANCE_HINT=THROUGHPUT``: the batch split across
-streams of one thread each) and NNCF's quantization (:func:`nncf_quantize`) are written on chapter
-8's page and saved here; :func:`quiet_progress` keeps NNCF's progress bars off the page. The
-tables and sentences of the page's hidden cells are in :mod:`helpers.chapters.ch08_report`.
+Every :class:`Variant` names its runtime, device, precision (``fp32``, ``bf16``, ``int8``) and
+the threads it was given, the same for every runtime. The OpenVINO streams runner and NNCF's
+quantization are written on chapter 8's page and saved here.
 """
 
 from __future__ import annotations

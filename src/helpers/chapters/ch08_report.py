@@ -1,10 +1,5 @@
-"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings.
-
-The page measures with :mod:`helpers.chapters.ch08_cpu_target` (``measure_variants`` returns each
-variant's Measurement and its paired ratio to the baseline, computed once); everything here reads
-those objects and only formats them: :func:`variants_table` for the ResNet-101 target,
-:func:`small_model_table` for the trained model and the embedder, and one function per group of
-sentences, shown with :func:`helpers.show.say`.
+"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings
+(``measure_variants``' rows and Measurements, each with its paired ratio computed once).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Chapter 9's report: the load sweep's figure, its sentences and the chapter's summary table.
 
-The page measures (``load_point``: perf_analyzer and Triton's counters around one load level);
-everything here reads its rows (``model``, ``clients``, ``req/s``, ``p99 ms``, ``queue
-ms/request``, ``compute ms/execution``, ``compute ms/image``, ``requests/exec``) and only
-formats them.
+A sweep row holds ``model``, ``clients``, ``req/s``, ``p99 ms``, ``queue ms/request``,
+``compute ms/execution``, ``compute ms/image`` and ``requests/exec``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The capstone's speed-up ladder (chapter 10): what its page calls.
 
-Chapter 10 builds one task, the course's model of case study 1's saliency service, rung by rung
-on its page, and times every rung in one interleaved run (the engine that climbs, each rung on
-the last kept one, lives in :mod:`helpers.measure.ladder`, for any model). This module gives the
-page :func:`order_stable_images` (the test images whose saliency map does not depend on the
-float32 summation order), :func:`answer`, :func:`serve_onnx` (the served rung's Triton server)
-and :func:`served_reason`, the case study's factor per rung (:data:`REPORTED`),
-:func:`ladder_table`, exercise 1's :func:`order_sentence`, and the chapters' own factors from
-the ledger (:func:`journey_rows`: each step of case study 1 measured by one chapter; a missing
-step is reported as missing, never invented; every row names the device and precision its
-record names, or :data:`NOT_RECORDED`). The record names in :data:`TASK_STEPS` are the ones
-chapters 3-6 write (:mod:`helpers.record.ledger_names`). The waterfall and the generated
-sentences of its hidden cells are in :mod:`helpers.chapters.ch10_report`.
+The page builds case study 1's saliency service rung by rung and times every rung in one
+interleaved run (the engine: :mod:`helpers.measure.ladder`). Here: the test images whose saliency
+map does not depend on float32 summation order, the served rung, the case study's factor per
+rung, and the chapters' own factors from the ledger (:func:`journey_rows`: a missing step is
+reported as missing, never invented).
 """
 
 from __future__ import annotations

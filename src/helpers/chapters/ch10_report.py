@@ -1,12 +1,5 @@
-"""Chapter 10's report: the waterfall, tables and generated sentences its hidden cells show.
-
-The page climbs the ladder (:func:`helpers.measure.ladder.climb`) with what
-:mod:`helpers.chapters.ch10_ladder` gives it (the test images, the served rung, the ladder
-table, the chapters' own factors); everything here reads the resulting
-:class:`~helpers.measure.ladder.Ladder` and the page's checks and only presents them:
-:func:`checks_table`, :func:`plot_ladder` (the waterfall beside the case study's factors),
-:func:`ladder_sentences`, :func:`explain_gap`, :func:`ladder_guide` and :func:`machines_table`.
-Every sentence is generated from the run's numbers.
+"""Chapter 10's report: the waterfall, tables and generated sentences its hidden cells show,
+from the :class:`~helpers.measure.ladder.Ladder` the page climbed.
 """
 
 from __future__ import annotations
