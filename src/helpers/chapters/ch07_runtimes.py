@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,17 +81,14 @@ def embedder_timings(
     processes took CPU time meanwhile.
     """
     work = Path(work_dir)
-    weights_path, input_path = work / "weights.npz", work / "inputs.npy"
-    onnx_path = work / "embedder_simplified.onnx"
     torch.set_num_threads(threads)
     model = build_embedder(arch, dim, width)
-    with np.load(weights_path) as npz:
+    with np.load(work / "weights.npz") as npz:
         models.load_numpy_state(model, dict(npz))
     model.eval()
-    x = np.load(input_path)
-    session = runtimes.create_session(
-        onnx_path, "cpu", intra_op_threads=threads, spinning=spinning, verbose=False
-    )
+    x = np.load(work / "inputs.npy")
+    kw = {"intra_op_threads": threads, "spinning": spinning, "verbose": False}
+    session = runtimes.create_session(work / "embedder_simplified.onnx", "cpu", **kw)
     options = session.handle.get_session_options()
     rows: dict[str, dict[str, Any]] = {}
 
@@ -99,10 +97,10 @@ def embedder_timings(
 
     with torch.inference_mode():
         for b in batches:
-            xb = torch.from_numpy(x[:b])
+            call = partial(model, torch.from_numpy(x[:b]))
             keep(
                 f"PyTorch eager, batch {b}",
-                benchmark(lambda xb=xb: model(xb), warmup=warmup, repeats=repeats, items=b),
+                benchmark(call, warmup=warmup, repeats=repeats, items=b),
             )
     for b in batches:
         keep(f"ONNX Runtime, batch {b}", session.benchmark(x[:b], warmup=warmup, repeats=repeats))
@@ -202,28 +200,27 @@ def compare_at_224(
     x = torch.from_numpy(data.normalize(data.make_images(max(batch, 2), 224, seed=4)[0]))
     model = models.calibrate_batchnorm(build_embedder(arch, dim, 1.0), x).eval()
     net = network_of(model, arch, x)
-    path = export.export_and_verify(
-        model, x[:2], Path(work_dir) / f"{arch}_224.onnx", network=net
-    ).path
+    path = Path(work_dir) / f"{arch}_224.onnx"
+    export.export_and_verify(model, x[:2], path, network=net)
     nhwc = copy.deepcopy(model).to(memory_format=torch.channels_last)
     try:  # fuse copies the model; torch.fx cannot trace every model's forward
         folded = fuse(model).to(memory_format=torch.channels_last)
     except Exception:  # noqa: BLE001 - that row is then left out
         folded = None
 
-    def ort_at(level: str) -> Any:
-        return runtimes.create_session(
-            path, "cpu", optimization=level, intra_op_threads=threads, verbose=False
+    ort_all, ort_ext = (
+        runtimes.create_session(
+            path, "cpu", optimization=o, intra_op_threads=threads, verbose=False
         )
-
-    ort_all, ort_ext = ort_at("all"), ort_at("extended")
+        for o in ("all", "extended")
+    )
     ov_model = runtimes.openvino_model(path, precision="f32", threads=threads, verbose=False)
 
     def cl(xb: torch.Tensor) -> torch.Tensor:
         return xb.contiguous(memory_format=torch.channels_last)
 
     calls: dict[str, Any] = {
-        "PyTorch eager": lambda xb: model(xb),
+        "PyTorch eager": model,
         "PyTorch channels-last": lambda xb: nhwc(cl(xb)),
     }
     if folded is not None:
@@ -236,34 +233,28 @@ def compare_at_224(
             for b in sorted({1, batch}):  # one compile per batch size (dynamic=False)
                 frozen(x[:b])
         compile_s = time.perf_counter() - start
-        calls["PyTorch compiled (freezing)"] = lambda xb: frozen(xb)
+        calls["PyTorch compiled (freezing)"] = frozen
     calls["ONNX Runtime"] = lambda xb: ort_all.run(xb.numpy())
     calls["ONNX Runtime, no NCHWc"] = lambda xb: ort_ext.run(xb.numpy())
     calls["OpenVINO f32"] = lambda xb: ov_model.run(xb.numpy())
     frameworks = {k: "torch" if k.startswith("PyTorch") else "none" for k in calls}
-    checks, runs = {}, {}
+    bound = {"mode": "fp32", "network": net, "min_cosine": 0.99999}
+    timing = {"framework": frameworks, "warmup": warmup, "repeats": repeats, "threads": threads}
     with torch.inference_mode():
         want = model(x[:batch])
-        for label, call in calls.items():
-            checks[label] = comparison.assert_outputs_close(
-                call(x[:batch]),
-                want,
-                mode="fp32",
-                network=net,
-                min_cosine=0.99999,
-                name=f"{label} at 224 px",
-            )
-        for b in sorted({1, batch}):
-            xb = x[:b].contiguous()
-            runs[b] = benchmark_interleaved(
-                {k: (lambda c=c, xb=xb: c(xb)) for k, c in calls.items()},
-                framework=frameworks,
-                warmup=warmup,
-                repeats=repeats,
+        checks = {
+            k: comparison.assert_outputs_close(c(x[:batch]), want, **bound, name=f"{k} at 224 px")
+            for k, c in calls.items()
+        }
+        runs = {
+            b: benchmark_interleaved(
+                {k: partial(c, x[:b].contiguous()) for k, c in calls.items()},
                 items=b,
-                threads=threads,
                 device="cpu",
+                **timing,
             )
+            for b in sorted({1, batch})
+        }
     return {"runs": runs, "checks": checks, "compile_s": compile_s, "onnx_path": str(path)}
 
 

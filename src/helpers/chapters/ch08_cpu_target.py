@@ -76,10 +76,6 @@ class Variant:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def _check_threads(threads: int) -> int:
-    return check_int("threads", threads)
-
-
 def torch_variants(model: Any, threads: int) -> dict[str, Variant]:
     """fp32 eager (the baseline) and bf16 autocast with channels-last, both on ``threads`` threads.
 
@@ -90,7 +86,7 @@ def torch_variants(model: Any, threads: int) -> dict[str, Variant]:
 
     import torch
 
-    torch.set_num_threads(_check_threads(threads))
+    torch.set_num_threads(check_int("threads", threads))
     fp32 = model.eval()
     cl = copy.deepcopy(model).eval().to(memory_format=torch.channels_last)
 
@@ -103,20 +99,11 @@ def torch_variants(model: Any, threads: int) -> dict[str, Variant]:
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
             return cl(xt).float().numpy()
 
-    n = torch.get_num_threads()
+    n, (base, fast) = torch.get_num_threads(), VARIANTS[:2]
+    settings = {"autocast": "bfloat16", "memory_format": "channels_last"}
     return {
-        "PyTorch eager fp32": Variant(
-            "PyTorch eager fp32", "PyTorch eager", "fp32", n, eager, framework="torch"
-        ),
-        "PyTorch bf16 autocast + channels-last": Variant(
-            "PyTorch bf16 autocast + channels-last",
-            "PyTorch eager",
-            "bf16",
-            n,
-            bf16,
-            framework="torch",
-            settings={"autocast": "bfloat16", "memory_format": "channels_last"},
-        ),
+        base: Variant(base, "PyTorch eager", "fp32", n, eager, framework="torch"),
+        fast: Variant(fast, "PyTorch eager", "bf16", n, bf16, framework="torch", settings=settings),
     }
 
 
@@ -141,37 +128,18 @@ def torch_one_thread(model: Any) -> Variant:
     return Variant(ONE_THREAD, "PyTorch eager", "fp32", 1, eager, framework="torch")
 
 
-def ort_variant(
-    label: str,
-    path: str | Path,
-    threads: int,
-    *,
-    precision: str = "fp32",
-    optimization: str = "all",
-) -> Variant:
-    """An ONNX Runtime CPU session on ``threads`` intra-op threads (one inter-op thread).
-
-    The threads it states are read back from the session's options, not from the request.
-    """
+def ort_variant(label: str, path: str | Path, threads: int, *, precision: str = "fp32") -> Variant:
+    """An ONNX Runtime CPU session (level 'all') on ``threads`` intra-op threads and one inter-op
+    thread; the threads it states are read back from the session's options."""
     from helpers.deploy import runtimes
 
-    runner = runtimes.create_session(
-        path,
-        "cpu",
-        optimization=optimization,
-        intra_op_threads=_check_threads(threads),
-        inter_op_threads=1,
-        verbose=False,
-    )
+    threads = check_int("threads", threads)
+    kw = {"optimization": "all", "intra_op_threads": threads, "inter_op_threads": 1}
+    runner = runtimes.create_session(path, "cpu", verbose=False, **kw)
     options = runner.handle.get_session_options()
-    return Variant(
-        label,
-        "ONNX Runtime",
-        precision,
-        options.intra_op_num_threads,
-        runner.run,
-        settings={"optimization": optimization, "inter_op_threads": options.inter_op_num_threads},
-    )
+    settings = {"optimization": "all", "inter_op_threads": options.inter_op_num_threads}
+    n = options.intra_op_num_threads
+    return Variant(label, "ONNX Runtime", precision, n, runner.run, settings=settings)
 
 
 def openvino_variant(
@@ -194,7 +162,7 @@ def openvino_variant(
 
     from helpers.deploy import runtimes
 
-    _check_threads(threads)
+    check_int("threads", threads)
     if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams <= threads:
         raise ValueError(f"streams must be an int from 1 to threads ({threads}), got {streams!r}")
     if precision not in runtimes.OV_PRECISIONS:
@@ -211,14 +179,9 @@ def openvino_variant(
         config["NUM_STREAMS"] = streams
     compiled = core.compile_model(model, "CPU", config)
     precisions = runtimes.runtime_precisions(compiled)
-    heavy = {
-        p for (layer, p), _ in precisions.items() if layer in ("Convolution", "FullyConnected")
-    }
-    mode = (
-        "int8"
-        if heavy & {"i8", "u8"}
-        else {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}[precision]
-    )
+    heavy = {p for (layer, p) in precisions if layer in ("Convolution", "FullyConnected")}
+    mode = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}[precision]
+    mode = "int8" if heavy & {"i8", "u8"} else mode
     if streams == 1:
         request = compiled.create_infer_request()
 
