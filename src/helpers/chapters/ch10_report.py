@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from helpers.chapters.ch10_ladder import STEP_RUNGS, TASK_STEPS, Step
@@ -104,42 +105,20 @@ def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
             level[r["candidate"]] = level[r["base"]] * r["factor"]
     level_r = 1.0
     ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
+    bar, text = partial(ax.bar, width=0.38), partial(ax.text, ha="center", fontsize=7)
     labelled: set[str] = set()
     for i, r in enumerate(rows[1:], start=1):
         kind = "measured here, kept" if r["kept"] else "measured here, not kept"
-        start = level[r["base"]]
-        new = start * r["factor"]
-        ax.bar(
-            x[i] - 0.2,
-            abs(new - start),
-            bottom=min(start, new),
-            width=0.38,
-            color="C2" if r["forward_only"] else "C0",
-            alpha=0.85 if r["kept"] else 0.3,
-            hatch=None if r["kept"] else "//",
-            label=None if kind in labelled else kind,
-        )
+        start, label = level[r["base"]], None if kind in labelled else kind
+        new, color = start * r["factor"], "C2" if r["forward_only"] else "C0"
+        look = {"alpha": 0.85, "hatch": None} if r["kept"] else {"alpha": 0.3, "hatch": "//"}
+        bar(x[i] - 0.2, abs(new - start), bottom=min(start, new), color=color, label=label, **look)
         labelled.add(kind)
-        ax.text(x[i] - 0.2, max(start, new) * 1.05, f"{r['factor']:.2f}x", ha="center", fontsize=7)
+        text(x[i] - 0.2, max(start, new) * 1.05, f"{r['factor']:.2f}x")
         if r["reported"] is not None:
-            new_r = level_r * r["reported"]
-            ax.bar(
-                x[i] + 0.2,
-                new_r - level_r,
-                bottom=level_r,
-                width=0.38,
-                color="C1",
-                alpha=0.85,
-                label="case study" if level_r == 1.0 else None,
-            )
-            ax.text(
-                x[i] + 0.2,
-                new_r * 1.05,
-                f"{r['reported']:.2f}x",
-                ha="center",
-                fontsize=7,
-                color="C1",
-            )
+            new_r, label = level_r * r["reported"], "case study" if level_r == 1.0 else None
+            bar(x[i] + 0.2, new_r - level_r, bottom=level_r, color="C1", alpha=0.85, label=label)
+            text(x[i] + 0.2, new_r * 1.05, f"{r['reported']:.2f}x", color="C1")
             level_r = new_r
     first_fwd = next((i for i, r in enumerate(rows) if r["forward_only"]), None)
     if first_fwd is not None:
