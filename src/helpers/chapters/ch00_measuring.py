@@ -27,27 +27,9 @@ __all__ = [
 ]
 
 # OpenBLAS kernel families, newest first, that OneFlow 0.9.0's bundled OpenBLAS may pick at start-up.
-_BLAS_CORES = (
-    "SKYLAKEX",
-    "COOPERLAKE",
-    "ZEN",
-    "HASWELL",
-    "EXCAVATOR",
-    "STEAMROLLER",
-    "PILEDRIVER",
-    "BULLDOZER",
-    "SANDYBRIDGE",
-    "NEHALEM",
-    "BARCELONA",
-    "PENRYN",
-    "DUNNINGTON",
-    "CORE2",
-    "OPTERON_SSE3",
-    "OPTERON",
-    "ATOM",
-    "NANO",
-    "BOBCAT",
-    "PRESCOTT",
+_BLAS_CORES = tuple(
+    "SKYLAKEX COOPERLAKE ZEN HASWELL EXCAVATOR STEAMROLLER PILEDRIVER BULLDOZER SANDYBRIDGE "
+    "NEHALEM BARCELONA PENRYN DUNNINGTON CORE2 OPTERON_SSE3 OPTERON ATOM NANO BOBCAT PRESCOTT".split()
 )
 AVX2_BLAS_CORES = frozenset({"SKYLAKEX", "COOPERLAKE", "ZEN", "HASWELL", "EXCAVATOR"})
 
@@ -138,6 +120,30 @@ def thread_cpu_seconds(
     }
 
 
+def _time_pair(
+    torch_call: Callable[[], Any],
+    flow_call: Callable[[], Any],
+    warmup: int,
+    repeats: int,
+    threads: int,
+    items: int = 1,
+) -> dict[str, Any]:
+    """Both calls timed interleaved on the CPU (each Measurement's ``as_dict()`` with its
+    ``times_s``), and ``per_thread``: :func:`thread_cpu_seconds` of each."""
+    calls = {"PyTorch": torch_call, "OneFlow": flow_call}
+    kw = {"warmup": warmup, "repeats": repeats, "items": items, "threads": threads, "device": "cpu"}
+    res = benchmark_interleaved(calls, framework={"PyTorch": "torch", "OneFlow": "oneflow"}, **kw)
+    syncs = {"PyTorch": lambda: None, "OneFlow": lambda: synchronize("oneflow")}
+    per_thread = {
+        k: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=syncs[k])
+        for k, fn in calls.items()
+    }
+    return {
+        "per_thread": per_thread,
+        **{k: {**m.as_dict(), "times_s": m.times_s} for k, m in res.items()},
+    }
+
+
 def matmul_pair(
     *, n: int = 2048, warmup: int = 3, repeats: int = 10, threads: int | None = None
 ) -> dict[str, Any]:
@@ -158,32 +164,10 @@ def matmul_pair(
     a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
     fa, fb = flow.tensor(a.numpy()), flow.tensor(b.numpy())
     with torch.inference_mode():
-        res = benchmark_interleaved(
-            {"PyTorch": lambda: a @ b, "OneFlow": lambda: flow.matmul(fa, fb)},
-            framework={"PyTorch": "torch", "OneFlow": "oneflow"},
-            warmup=warmup,
-            repeats=repeats,
-            threads=given,
-            device="cpu",
-        )
-    flops = 2.0 * n**3
-    per_thread = {
-        label: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=sync)
-        for label, fn, sync in (
-            ("PyTorch", lambda: a @ b, lambda: None),
-            ("OneFlow", lambda: flow.matmul(fa, fb), lambda: synchronize("oneflow")),
-        )
-    }
-    return {
-        "n": n,
-        "threads": given,
-        "per_thread": per_thread,
-        "oneflow_blas": oneflow_blas(),
-        **{
-            label: {**m.as_dict(), "times_s": m.times_s, "gflops": flops / m.median / 1e9}
-            for label, m in res.items()
-        },
-    }
+        out = _time_pair(lambda: a @ b, lambda: flow.matmul(fa, fb), warmup, repeats, given)
+    for label in ("PyTorch", "OneFlow"):
+        out[label]["gflops"] = 2.0 * n**3 / out[label]["median_s"] / 1e9
+    return {"n": n, "threads": given, "oneflow_blas": oneflow_blas(), **out}
 
 
 def resnet_pair(
@@ -215,30 +199,8 @@ def resnet_pair(
     fm = twin(tm, "oneflow", build_classifier, arch, num_classes=8).eval()
     fx = flow.tensor(x.numpy())
     with torch.inference_mode(), flow.no_grad():
-        res = benchmark_interleaved(
-            {"PyTorch": lambda: tm(x), "OneFlow": lambda: fm(fx)},
-            framework={"PyTorch": "torch", "OneFlow": "oneflow"},
-            warmup=warmup,
-            repeats=repeats,
-            items=batch,
-            threads=given,
-            device="cpu",
-        )
-        per_thread = {
-            label: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=sync)
-            for label, fn, sync in (
-                ("PyTorch", lambda: tm(x), lambda: None),
-                ("OneFlow", lambda: fm(fx), lambda: synchronize("oneflow")),
-            )
-        }
-    return {
-        "arch": arch,
-        "image_size": image_size,
-        "batch": batch,
-        "threads": given,
-        "per_thread": per_thread,
-        **{label: {**m.as_dict(), "times_s": m.times_s} for label, m in res.items()},
-    }
+        out = _time_pair(lambda: tm(x), lambda: fm(fx), warmup, repeats, given, items=batch)
+    return {"arch": arch, "image_size": image_size, "batch": batch, "threads": given, **out}
 
 
 def cpu_probe(
