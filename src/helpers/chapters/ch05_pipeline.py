@@ -107,10 +107,7 @@ class Job:
 
     def check(self, model: Any) -> None:
         """Check ``model`` for this stage: eval mode; frozen weights too for :func:`infer`."""
-        if self.stage is infer:
-            check_task_module(model)
-        else:
-            _check_eval(model)
+        check_task_module(model, frozen=self.stage is infer)
 
     def batches(self) -> list[list[int]]:
         """The index lists of the batches, once the dataset and sizes are checked."""
@@ -134,15 +131,11 @@ class StageEvent:
 
 def _covered(spans: list[tuple[float, float]]) -> float:
     """Total length of the union of ``(start, end)`` intervals."""
-    covered, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                covered += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return covered + (cur_e - cur_s if cur_e is not None else 0.0)
+    covered, reached = 0.0, float("-inf")
+    for s, e in sorted(spans):  # by start: count only what lies beyond the spans before
+        covered += max(0.0, e - max(s, reached))
+        reached = max(reached, e)
+    return covered
 
 
 @dataclass
@@ -199,7 +192,10 @@ class PipelineRun:
         )
 
 
-def _check_eval(model: Any) -> None:
+def check_task_module(model: Any, frozen: bool = True) -> None:
+    """Check that ``model`` is an eval-mode module, with frozen weights when ``frozen`` (the
+    pruned task: it computes the input's gradient only; a weight that requires grad would add
+    every weight's gradient, the unpruned task, and accumulate it from call to call)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
     if model.training:
@@ -207,17 +203,8 @@ def _check_eval(model: Any) -> None:
             "the model must be in eval mode (call .eval()): in train mode BatchNorm mixes "
             "the images of a batch"
         )
-
-
-def check_task_module(model: Any) -> None:
-    """Check that ``model`` is ready for the pruned task: an eval-mode module with frozen weights.
-
-    The model stage computes the input's gradient only; a weight that requires grad would add
-    every weight's gradient (the unpruned task) and accumulate it from call to call.
-    """
-    _check_eval(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    if trainable:
+    if frozen and trainable:
         raise ValueError(
             f"{len(trainable)} weights require grad (e.g. {trainable[0]}): the pruned task "
             "freezes them; pass helpers.workload.saliency.make_task(model, "
