@@ -83,7 +83,7 @@ def test_each_switch_reaches_the_graphs_config(flow):
 
 
 def test_variant_validation():
-    assert gs._variant_switches({"name": "x", "amp": 1}) == {
+    assert gs._variant_switches({"name": "x", "amp": 1})[1] == {
         "amp": True,
         "conv_search": False,
         "add_fusion": False,
@@ -93,11 +93,12 @@ def test_variant_validation():
     with pytest.raises(ValueError, match="non-empty 'name'"):
         gs._variant_switches({"amp": True})
     # the control's flag is not a graph switch, but a variant may carry it
-    assert gs._variant_switches({"name": "x", gs.NATIVE_PADDING: True}) == {
-        "amp": False,
-        "conv_search": False,
-        "add_fusion": False,
-    }
+    assert gs._variant_switches({"name": "x", gs.NATIVE_PADDING: True}) == (
+        "x",
+        {"amp": False, "conv_search": False, "add_fusion": False},
+    )
+    with pytest.raises(ValueError, match="non-empty 'name'"):
+        gs._variant_switches("x")  # not a dict
 
 
 def test_ablation_in_a_fresh_process_fuses_pads(tmp_path, monkeypatch, torch_mod, torch_model, x):

@@ -41,11 +41,12 @@ def switch_names() -> tuple[str, ...]:
     return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
-def _variant_switches(variant: dict[str, Any]) -> dict[str, bool]:
+def _variant_switches(variant: dict[str, Any]) -> tuple[str, dict[str, bool]]:
+    """A variant's name and every switch of :func:`switch_names`, on or off."""
     if (
         not isinstance(variant, dict)
-        or not isinstance(variant.get("name"), str)
-        or not variant["name"]
+        or not variant.get("name")
+        or not isinstance(variant["name"], str)
     ):
         raise ValueError(f"each variant needs a non-empty 'name', got {variant!r}")
     names = switch_names()
@@ -55,7 +56,7 @@ def _variant_switches(variant: dict[str, Any]) -> dict[str, bool]:
             f"variant {variant['name']!r} has unknown switches {sorted(unknown)}; "
             f"use {', '.join(names)} (and {NATIVE_PADDING!r})"
         )
-    return {k: bool(variant.get(k, False)) for k in names}
+    return variant["name"], {k: bool(variant.get(k, False)) for k in names}
 
 
 # A variant key that is not a graph switch: build the graph on the model as it is (flowvision's
@@ -79,28 +80,22 @@ def oneflow_graph_ablation(
 ) -> dict[str, Any]:
     """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
-    ``weights_path`` is an ``.npz`` of a PyTorch state dict of ``arch`` (any classifier flowvision has), ``input_path`` an ``.npy`` batch.
-    Each variant is ``{"name": ..., <switch>: bool, ...}`` with the switches of :func:`switch_names`,
-    built on :func:`explicit_padding`'s copy of the model when ``explicit_pad`` unless it says
-    ``"native_padding": True`` (:data:`NATIVE_PADDING`: the control run); the MLIR passes are whatever this process's environment enabled (returned as ``mlir_env``), and so
-    is TF32 on a GPU (``precision_env``: :func:`helpers.core.precision.oneflow_strict_fp32_env` for
-    IEEE float32). Returns the device and, per variant: its ``math_mode`` (read here, in the child:
-    ``'fp16'`` with AMP on a GPU, ``'tf32'`` for OneFlow's default on an Ampere-or-newer GPU,
-    ``'fp32'`` on a CPU or with the strict environment), its ``padding``, compile seconds (first
-    call), timings (all variants timed in interleaved rounds, each round in a fresh random order,
-    the pairs of ``apart`` never one right after the other: an A/A twin and its original; with the Measurement's
-    threads, cores used, machine load and ``contended`` flag), op counts before (``traced_op_counts``) and after OneFlow's passes
-    (``op_counts``), and the path of its saved output (``out_dir/<name>.npy``) for the caller's
-    accuracy check.
+    ``weights_path``: an ``.npz`` of ``arch``'s PyTorch state dict; ``input_path``: an ``.npy``
+    batch. A variant is ``{"name": ..., <switch>: bool}``, built on :func:`explicit_padding`'s
+    copy when ``explicit_pad`` unless ``"native_padding": True`` (the control run). The MLIR
+    passes and a GPU's TF32 are whatever this process's environment set (returned as ``mlir_env``
+    and ``precision_env``). Per variant: its ``math_mode`` read here, in the child (``'fp16'``
+    with AMP on a GPU, ``'tf32'`` by OneFlow's default on an Ampere-or-newer GPU, else
+    ``'fp32'``), ``padding``, ``compile_s`` (the first call), its interleaved Measurement's fields
+    (the pairs of ``apart``, an A/A twin and its original, never back to back), op counts before
+    and after OneFlow's passes, and its output saved in ``out_dir/<name>.npy``.
     """
     from helpers.compiling.graph_ops import oneflow_op_counts
     from helpers.core import precision
     from helpers.core.environment import flow_device, import_oneflow, quiet_native_stderr
     from helpers.measure.timer import benchmark_interleaved
 
-    switches = {
-        v["name"] if isinstance(v, dict) else str(v): _variant_switches(v) for v in variants
-    }
+    switches = dict(map(_variant_switches, variants))
     native = {v["name"] for v in variants if v.get(NATIVE_PADDING)}
     if not switches:
         raise ValueError("no variants given")
@@ -111,11 +106,8 @@ def oneflow_graph_ablation(
     model = models.build_classifier("oneflow", arch, num_classes=num_classes)
     with np.load(weights_path) as npz:
         models.load_numpy_state(model, dict(npz))
-    model = model.eval()
-    as_is = model.to(device)  # flowvision's convolutions pad their own input
-    if explicit_pad:
-        model = explicit_padding(model)
-    model = model.to(device)
+    as_is = model.eval().to(device)  # flowvision's convolutions pad their own input
+    model = explicit_padding(as_is).to(device) if explicit_pad else as_is
     x = flow.tensor(np.load(input_path)).to(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
