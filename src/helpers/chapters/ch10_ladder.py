@@ -91,9 +91,8 @@ def order_stable_images(
             orders.append(torch.cat(maps))
         logits = torch.cat([r.logits for r in single])
     ref = orders[0]
-    bound = precision.tolerance(
-        "fp32", network=network, scale=precision.output_scale(ref, floor=0.0)
-    )
+    scale = precision.output_scale(ref, floor=0.0)
+    bound = precision.tolerance("fp32", network=network, scale=scale)
     limit = bound.atol + bound.rtol * ref.abs()
     stable = torch.ones(total, dtype=torch.bool, device=ref.device)
     for other in orders[1:]:
@@ -108,12 +107,7 @@ def order_stable_images(
             "(generate a larger pool)"
         )
     keep = tuple(sorted(ranked[:n]))
-    return ImageChoice(
-        keep=keep,
-        pool=total,
-        order_dependent=int((~stable).sum()),
-        min_margin=float(margin[list(keep)].min()),
-    )
+    return ImageChoice(keep, total, int((~stable).sum()), float(margin[list(keep)].min()))
 
 
 def answer(results: Iterable[Any]) -> tuple[Any, Any]:
@@ -317,7 +311,6 @@ def journey_rows(
         rec = idx.get((s.chapter, s.record))
         value = float(rec["value"]) if rec is not None else None
         source = "ledger" if rec is not None else f"missing: run {s.chapter}"
-        meta = rec
         if value is not None:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(
@@ -330,8 +323,8 @@ def journey_rows(
         rows.append(
             {
                 "step": s.label + (" (medians across processes)" if across else ""),
-                "device": _meta(meta, "device"),
-                "precision": _meta(meta, "precision"),
+                "device": _meta(rec, "device"),
+                "precision": _meta(rec, "precision"),
                 "measured": value,
                 "reported": s.reported,
                 "cumulative_measured": cum_m,
