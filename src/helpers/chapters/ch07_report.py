@@ -113,13 +113,9 @@ def fps_tables(
 ) -> list[Table]:
     """One paired table per batch of the FPS runs, each row's precision beside its label."""
     meta = {k: {"precision": p} for k, p in precision.items()}
+    title = "batch {}, {} px, {} thread(s) for every row".format
     return [
-        paired_table(
-            rs,
-            base,
-            meta=meta,
-            title=f"batch {b}, {image_size} px, {threads_at[b]} thread(s) for every row",
-        )
+        paired_table(rs, base, meta=meta, title=title(b, image_size, threads_at[b]))
         for b, rs in runs.items()
     ]
 
@@ -129,11 +125,8 @@ def headline(
 ) -> dict[int, tuple[str, RatioSummary]]:
     """Per batch: the fastest fp32 contender other than ``base``, and its paired ratio to it."""
     rivals = [k for k, p in precision.items() if p == "fp32" and k != base]
-    out = {}
-    for b, rs in runs.items():
-        top = max(rivals, key=lambda k: rs[k].throughput)
-        out[b] = (top, paired_ratio(rs[base], rs[top]))
-    return out
+    top = {b: max(rivals, key=lambda k: rs[k].throughput) for b, rs in runs.items()}
+    return {b: (top[b], paired_ratio(rs[base], rs[top[b]])) for b, rs in runs.items()}
 
 
 def _read(r: RatioSummary) -> str:
