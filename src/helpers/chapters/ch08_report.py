@@ -241,6 +241,14 @@ def speed_report(
     say(sentences + wait_policy_sentences(timed, runtime, wait_policy()), markdown=True)
 
 
+def _per_batch(timed: Mapping[int, tuple[list, dict]], base: str, other: str) -> str:
+    """``other`` against ``base`` at each batch size, paired by round: '1.5x faster at batch 1, ...'."""
+    pairs = sorted(timed.items())
+    return ", ".join(
+        f"{paired_ratio(r[base], r[other]).verdict()} at batch {b}" for b, (_, r) in pairs
+    )
+
+
 def _fixed_share(timed: Mapping[int, tuple[list, dict]], name: str) -> tuple[float, float]:
     """(fixed seconds per call, their share of the largest batch's call) from two batch sizes."""
     b1, bn = min(timed), max(timed)
@@ -264,11 +272,7 @@ def small_model_sentences(
         f"(ONNX Runtime executed {executed['U8S8'][k]} integer convolutions for U8S8, "
         f"{executed['S8S8'][k]} for S8S8)."
     ]
-    per_batch = ", ".join(
-        f"{paired_ratio(timed[b][1]['ORT fp32'], timed[b][1][u8]).verdict()} at batch {b}"
-        for b in sorted(timed)
-    )
-    out.append(f"ORT INT8 (U8S8) against ORT fp32: {per_batch}.")
+    out.append(f"ORT INT8 (U8S8) against ORT fp32: {_per_batch(timed, 'ORT fp32', u8)}.")
     out.append(f"Against fp32 eager PyTorch at batch {bn}: {ratio_of(timed[bn][0], u8).verdict()}.")
     fixed_i, share_i = _fixed_share(timed, u8)
     _, share_f = _fixed_share(timed, "ORT fp32")
@@ -299,10 +303,7 @@ def wait_policy_sentences(
     if one not in timed[b1][1]:
         return [f"Wait policy: {policy}."]
     n = next(r["threads"] for r in timed[b1][0] if r["variant"] == base)
-    cost = ", ".join(
-        f"{paired_ratio(runs[base], runs[one]).verdict()} at batch {b}"
-        for b, (_, runs) in sorted(timed.items())
-    )
+    cost = _per_batch(timed, base, one)
     lead = "; ".join(
         f"at batch {b}, {paired_ratio(runs[base], runs[runtime]).short} over PyTorch on {n} "
         f"threads and {paired_ratio(runs[one], runs[runtime]).short} over PyTorch on one"
@@ -481,11 +482,7 @@ def embedder_speed_sentences(
     b1 = min(timed)
     runs1 = timed[b1][1]
     eager = runs1["PyTorch eager fp32"]
-    ratios = ", ".join(
-        f"{paired_ratio(timed[b][1]['ORT fp32'], timed[b][1]['ORT int8 (minmax)']).verdict()} "
-        f"at batch {b}"
-        for b in sorted(timed)
-    )
+    ratios = _per_batch(timed, "ORT fp32", "ORT int8 (minmax)")
     return [
         f"PyTorch eager fp32 embeds {alone.throughput:.0f} images/s at batch 1 timed alone "
         f"(the figure chapters 0 and 7 record the same way) and {eager.throughput:.0f} in the "
@@ -513,27 +510,20 @@ def summary_table(
     (:func:`helpers.core.comparison.assert_classifier_logits`): a failed path is never "best".
     """
     u8, r16, bn = "ORT int8 (QDQ, U8S8)", "ResNet-101, 224 px, batch 16", max(timed)
-    runs_n, model = timed[bn][1], f"trained {model_name(arch)}, {size} px"
+    model, alone = f"trained {model_name(arch)}, {size} px", "PyTorch eager fp32 images/s"
+
+    def over(runs: Mapping[str, Measurement], other: str) -> str:
+        return paired_ratio(runs[other], runs[u8]).verdict()
+
+    best = f"{top['ratio'].verdict()}, {ceiling_share(top)}"
     rows = [
         (f"{r16}: ORT INT8 vs fp32 eager", ratio_of(r101_rows, u8).verdict()),
-        (
-            f"{r16}: ORT INT8 vs ORT fp32",
-            paired_ratio(r101_runs["ORT fp32"], r101_runs[u8]).verdict(),
-        ),
-        (
-            f"{r16}: fastest path that passed ({top['variant']}) vs eager",
-            f"{top['ratio'].verdict()}, {ceiling_share(top)}",
-        ),
+        (f"{r16}: ORT INT8 vs ORT fp32", over(r101_runs, "ORT fp32")),
+        (f"{r16}: fastest path that passed ({top['variant']}) vs eager", best),
         (f"{model}: accuracy fp32 -> ORT INT8", f"{acc[base]:.1%} -> {acc[u8]:.1%}"),
         (f"{model}, batch {bn}: INT8 vs eager", ratio_of(timed[bn][0], u8).verdict()),
-        (
-            f"{model}, batch {bn}: U8S8 vs S8S8",
-            paired_ratio(runs_n["ORT int8 (QDQ, S8S8)"], runs_n[u8]).verdict(),
-        ),
-        (
-            "embedder, batch 1: PyTorch eager fp32 images/s (timed alone)",
-            f"{emb_alone.throughput:.0f}",
-        ),
+        (f"{model}, batch {bn}: U8S8 vs S8S8", over(timed[bn][1], "ORT int8 (QDQ, S8S8)")),
+        (f"embedder, batch 1: {alone} (timed alone)", f"{emb_alone.throughput:.0f}"),
     ]
     rows = [{"measurement": m, "here": h} for m, h in rows]
     return Table(rows, title="this chapter's measurements (quick-mode figures in quick mode)")
