@@ -322,16 +322,12 @@ def measure_variants(
             "p75_s": m.p75,
             "ratio": ratio,
             "vs_eager": ratio.median,
+            "cores_used": m.cores_used,  # the cores this process kept busy in the timed calls
         }
-        cpu_s, wall_s = getattr(m, "cpu_s", None), getattr(m, "wall_s", None)
-        if cpu_s and wall_s:  # the cores this process really kept busy during the timed calls
-            row["cores_used"] = cpu_s / wall_s
         if flops and ceilings:
-            ceiling = ceilings.get(v.precision)
-            achieved = flops / m.median / 1e9
-            row["gops"] = achieved
+            row["gops"], ceiling = flops / m.median / 1e9, ceilings.get(v.precision)
             row["ceiling_gops"] = ceiling
-            row["pct_of_ceiling"] = 100.0 * achieved / ceiling if ceiling else float("nan")
+            row["pct_of_ceiling"] = 100.0 * row["gops"] / ceiling if ceiling else float("nan")
         rows.append(row)
     return rows, runs
 
