@@ -135,13 +135,10 @@ def speedup_rows(
     iqr holds 1), compile_s (paid once, :attr:`StaticMeasurement.compile_s`) and break_even
     (calls to earn it back, '-' where the variant is not conclusively faster).
     """
-    paired = ratios(results)
+    paired = ratios(results)  # raises for a variant without its eager entry
     rows = []
     for (fw, variant, batch), m in results.items():
-        eager = results.get((fw, "eager", batch))
-        if eager is None:
-            raise KeyError(f"no eager measurement for {fw} at batch {batch}")
-        steady = _steady(m)
+        eager, steady = results[fw, "eager", batch], _steady(m)
         ratio = paired.get((fw, variant, batch))
         verdict = "baseline" if ratio is None else ratio.reading
         compile_s = None if isinstance(m, Measurement) else m.compile_s
