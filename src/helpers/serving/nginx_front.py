@@ -30,7 +30,7 @@ from typing import Any
 from helpers.core.processes import ManagedProcess
 from helpers.serving.nginx_config import NginxConfigError, audit_config, front_config
 from helpers.serving.triton_client import http_request
-from helpers.serving.triton_server import free_port
+from helpers.serving.triton_server import free_ports
 
 __all__ = [
     "NginxFront",
@@ -186,10 +186,7 @@ class NginxFront(ManagedProcess):
             raise RuntimeError(f"front already running (pid {self.proc.pid})")
         nginx = find_nginx()
         workdir = self.make_workdir("nginx-")
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        while self.grpc_port == self.http_port:
-            self.grpc_port = free_port()
+        self.http_port, self.grpc_port = free_ports(2)
         self.config_text = front_config(
             self.http_upstreams,
             self.grpc_upstreams,
