@@ -124,16 +124,11 @@ class NginxFront(ManagedProcess):
         allow_list: bool = True,
     ) -> None:
         self.upstreams = (list(http_upstreams), list(grpc_upstreams))
-        self.settings = dict(
-            models=list(models),
-            max_body_bytes=int(max_body_bytes),
-            rate_per_s=int(rate_per_s),
-            burst=int(burst),
-            fail_timeout_s=int(fail_timeout_s),
-            allow_list=bool(allow_list),
-        )
+        self.settings = dict(models=list(models), max_body_bytes=max_body_bytes, burst=burst)
+        self.settings |= dict(rate_per_s=rate_per_s, fail_timeout_s=fail_timeout_s)
+        self.settings |= dict(allow_list=allow_list)
         super().__init__()
-        self.config_text = self.test_output = ""
+        self.config_text = ""
         # refuse bad settings now, not at start()
         front_config(*self.upstreams, http_port=1, grpc_port=2, prefix="/x", **self.settings)
 
@@ -145,20 +140,16 @@ class NginxFront(ManagedProcess):
         """One line per request: status, method, path, the upstream(s) tried and their statuses."""
         return self.kept("access.log").splitlines()
 
-    def wait_for_log(self, since: int, timeout_s: float = 10.0, count: int = 1) -> list[str]:
-        """The access-log lines after the first ``since``, waiting until there are ``count``.
+    def wait_for_log(self, since: int, timeout_s: float = 10.0) -> list[str]:
+        """The access-log lines after the first ``since``, waiting (``timeout_s``) for one.
 
         nginx writes a request's line when it has finished with the connection; a request refused
         from its headers (413) is logged only after nginx has closed that connection.
         """
         deadline = time.monotonic() + timeout_s
-        while len(lines := self.access_log()) < since + count and time.monotonic() < deadline:
+        while len(lines := self.access_log()) <= since and time.monotonic() < deadline:
             time.sleep(0.05)
         return lines[since:]
-
-    def error_log(self) -> str:
-        """nginx's error log (refused requests, upstreams that failed)."""
-        return self.kept("error.log")
 
     def start(self) -> NginxFront:
         """Write the config, check it (:func:`audit_config`, ``nginx -t``), start nginx, wait for it."""
@@ -183,7 +174,7 @@ class NginxFront(ManagedProcess):
             missing = audit_config(self.config_text) if self.settings["allow_list"] else []
             if missing:
                 raise NginxConfigError(f"the front config lacks: {'; '.join(missing)}")
-            self.test_output = _nginx_test(nginx, conf, workdir)
+            _nginx_test(nginx, conf, workdir)
         except BaseException:
             self.stop()
             raise
@@ -193,7 +184,7 @@ class NginxFront(ManagedProcess):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = self.error_log()
+                log = self.kept("error.log")
                 self.stop()
                 raise NginxConfigError(f"nginx exited with code {self.proc.returncode}:\n{log}")
             try:

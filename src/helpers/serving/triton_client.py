@@ -122,23 +122,14 @@ def http_request(
         conn.close()
 
 
-# NumPy dtype -> Triton datatype name (the KServe v2 "datatype" field).
-NP_TO_TRITON = {
-    np.dtype(np.float32): "FP32",
-    np.dtype(np.float64): "FP64",
-    np.dtype(np.float16): "FP16",
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.int8): "INT8",
-    np.dtype(np.uint8): "UINT8",
-    np.dtype(np.bool_): "BOOL",
-}
-
-
 def _datatype(name: str, array: np.ndarray) -> str:
-    if array.dtype not in NP_TO_TRITON:
+    """The Triton datatype name of ``array`` (the KServe v2 ``datatype`` field)."""
+    from tritonclient.utils import np_to_triton_dtype
+
+    datatype = np_to_triton_dtype(array.dtype)
+    if datatype is None:
         raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
-    return NP_TO_TRITON[array.dtype]
+    return datatype
 
 
 def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = None) -> str:

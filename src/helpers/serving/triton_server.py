@@ -178,18 +178,16 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
 class TritonServer(ManagedProcess):
     """A ``tritonserver`` process on loopback ports, serving ``model_repository``.
 
-    ``models=None`` loads every model of the repository at start-up; a list switches Triton to
-    explicit model control and loads only those (others can be loaded later with
-    :meth:`load_model`). :meth:`start` returns once the server is live and those models are ready,
-    or raises :class:`ServerStartError` with the reason and the end of the server log.
+    ``models=None`` loads every model at start-up; a list switches Triton to explicit model
+    control and loads only those (others later with :meth:`load_model`). :meth:`start` returns
+    once the server is live and those models are ready, or raises :class:`ServerStartError`
+    with the reason and the end of the server log.
 
-    ``strict_readiness`` (Triton's ``--strict-readiness``, default True): ``/v2/health/ready``
-    answers 200 only while every model the server knows is ready, so one model that failed to
-    load makes the whole server "not ready" while its other models keep serving; False makes it
-    mean "the server answers". Per-model readiness is ``/v2/models/<name>/ready`` either way.
-    ``admin_key``: restrict :data:`RESTRICTED_APIS` on HTTP and gRPC to requests carrying
-    :data:`ADMIN_HEADER` with this value (this object's own repository calls send it;
-    :attr:`admin_headers` gives it to other callers).
+    ``strict_readiness`` (``--strict-readiness``, default True): ``/v2/health/ready`` answers 200
+    only while every model the server knows is ready, so one model that failed to load makes the
+    server "not ready" while its other models serve; False makes it mean "the server answers".
+    ``admin_key``: :data:`RESTRICTED_APIS` answer only requests carrying :data:`ADMIN_HEADER`
+    with it (:attr:`admin_headers`; this object's own repository calls send it).
     """
 
     def __init__(
