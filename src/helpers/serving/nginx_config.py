@@ -300,12 +300,8 @@ def audit_config(text: str) -> list[str]:
     text = re.sub(r"#[^\n]*", "", text)
     flat = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
     missing = []
-    http_blocks = _blocks(text, "http")
-    places = {
-        "http": http_blocks,
-        "upstream": _blocks(text, r"upstream \S+"),
-        **server_blocks(text),
-    }
+    places = {"http": _blocks(text, "http"), "upstream": _blocks(text, r"upstream \S+")}
+    places |= server_blocks(text)
     for place, patterns in REQUIRED.items():
         blocks = places.get(place) or []
         if not blocks:
