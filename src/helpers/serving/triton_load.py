@@ -155,52 +155,41 @@ def counted_run(
     check_loopback(url)
     if not 1 <= total <= 10_000 or not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"need 1 <= total <= 10000 and 1 <= concurrency <= {MAX_CONCURRENCY}")
-    inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
-    clients = [connect(protocol, url) for _ in range(concurrency)]
-    reqs, outs = request_tensors(clients[0][0], inputs, output)
-    lock = threading.Lock()
-    state = {"next": 0, "answered": 0, "failed": 0, "fired": at is None}
-    outputs: list[np.ndarray] = []
-    errors: list[str] = []
+    module, first = connect(protocol, url)
+    clients = [first] + [connect(protocol, url)[1] for _ in range(concurrency - 1)]
+    reqs, outs = request_tensors(module, inputs, output)
+    run = CountedRun(sent=0, answered=0, failed=0, outputs=[], first_errors=[], seconds=0.0)
+    actions, lock = [at] if at else [], threading.Lock()
     deadline = time.perf_counter() + 120.0
 
-    def worker(i: int) -> None:
-        client = clients[i][1]
+    def worker(client: Any) -> None:
         while time.perf_counter() < deadline:
             with lock:
-                if state["next"] >= total:
+                if run.sent >= total:
                     return
-                state["next"] += 1
+                run.sent += 1
             try:
                 result = client.infer(model, reqs, outputs=outs).as_numpy(output)
             except Exception as exc:  # counted and reported
                 with lock:
-                    state["failed"] += 1
-                    if len(errors) < 3:
-                        errors.append(repr(exc)[:300])
+                    run.failed += 1
+                    if len(run.first_errors) < 3:
+                        run.first_errors.append(repr(exc)[:300])
                 continue
-            fire = False
             with lock:
-                state["answered"] += 1
-                outputs.append(result)
-                if not state["fired"] and state["answered"] >= at[0]:
-                    state["fired"] = fire = True
-            if fire:
-                at[1]()
+                run.answered += 1
+                run.outputs.append(result)
+                due = actions.pop() if actions and run.answered >= actions[0][0] else None
+            if due:
+                due[1]()
 
     start = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in clients]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=max(deadline - time.perf_counter(), 0) + 30)
-    for _, client in clients:
+    for client in clients:
         client.close()
-    return CountedRun(
-        sent=state["next"],
-        answered=state["answered"],
-        failed=state["failed"],
-        outputs=outputs,
-        first_errors=errors,
-        seconds=time.perf_counter() - start,
-    )
+    run.seconds = time.perf_counter() - start
+    return run
