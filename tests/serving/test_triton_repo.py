@@ -88,7 +88,6 @@ def test_make_config_round_trips_through_text():
             dict(backend="python", max_batch_size=4, dynamic_batching={"delay": 1}),
             "unknown dynamic_batching",
         ),
-        (dict(backend="python", gpus=[0]), "KIND_CPU instance group cannot list gpus"),
         (dict(backend="python", parameters={"runtime": "tensorflow"}), "runtime='tensorflow'"),
         (
             dict(platform="onnxruntime_onnx", gpu_accelerators=[{"name": "openvino"}]),
@@ -109,6 +108,13 @@ def test_parse_config_names_the_bad_line():
         sr.check_config(sr.parse_config('name: "m" backend: "python"'))
     with pytest.raises(sr.ConfigError, match="no name"):
         sr.check_config(sr.parse_config('backend: "python"'))
+    cpu_with_gpus = 'name: "m" backend: "python" input { name: "x" data_type: TYPE_FP32 dims: 1 } '
+    cpu_with_gpus += 'output { name: "y" data_type: TYPE_FP32 dims: 1 } '
+    sr.check_config(sr.parse_config(cpu_with_gpus))
+    with pytest.raises(sr.ConfigError, match="KIND_CPU instance group cannot list gpus"):
+        sr.check_config(
+            sr.parse_config(cpu_with_gpus + "instance_group { count: 1 kind: KIND_CPU gpus: 0 }")
+        )
 
 
 def test_python_runtime_model_layout(tmp_path, onnx_file):
@@ -136,11 +142,13 @@ def test_python_runtime_model_layout(tmp_path, onnx_file):
         sr.python_runtime_model(
             tmp_path / "repo", "x", onnx_file, runtime="tvm", inputs=IMG, outputs=EMB
         )
-    for bad, message in ((dict(threads=0), "threads"), (dict(file_name="model.py"), "model.py")):
+    named_model_py = tmp_path / "model.py"
+    named_model_py.write_bytes(onnx_file.read_bytes())
+    for path, bad, message in ((onnx_file, 0, "threads"), (named_model_py, 1, "model.py")):
         with pytest.raises(sr.ConfigError, match=message):
             sr.python_runtime_model(
-                tmp_path / "repo", "x", onnx_file, runtime="openvino", inputs=IMG,
-                outputs=EMB, **bad,
+                tmp_path / "repo", "x", path, runtime="openvino", inputs=IMG, outputs=EMB,
+                threads=bad,
             )  # fmt: skip
     with pytest.raises(FileNotFoundError, match="does not exist"):
         sr.python_runtime_model(
@@ -304,9 +312,9 @@ def test_docker_command_and_tree(tmp_path, onnx_file):
     cmd = sr.docker_command(repo)
     assert f"-v {repo.resolve()}:/models" in cmd and sr.NGC_IMAGE in cmd and "--gpus all" in cmd
     one = sr.docker_command(
-        repo, model="ort", image="img", gpus=False, server="/opt/tritonserver/bin/tritonserver"
+        repo, model="ort", image="img", server="/opt/tritonserver/bin/tritonserver"
     )
-    assert f"{repo.resolve() / 'ort' / '1'}:/models/ort/1" in one and "--gpus" not in one
+    assert f"-v {repo.resolve() / 'ort'}:/models/ort " in one
     assert "img /opt/tritonserver/bin/tritonserver --model-repository=/models" in one
     listing = sr.tree(repo)
     assert (
@@ -370,7 +378,7 @@ def test_backend_rules_catch_hand_edits_of_production_configs(tmp_path, onnx_fil
         ("ort_trt", '"FP16"', '"FP8"', "precision_mode is one of FP32, FP16, INT8, got 'FP8'"),
         ("ort_trt", 'name: "tensorrt"', 'name: "tensorrtx"', "knows accelerators"),
         ("flow", '"INPUT_0"', '"image"', "INPUT_0"),
-        ("flow", 'string_value: "tensorrt"', 'string_value: "tvm"', "xrt parameter"),
+        ("flow", 'string_value: "tensorrt"', 'string_value: "tvm"', "parameter xrt='tvm'"),
     ]:
         path = repo / model / "config.pbtxt"
         text = path.read_text()

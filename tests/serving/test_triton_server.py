@@ -124,8 +124,8 @@ def test_bad_arguments(tmp_path):
         triton_client.http_request("10.1.2.3:8000", "GET", "/v2/health/ready")
     with pytest.raises(ValueError, match="datatype"):
         triton_client.infer_json_body({"x": np.array(["a"])})
-    port = triton_server.free_port()
-    assert 0 < port < 65536
+    ports = triton_server.free_ports(3)
+    assert len(set(ports)) == 3 and all(0 < port < 65536 for port in ports)
 
 
 # ------------------------------------------------------------------------------------- good requests
@@ -320,10 +320,6 @@ def test_prometheus_metrics_count_what_the_server_did(server, tiny):
     )
     everything = triton_client.scrape_metrics(server.metrics_url)
     assert everything["nv_inference_request_success"] >= after["nv_inference_request_success"]
-    off = triton_server.TritonServer(tiny.repo, metrics=False)
-    assert "--allow-metrics=false" in off._command(triton_server.find_triton(), Path("/x"))
-    with pytest.raises(RuntimeError, match="metrics=False"):
-        _ = off.metrics_url
 
 
 def test_counted_run_fires_its_action_once_and_refuses_unbounded_runs(server, tiny):

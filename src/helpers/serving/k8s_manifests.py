@@ -1,29 +1,21 @@
 """The Kubernetes manifests that run the production chapter's front + replicas on a cluster.
 
-On one machine the chapter runs two Triton servers behind nginx. On a cluster the same split is:
+- a Triton **Deployment** whose readiness probe asks for the *model* it serves
+  (``/v2/models/<name>/ready``): with ``--strict-readiness=true`` one other model that failed to
+  load would make ``/v2/health/ready`` answer 400 for good and drain a pod that still serves.
+  The administrative APIs answer only a key held in a Secret;
+- a **Service** (gRPC port marked ``appProtocol: kubernetes.io/h2c``) and a
+  **HorizontalPodAutoscaler**;
+- the front: the **Gateway API** (ingress-nginx was retired in 2026). A **Gateway** terminates
+  TLS; an **HTTPRoute** and a **GRPCRoute** are the allow-list (anything else: 404 from the
+  Gateway, no pod involved). Body size and rate limit are not in the Gateway API standard: they
+  are policies of **NGINX Gateway Fabric** 2.6 (``ClientSettingsPolicy``, ``RateLimitPolicy``).
 
-- a Triton **Deployment** (N identical pods) whose readiness probe asks for the *model* it serves
-  (``/v2/models/<name>/ready``), not the whole server: with ``--strict-readiness=true`` one other
-  model that failed to load would make ``/v2/health/ready`` answer 400 for good and drain a pod
-  that still serves; liveness is ``/v2/health/live``. Triton's administrative APIs answer only a
-  key held in a Secret (``--http-restricted-api``, ``--grpc-restricted-protocol``);
-- a **Service** in front of the pods (its gRPC port marked ``appProtocol: kubernetes.io/h2c``);
-- a **HorizontalPodAutoscaler**;
-- the front: the **Gateway API** (ingress-nginx, the annotation-driven controller, was retired in
-  2026). A **Gateway** terminates TLS for HTTP and gRPC; an **HTTPRoute** and a **GRPCRoute** are
-  the allow-list (only health, the model's metadata and readiness, and inference are routed; the
-  Gateway answers anything else itself, 404, with no pod involved). Body size and rate limit are
-  not in the Gateway API standard: they are policies of the implementation these manifests were
-  written for, **NGINX Gateway Fabric** 2.6 (``ClientSettingsPolicy``: body size and slow-client
-  timeout; ``RateLimitPolicy``: ``limit_req`` answering 429).
-
-:func:`manifests` builds them as plain dictionaries; :func:`write_manifests` writes one YAML file
-per object; :func:`validate_manifests` checks every object offline and strictly (unknown fields are
-errors): built-in kinds against the Kubernetes schemas bundled in ``kubernetes-validate``, the
-Gateway API and NGINX Gateway Fabric kinds against their CRD schemas vendored in
+:func:`validate_manifests` checks every object offline and strictly (unknown fields fail):
+built-in kinds against ``kubernetes-validate``'s schemas, the others against the CRD schemas in
 ``k8s_schemas/gateway_api.json`` (Gateway API v1.5.1, NGINX Gateway Fabric v2.6.7; written by
-``tools/vendor_gateway_schemas.py``). Schemas check structure, not intent: :func:`audit_manifests`
-checks the protections the chapter teaches (allow-list, 429, body limit, TLS, per-model readiness).
+``tools/vendor_gateway_schemas.py``). Schemas check structure, not intent:
+:func:`audit_manifests` checks the protections the chapter teaches.
 """
 
 from __future__ import annotations
@@ -34,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from helpers.serving.nginx_config import ALLOWED_GRPC, GRPC_SERVICE
 from helpers.serving.triton_server import ADMIN_HEADER, RESTRICTED_APIS
 
 __all__ = [
@@ -49,9 +42,9 @@ K8S_VERSION = "1.33.0"  # a Kubernetes release whose schemas kubernetes-validate
 # A Triton with the HTTP hardening 2.51 lacks (--http-max-input-size, the huge-JSON crash fix,
 # the decompression limit): NGC 26.01 is Triton 2.65. The local chapters run 2.51 (PyTriton).
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.01-py3"
+MODEL_REPOSITORY = "s3://my-bucket/model_repository"
+HOST = "embedder.example.com"
 GATEWAY_SCHEMAS = Path(__file__).with_name("k8s_schemas") / "gateway_api.json"
-ALLOWED_GRPC_METHODS = ("ModelInfer", "ModelMetadata", "ModelReady", "ServerLive", "ServerReady")
-_GRPC_SERVICE = "inference.GRPCInferenceService"
 _CRD_GROUPS = ("gateway.networking.k8s.io", "gateway.nginx.org")  # validated by vendored schemas
 
 
@@ -77,19 +70,25 @@ def _probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _deployment(name: str, image: str, repository: str, replicas: int, gpus: int) -> dict:
-    labels = {"app": name}
-    resources: dict[str, Any] = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {}}
-    if gpus:
-        resources["limits"]["nvidia.com/gpu"] = gpus
+PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+GATEWAY_API, NGINX_POLICIES = "gateway.networking.k8s.io/v1", "gateway.nginx.org/v1alpha1"
+
+
+def _object(api: str, kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, **meta}, "spec": spec}
+
+
+def _container(name: str) -> dict[str, Any]:
+    """The Triton container: restricted administrative APIs, readiness on the served model."""
     restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}=$(TRITON_ADMIN_KEY)"
     model_ready = f"/v2/models/{name}/ready"
-    container = {
+    secret = {"secretKeyRef": {"name": f"{name}-triton-admin", "key": "key"}}
+    return {
         "name": "triton",
-        "image": image,
+        "image": TRITON_IMAGE,
         "args": [
             "tritonserver",
-            f"--model-repository={repository}",
+            f"--model-repository={MODEL_REPOSITORY}",
             "--model-control-mode=explicit",
             f"--load-model={name}",
             # /v2/health/ready then means "the server answers"; routing waits on the model
@@ -99,208 +98,108 @@ def _deployment(name: str, image: str, repository: str, replicas: int, gpus: int
             "--allow-metrics=true",
             "--exit-timeout-secs=20",
         ],
-        "env": [
-            {
-                "name": "TRITON_ADMIN_KEY",
-                "valueFrom": {"secretKeyRef": {"name": f"{name}-triton-admin", "key": "key"}},
-            }
-        ],
+        "env": [{"name": "TRITON_ADMIN_KEY", "valueFrom": secret}],
         # the object store's credentials (AWS_ACCESS_KEY_ID, ...), from a Secret
         "envFrom": [{"secretRef": {"name": f"{name}-model-repository"}}],
-        "ports": [
-            {"name": "http", "containerPort": 8000},
-            {"name": "grpc", "containerPort": 8001},
-            {"name": "metrics", "containerPort": 8002},
-        ],
+        "ports": [{"name": port, "containerPort": number} for port, number in PORTS.items()],
         # ready: the model this pod serves is loaded; live: the process answers
         "readinessProbe": _probe(model_ready, 5, 3),
         "livenessProbe": _probe("/v2/health/live", 10, 3),
         "startupProbe": _probe(model_ready, 5, 60),  # up to 5 minutes to load
-        "resources": resources,
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": f"{name}-triton", "labels": labels},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8002"},
-                },
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
-            },
-        },
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"nvidia.com/gpu": 1}},
     }
 
 
 def manifests(
     *,
     name: str = "embedder",
-    image: str = TRITON_IMAGE,
-    model_repository: str = "s3://my-bucket/model_repository",
     replicas: int = 2,
     max_replicas: int = 8,
-    gpus_per_pod: int = 1,
-    cpu_target_percent: int = 70,
     max_body_bytes: int,
     rate_per_s: int,
     burst: int,
-    host: str = "embedder.example.com",
-    gateway_class: str = "nginx",
 ) -> dict[str, dict[str, Any]]:
-    """``{file name: object}``: Deployment, Service, HPA, Gateway, the two routes, two policies."""
+    """``{file name: object}``: Deployment, Service, HPA, Gateway, the two routes, two policies.
+
+    One GPU per pod; the HPA adds pods from ``replicas`` to ``max_replicas`` above 70% CPU.
+    """
     if replicas < 1 or max_replicas < replicas:
         raise ValueError(f"need 1 <= replicas <= max_replicas, got {replicas}, {max_replicas}")
-    svc = f"{name}-triton"
-    labels = {"app": name}
-    deployment = _deployment(name, image, model_repository, replicas, gpus_per_pod)
-    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": svc, "labels": labels},
-        "spec": {
-            "selector": labels,
-            "ports": [
-                {
-                    "name": p["name"],
-                    "port": p["containerPort"],
-                    "targetPort": p["name"],
-                    # the Gateway speaks HTTP/2 without TLS (h2c) to Triton's gRPC port
-                    **({"appProtocol": "kubernetes.io/h2c"} if p["name"] == "grpc" else {}),
-                }
-                for p in ports
-            ],
-        },
+    svc, labels, model = f"{name}-triton", {"app": name}, f"/v2/models/{name}"
+    scraped = {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORTS["metrics"])}
+    pod = {
+        "metadata": {"labels": labels, "annotations": scraped},
+        "spec": {"containers": [_container(name)], "terminationGracePeriodSeconds": 30},
     }
-    hpa = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": svc},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc},
-            "minReplicas": replicas,
-            "maxReplicas": max_replicas,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {
-                        "name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": cpu_target_percent},
-                    },
-                }
-            ],
-        },
+    deployment_spec = {"replicas": replicas, "selector": {"matchLabels": labels}, "template": pod}
+    service_ports = [
+        {"name": port, "port": number, "targetPort": port}
+        # the Gateway speaks HTTP/2 without TLS (h2c) to Triton's gRPC port
+        | ({"appProtocol": "kubernetes.io/h2c"} if port == "grpc" else {})
+        for port, number in PORTS.items()
+    ]
+    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}
+    hpa_spec = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc},
+        "minReplicas": replicas,
+        "maxReplicas": max_replicas,
+        "metrics": [{"type": "Resource", "resource": cpu}],
     }
+    tls = {"mode": "Terminate", "certificateRefs": [{"name": f"{name}-tls"}]}
+    hosts = {"https": HOST, "grpc": f"grpc.{HOST}"}
+    listeners = [
+        {"name": section, "protocol": "HTTPS", "port": 443, "hostname": host, "tls": tls}
+        | {"allowedRoutes": {"namespaces": {"from": "Same"}}}
+        for section, host in hosts.items()
+    ]
 
-    def listener(section: str, hostname: str) -> dict[str, Any]:
-        return {
-            "name": section,
-            "protocol": "HTTPS",
-            "port": 443,
-            "hostname": hostname,
-            "tls": {"mode": "Terminate", "certificateRefs": [{"name": f"{name}-tls"}]},
-            "allowedRoutes": {"namespaces": {"from": "Same"}},
-        }
+    def route(section: str, matches: list[dict[str, Any]], port: int) -> dict[str, Any]:
+        # the allow-list: no rule, no route (the Gateway answers 404 itself)
+        rule = {"matches": matches, "backendRefs": [{"name": svc, "port": port}]}
+        parent = {"name": name, "sectionName": section}
+        return {"parentRefs": [parent], "hostnames": [hosts[section]], "rules": [rule]}
 
-    gateway = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "Gateway",
-        "metadata": {"name": name},
-        "spec": {
-            "gatewayClassName": gateway_class,
-            "listeners": [listener("https", host), listener("grpc", f"grpc.{host}")],
-        },
-    }
-    parent = lambda section: {"name": name, "sectionName": section}  # noqa: E731
-    exact = lambda method, path: {"path": {"type": "Exact", "value": path}, "method": method}  # noqa: E731
-    backend = lambda port: [{"name": svc, "port": port}]  # noqa: E731
-    model = f"/v2/models/{name}"
-    http_route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": f"{name}-http"},
-        "spec": {
-            "parentRefs": [parent("https")],
-            "hostnames": [host],
-            # the allow-list: no rule, no route (the Gateway answers 404 itself)
-            "rules": [
-                {
-                    "matches": [
-                        exact("GET", "/v2/health/live"),
-                        exact("GET", "/v2/health/ready"),
-                        exact("GET", model),
-                        exact("GET", f"{model}/ready"),
-                        exact("POST", f"{model}/infer"),
-                    ],
-                    "backendRefs": backend(8000),
-                }
-            ],
-        },
-    }
-    grpc_route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "GRPCRoute",
-        "metadata": {"name": f"{name}-grpc"},
-        "spec": {
-            "parentRefs": [parent("grpc")],
-            "hostnames": [f"grpc.{host}"],
-            "rules": [
-                {
-                    "matches": [
-                        {"method": {"type": "Exact", "service": _GRPC_SERVICE, "method": m}}
-                        for m in ALLOWED_GRPC_METHODS
-                    ],
-                    "backendRefs": backend(8001),
-                }
-            ],
-        },
-    }
+    http_paths = [("GET", "/v2/health/live"), ("GET", "/v2/health/ready"), ("GET", model)]
+    http_paths += [("GET", f"{model}/ready"), ("POST", f"{model}/infer")]
+    http = [{"path": {"type": "Exact", "value": p}, "method": m} for m, p in http_paths]
+    grpc = [
+        {"method": {"type": "Exact", "service": GRPC_SERVICE, "method": m}} for m in ALLOWED_GRPC
+    ]
     target = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": name}
-    client_settings = {
-        "apiVersion": "gateway.nginx.org/v1alpha1",
-        "kind": "ClientSettingsPolicy",
-        "metadata": {"name": f"{name}-client-settings"},
-        "spec": {
-            "targetRef": target,
-            # client_max_body_size and client_body_timeout, for both listeners
-            "body": {"maxSize": nginx_size(max_body_bytes), "timeout": "10s"},
-        },
-    }
-    rate_limit = {
-        "apiVersion": "gateway.nginx.org/v1alpha1",
-        "kind": "RateLimitPolicy",
-        "metadata": {"name": f"{name}-rate-limit"},
-        "spec": {
-            "targetRefs": [target],
-            "rateLimit": {
-                "local": {
-                    "rules": [
-                        {
-                            "key": "$binary_remote_addr",
-                            "rate": f"{rate_per_s}r/s",
-                            "burst": burst,
-                            "noDelay": True,
-                            "zoneSize": "10m",
-                        }
-                    ]
-                },
-                "rejectCode": 429,
-            },
-        },
-    }
+    # client_max_body_size and client_body_timeout, for both listeners
+    body = {"maxSize": nginx_size(max_body_bytes), "timeout": "10s"}
+    limit = {"key": "$binary_remote_addr", "rate": f"{rate_per_s}r/s", "burst": burst}
+    limit |= {"noDelay": True, "zoneSize": "10m"}
+    rate_limit = {"local": {"rules": [limit]}, "rejectCode": 429}
     return {
-        "triton-deployment.yaml": deployment,
-        "triton-service.yaml": service,
-        "triton-hpa.yaml": hpa,
-        "gateway.yaml": gateway,
-        "route-http.yaml": http_route,
-        "route-grpc.yaml": grpc_route,
-        "policy-client-settings.yaml": client_settings,
-        "policy-rate-limit.yaml": rate_limit,
+        "triton-deployment.yaml": _object(
+            "apps/v1", "Deployment", svc, deployment_spec, labels=labels
+        ),
+        "triton-service.yaml": _object(
+            "v1", "Service", svc, {"selector": labels, "ports": service_ports}, labels=labels
+        ),
+        "triton-hpa.yaml": _object("autoscaling/v2", "HorizontalPodAutoscaler", svc, hpa_spec),
+        "gateway.yaml": _object(
+            GATEWAY_API, "Gateway", name, {"gatewayClassName": "nginx", "listeners": listeners}
+        ),
+        "route-http.yaml": _object(
+            GATEWAY_API, "HTTPRoute", f"{name}-http", route("https", http, 8000)
+        ),
+        "route-grpc.yaml": _object(
+            GATEWAY_API, "GRPCRoute", f"{name}-grpc", route("grpc", grpc, 8001)
+        ),
+        "policy-client-settings.yaml": _object(
+            NGINX_POLICIES,
+            "ClientSettingsPolicy",
+            f"{name}-client-settings",
+            {"targetRef": target, "body": body},
+        ),
+        "policy-rate-limit.yaml": _object(
+            NGINX_POLICIES,
+            "RateLimitPolicy",
+            f"{name}-rate-limit",
+            {"targetRefs": [target], "rateLimit": rate_limit},
+        ),
     }
 
 
@@ -388,51 +287,58 @@ def validate_manifests(folder: str | Path, version: str = K8S_VERSION) -> list[t
     return checked
 
 
+def _allowed(kind: str, match: dict[str, Any]) -> bool:
+    """An HTTPRoute match of an exact path and method, a GRPCRoute match of an allowed method."""
+    if kind == "HTTPRoute":
+        return match.get("path", {}).get("type") == "Exact" and "method" in match
+    method = match.get("method", {})
+    return method.get("type") == "Exact" and method.get("method") in ALLOWED_GRPC
+
+
 def audit_manifests(objects: dict[str, dict[str, Any]], *, max_body_bytes: int) -> list[str]:
     """What the manifests lack of the chapter's protections (empty when all are there).
 
-    The allow-list (routes match exact paths and methods only; no prefix), 429 from the rate
-    limit, a body limit no larger than ``max_body_bytes`` rounded up, TLS on both listeners,
-    readiness on the served model, Triton's administrative APIs restricted.
+    Routes match exact paths + methods (or allowed gRPC methods) only, the rate limit answers
+    429, the body limit is ``max_body_bytes`` rounded up, both listeners have TLS, readiness is
+    the served model's, Triton's administrative APIs are restricted.
     """
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects.values():
         by_kind.setdefault(obj["kind"], []).append(obj)
-    problems = []
-    for route in by_kind.get("HTTPRoute", []):
-        for rule in route["spec"]["rules"]:
-            for m in rule.get("matches") or [{}]:
-                if m.get("path", {}).get("type") != "Exact" or "method" not in m:
-                    problems.append(
-                        f"{route['metadata']['name']}: a match that is not exact path + method"
-                    )
-    for route in by_kind.get("GRPCRoute", []):
-        for rule in route["spec"]["rules"]:
-            for m in rule.get("matches") or [{}]:
-                method = m.get("method", {})
-                if (
-                    method.get("type") != "Exact"
-                    or method.get("method") not in ALLOWED_GRPC_METHODS
-                ):
-                    problems.append(f"{route['metadata']['name']}: a gRPC match off the allow-list")
-    limits = [p["spec"]["rateLimit"] for p in by_kind.get("RateLimitPolicy", [])]
-    if not limits or any(rl.get("rejectCode") != 429 for rl in limits):
-        problems.append("the rate limit does not answer 429")
-    sizes = [
-        p["spec"].get("body", {}).get("maxSize") for p in by_kind.get("ClientSettingsPolicy", [])
+    routes = [
+        (route["kind"], route["metadata"]["name"], m)
+        for route in by_kind.get("HTTPRoute", []) + by_kind.get("GRPCRoute", [])
+        for rule in route["spec"]["rules"]
+        for m in rule.get("matches") or [{}]
     ]
-    if not sizes or any(s != nginx_size(max_body_bytes) for s in sizes):
-        problems.append(f"no body limit of {nginx_size(max_body_bytes)}")
-    for gw in by_kind.get("Gateway", []):
-        for lst in gw["spec"]["listeners"]:
-            if lst.get("protocol") != "HTTPS" or not lst.get("tls", {}).get("certificateRefs"):
-                problems.append(f"listener {lst['name']} has no TLS")
-    for dep in by_kind.get("Deployment", []):
-        c = dep["spec"]["template"]["spec"]["containers"][0]
-        if not c["readinessProbe"]["httpGet"]["path"].startswith("/v2/models/"):
-            problems.append("readiness is not the served model's")
-        if not any(a.startswith("--http-restricted-api=") for a in c["args"]):
-            problems.append("Triton's administrative APIs are not restricted")
-    missing = {"Gateway", "HTTPRoute", "GRPCRoute", "Deployment"} - set(by_kind)
-    problems += [f"no {kind}" for kind in sorted(missing)]
-    return problems
+    listeners = [lst for gw in by_kind.get("Gateway", []) for lst in gw["spec"]["listeners"]]
+    pods = [d["spec"]["template"]["spec"]["containers"][0] for d in by_kind.get("Deployment", [])]
+    codes = {p["spec"]["rateLimit"].get("rejectCode") for p in by_kind.get("RateLimitPolicy", [])}
+    policies = by_kind.get("ClientSettingsPolicy", [])
+    sizes = {p["spec"].get("body", {}).get("maxSize") for p in policies}
+    size = nginx_size(max_body_bytes)
+    problems = [
+        f"{name}: a match that is not exact path + method"
+        if kind == "HTTPRoute"
+        else f"{name}: a gRPC match off the allow-list"
+        for kind, name, m in routes
+        if not _allowed(kind, m)
+    ]
+    problems += [
+        f"listener {lst['name']} has no TLS"
+        for lst in listeners
+        if lst.get("protocol") != "HTTPS" or not lst.get("tls", {}).get("certificateRefs")
+    ]
+    checks = {
+        "the rate limit does not answer 429": codes != {429},
+        f"no body limit of {size}": sizes != {size},
+        "readiness is not the served model's": any(
+            not c["readinessProbe"]["httpGet"]["path"].startswith("/v2/models/") for c in pods
+        ),
+        "Triton's administrative APIs are not restricted": any(
+            not any(a.startswith("--http-restricted-api=") for a in c["args"]) for c in pods
+        ),
+    }
+    problems += [why for why, missing in checks.items() if missing]
+    needed = {"Gateway", "HTTPRoute", "GRPCRoute", "Deployment"}
+    return problems + [f"no {kind}" for kind in sorted(needed - set(by_kind))]

@@ -1,11 +1,9 @@
 """The ``nginx.conf`` of a front before several Triton servers, written and audited.
 
-:func:`front_config` writes it from a few numbers (the servers' ports, the models, the largest
-request they accept, the rate limit): an allow-list of the paths and gRPC methods clients need,
-a body limit sized by :func:`body_limit_bytes`, a rate limit, JSON refusals, and failover to
-the other server. :func:`audit_config` checks that every protection of :data:`REQUIRED` is in
-each ``server`` block and that no location opens a whole prefix again.
-:class:`helpers.serving.nginx_front.NginxFront` runs it.
+:func:`front_config` writes it from a few numbers: an allow-list of the paths and gRPC methods
+clients need, a body limit (:func:`body_limit_bytes`), a rate limit, JSON refusals and failover
+to the other server. :func:`audit_config` checks that every protection of :data:`REQUIRED` is in
+each block that needs it and that no location opens a whole prefix again.
 """
 
 from __future__ import annotations
@@ -23,20 +21,20 @@ __all__ = ["NginxConfigError", "body_limit_bytes", "front_config", "audit_config
 # a float64 can take up to 24 characters, plus ", "). A limit sized with it admits any JSON request
 # of max_batch_size images; binary requests (4 bytes per value) fit with room to spare.
 JSON_BYTES_PER_VALUE = 26
-
-
 _HEADROOM = 64 * 1024  # the JSON keys, names and shapes around the data
-
-
 _BODY_BUFFER = "256k"  # bodies larger than this wait in a temp file, not in RAM
-
-
 # The gRPC methods clients need: inference, model metadata and readiness, health.
 ALLOWED_GRPC = ("ModelInfer", "ModelMetadata", "ModelReady", "ServerLive", "ServerReady")
-
-
-_GRPC_SERVICE = "/inference.GRPCInferenceService"
-
+GRPC_SERVICE = "inference.GRPCInferenceService"
+# nginx's refusals, answered as JSON like Triton's own errors, and over gRPC as HTTP 200 with a
+# grpc-status (7 PERMISSION_DENIED, 8 RESOURCE_EXHAUSTED): {HTTP status: (grpc-status, why)}.
+REFUSALS = {
+    403: (7, "refused by the front: not an allowed endpoint"),
+    413: (8, "refused by the front: request larger than the model accepts"),
+    429: (8, "refused by the front: too many requests, retry later"),
+    502: (None, "the front: no server could answer, retry later"),
+    504: (None, "the front: the server did not answer in time"),
+}
 
 # What a front must contain, each with why, per place: the http block, each HTTP server block,
 # each gRPC server block. audit_config() refuses a config that lacks any of them anywhere.
@@ -94,46 +92,19 @@ def body_limit_bytes(max_batch_size: int, item_shape: Sequence[int]) -> int:
     return max_batch_size * math.prod(item_shape) * JSON_BYTES_PER_VALUE + _HEADROOM
 
 
-def _servers(urls: Sequence[str], max_fails: int, fail_timeout_s: int) -> str:
-    lines = []
-    for url in urls:
-        check_loopback(url)
-        lines.append(f"        server {url} max_fails={max_fails} fail_timeout={fail_timeout_s}s;")
-    return "\n".join(lines)
-
-
-def _json_refusals() -> str:
-    """Named locations that answer nginx's refusals as JSON, as Triton answers its own errors."""
-    why = {
-        403: "refused by the front: not an allowed endpoint",
-        413: "refused by the front: request body larger than the model accepts",
-        429: "refused by the front: too many requests, retry later",
-        502: "the front: no server could answer, retry later",
-        504: "the front: the server did not answer in time",
-    }
-    lines = [f"        error_page {code} @refused_{code};" for code in why]
-    for code, text in why.items():
-        lines.append(
-            f"        location @refused_{code} {{ default_type application/json; "
-            f'return {code} \'{{"error":"{text}"}}\\n\'; }}'
+def _refusals(grpc: bool) -> str:
+    """The ``error_page`` lines and the named locations that answer :data:`REFUSALS`."""
+    codes = [c for c, (status, _) in REFUSALS.items() if status or not grpc]
+    lines = [f"        error_page {code} @refused_{code};" for code in codes]
+    for code in codes:
+        status, why = REFUSALS[code]
+        answer = (
+            f"default_type application/grpc; add_header grpc-status {status} always; "
+            f'add_header grpc-message "{why}" always; return 204;'
+            if grpc
+            else f'default_type application/json; return {code} \'{{"error":"{why}"}}\\n\';'
         )
-    return "\n".join(lines)
-
-
-def _grpc_refusals() -> str:
-    """The same refusals as gRPC answers: HTTP 200 + ``grpc-status`` (7 denied, 8 exhausted)."""
-    why = {
-        403: (7, "refused by the front: not an allowed method"),
-        413: (8, "refused by the front: message larger than the model accepts"),
-        429: (8, "refused by the front: too many requests, retry later"),
-    }
-    lines = [f"        error_page {code} @grpc_{code};" for code in why]
-    for code, (status, text) in why.items():
-        lines.append(
-            f"        location @grpc_{code} {{ default_type application/grpc; "
-            f"add_header grpc-status {status} always; "
-            f'add_header grpc-message "{text}" always; return 204; }}'
-        )
+        lines.append(f"        location @refused_{code} {{ {answer} }}")
     return "\n".join(lines)
 
 
@@ -155,7 +126,6 @@ def front_config(
     rate_per_s: int,
     burst: int,
     prefix: str | Path,
-    max_fails: int = 1,
     fail_timeout_s: int = 10,
     allow_list: bool = True,
     user: str | None = None,
@@ -168,9 +138,16 @@ def front_config(
     """
     if not http_upstreams or not grpc_upstreams:
         raise ValueError("give at least one HTTP and one gRPC upstream (127.0.0.1:PORT)")
-    if max_body_bytes < 1 or rate_per_s < 1 or burst < 0 or max_fails < 1 or fail_timeout_s < 1:
-        raise ValueError("max_body_bytes, rate_per_s, max_fails, fail_timeout_s must be positive")
+    if min(max_body_bytes, rate_per_s, burst + 1, fail_timeout_s) < 1:
+        raise ValueError("max_body_bytes, rate_per_s, fail_timeout_s must be positive, burst >= 0")
     names = _model_pattern(models)
+    for url in (*http_upstreams, *grpc_upstreams):  # the front serves this machine only
+        check_loopback(url)
+
+    def servers(urls: Sequence[str]) -> str:
+        line = f"max_fails=1 fail_timeout={fail_timeout_s}s;"
+        return "\n".join(f"        server {url} {line}" for url in urls)
+
     p = Path(prefix)
     user_line = f"user {user};\n" if user else ""
     to_http = "proxy_pass http://triton_http$uri;"  # the normalised path that was allowed
@@ -192,11 +169,11 @@ def front_config(
         location / {{ return 403; }}"""
         allowed = [m for m in ALLOWED_GRPC if m != "ModelInfer"]
         grpc_locations = "\n".join(
-            f"        location = {_GRPC_SERVICE}/{m} {{ grpc_pass grpc://triton_grpc; }}"
+            f"        location = /{GRPC_SERVICE}/{m} {{ grpc_pass grpc://triton_grpc; }}"
             for m in allowed
         )
         grpc_locations += f"""
-        location = {_GRPC_SERVICE}/ModelInfer {{
+        location = /{GRPC_SERVICE}/ModelInfer {{
             limit_req zone=infer burst={burst} nodelay;
             grpc_pass grpc://triton_grpc;
         }}
@@ -211,9 +188,9 @@ def front_config(
         location /v2 {{ proxy_pass http://triton_http; }}
         location / {{ return 404; }}"""
         grpc_locations = f"""\
-        location {_GRPC_SERVICE}/RepositoryModelLoad {{ return 403; }}
-        location {_GRPC_SERVICE}/RepositoryModelUnload {{ return 403; }}
-        location {_GRPC_SERVICE}/ModelInfer {{
+        location /{GRPC_SERVICE}/RepositoryModelLoad {{ return 403; }}
+        location /{GRPC_SERVICE}/RepositoryModelUnload {{ return 403; }}
+        location /{GRPC_SERVICE}/ModelInfer {{
             limit_req zone=infer burst={burst} nodelay;
             grpc_pass grpc://triton_grpc;
         }}
@@ -250,11 +227,11 @@ http {{
     # The servers, one model repository. A server that fails max_fails times within
     # fail_timeout is left out for fail_timeout (passive health checks: real requests probe).
     upstream triton_http {{
-{_servers(http_upstreams, max_fails, fail_timeout_s)}
+{servers(http_upstreams)}
         keepalive 32;
     }}
     upstream triton_grpc {{
-{_servers(grpc_upstreams, max_fails, fail_timeout_s)}
+{servers(grpc_upstreams)}
     }}
 
     server {{
@@ -270,7 +247,7 @@ http {{
         # (same input, same output, no state changed), so POSTs may be retried too.
         proxy_next_upstream error timeout http_502 http_503 non_idempotent;
         proxy_next_upstream_tries 2;
-{_json_refusals()}
+{_refusals(grpc=False)}
 
         location = /front/health {{ return 200 "front up\\n"; }}
         # The allow-list: health, the served models' metadata and readiness, inference.
@@ -284,7 +261,7 @@ http {{
         grpc_read_timeout 60s;
         grpc_next_upstream error timeout http_502 http_503 non_idempotent;
         grpc_next_upstream_tries 2;
-{_grpc_refusals()}
+{_refusals(grpc=True)}
 {grpc_locations}
     }}
 }}
@@ -323,12 +300,8 @@ def audit_config(text: str) -> list[str]:
     text = re.sub(r"#[^\n]*", "", text)
     flat = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
     missing = []
-    http_blocks = _blocks(text, "http")
-    places = {
-        "http": http_blocks,
-        "upstream": _blocks(text, r"upstream \S+"),
-        **server_blocks(text),
-    }
+    places = {"http": _blocks(text, "http"), "upstream": _blocks(text, r"upstream \S+")}
+    places |= server_blocks(text)
     for place, patterns in REQUIRED.items():
         blocks = places.get(place) or []
         if not blocks:

@@ -1,36 +1,31 @@
 """nginx in front of several Triton servers, as production runs it: an allow-list, limits, failover.
 
-Clients never talk to Triton's own ports. Triton 2.51 (the server inside ``nvidia-pytriton``
-0.7.0) answers every API it has on the port that serves inference (model control, shared
-memory, tracing, logging, statistics) and has no limit on the size of a request body
-(``--http-max-input-size`` came in 2.59): one well-formed JSON request of about 250 MB can kill
-it. :class:`NginxFront` checks the config :mod:`helpers.serving.nginx_config` writes with
-``nginx -t`` and runs nginx (Debian's package) as an ordinary process on free loopback ports;
-:func:`probe_admin` sends every administrative request Triton knows through a front and reports
-which got through::
-
-    with NginxFront([a.http_url, b.http_url], [a.grpc_url, b.grpc_url], models=["embedder"],
-                    max_body_bytes=limit) as front:
-        triton_client.infer_http(front.http_url, "embedder", {"image": x}, "embedding")
-
-It is a :class:`~helpers.core.processes.ManagedProcess`, stopped like the Triton server.
+Clients never talk to Triton's own ports: Triton 2.51 (in ``nvidia-pytriton`` 0.7.0) answers every
+API it has (model control, shared memory, tracing, logging, statistics) on the port that serves
+inference, and reads a request body of any size (``--http-max-input-size`` came in 2.59): one
+well-formed JSON request of about 250 MB can kill it. :class:`NginxFront` checks the config of
+:mod:`helpers.serving.nginx_config` with ``nginx -t`` and runs nginx (Debian's package) on free
+loopback ports, stopped like the Triton server; :func:`probe_admin` sends every administrative
+request Triton knows through a front and reports which got through.
 """
 
 from __future__ import annotations
 
 import http.client
 import os
+import re
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from helpers.core.processes import ManagedProcess
 from helpers.serving.nginx_config import NginxConfigError, audit_config, front_config
 from helpers.serving.triton_client import http_request
-from helpers.serving.triton_server import free_port
+from helpers.serving.triton_server import free_ports
 
 __all__ = [
     "NginxFront",
@@ -87,9 +82,7 @@ class NginxNotFoundError(RuntimeError):
 
 def find_nginx() -> Path:
     """The ``nginx`` binary (on PATH or in ``/usr/sbin``), else :class:`NginxNotFoundError`."""
-    found = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
-    )
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
     if found is None:
         raise NginxNotFoundError(
             "nginx is not installed: apt-get install nginx (tools/install_system_deps.sh does it)"
@@ -127,35 +120,17 @@ class NginxFront(ManagedProcess):
         max_body_bytes: int,
         rate_per_s: int = 5000,
         burst: int = 200,
-        max_fails: int = 1,
         fail_timeout_s: int = 10,
         allow_list: bool = True,
-        startup_timeout: float = 20.0,
     ) -> None:
-        self.http_upstreams = list(http_upstreams)
-        self.grpc_upstreams = list(grpc_upstreams)
-        self.settings = dict(
-            models=list(models),
-            max_body_bytes=int(max_body_bytes),
-            rate_per_s=int(rate_per_s),
-            burst=int(burst),
-            max_fails=int(max_fails),
-            fail_timeout_s=int(fail_timeout_s),
-            allow_list=bool(allow_list),
-        )
+        self.upstreams = (list(http_upstreams), list(grpc_upstreams))
+        self.settings = dict(models=list(models), max_body_bytes=max_body_bytes, burst=burst)
+        self.settings |= dict(rate_per_s=rate_per_s, fail_timeout_s=fail_timeout_s)
+        self.settings |= dict(allow_list=allow_list)
         super().__init__()
-        self.startup_timeout = float(startup_timeout)
-        self.http_port = self.grpc_port = 0
         self.config_text = ""
-        self.test_output = ""
-        front_config(  # refuse bad settings now, not at start()
-            self.http_upstreams,
-            self.grpc_upstreams,
-            http_port=1,
-            grpc_port=2,
-            prefix="/x",
-            **self.settings,
-        )
+        # refuse bad settings now, not at start()
+        front_config(*self.upstreams, http_port=1, grpc_port=2, prefix="/x", **self.settings)
 
     def kept_files(self) -> tuple[str, ...]:
         """The access and error logs outlive :meth:`stop`."""
@@ -165,20 +140,16 @@ class NginxFront(ManagedProcess):
         """One line per request: status, method, path, the upstream(s) tried and their statuses."""
         return self.kept("access.log").splitlines()
 
-    def wait_for_log(self, since: int, timeout_s: float = 10.0, count: int = 1) -> list[str]:
-        """The access-log lines after the first ``since``, waiting until there are ``count``.
+    def wait_for_log(self, since: int, timeout_s: float = 10.0) -> list[str]:
+        """The access-log lines after the first ``since``, waiting (``timeout_s``) for one.
 
         nginx writes a request's line when it has finished with the connection; a request refused
         from its headers (413) is logged only after nginx has closed that connection.
         """
         deadline = time.monotonic() + timeout_s
-        while len(lines := self.access_log()) < since + count and time.monotonic() < deadline:
+        while len(lines := self.access_log()) <= since and time.monotonic() < deadline:
             time.sleep(0.05)
         return lines[since:]
-
-    def error_log(self) -> str:
-        """nginx's error log (refused requests, upstreams that failed)."""
-        return self.kept("error.log")
 
     def start(self) -> NginxFront:
         """Write the config, check it (:func:`audit_config`, ``nginx -t``), start nginx, wait for it."""
@@ -186,13 +157,9 @@ class NginxFront(ManagedProcess):
             raise RuntimeError(f"front already running (pid {self.proc.pid})")
         nginx = find_nginx()
         workdir = self.make_workdir("nginx-")
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        while self.grpc_port == self.http_port:
-            self.grpc_port = free_port()
+        self.http_port, self.grpc_port = free_ports(2)
         self.config_text = front_config(
-            self.http_upstreams,
-            self.grpc_upstreams,
+            *self.upstreams,
             http_port=self.http_port,
             grpc_port=self.grpc_port,
             prefix=workdir,
@@ -207,17 +174,17 @@ class NginxFront(ManagedProcess):
             missing = audit_config(self.config_text) if self.settings["allow_list"] else []
             if missing:
                 raise NginxConfigError(f"the front config lacks: {'; '.join(missing)}")
-            self.test_output = _nginx_test(nginx, conf, workdir)
+            _nginx_test(nginx, conf, workdir)
         except BaseException:
             self.stop()
             raise
         cmd = [str(nginx), "-p", str(workdir), "-c", str(conf)]
         cmd += ["-e", str(workdir / "error.log"), "-g", "daemon off;"]
         self.launch(cmd, output=workdir / "stderr.log")
-        deadline = time.monotonic() + self.startup_timeout
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = self.error_log()
+                log = self.kept("error.log")
                 self.stop()
                 raise NginxConfigError(f"nginx exited with code {self.proc.returncode}:\n{log}")
             try:
@@ -227,16 +194,10 @@ class NginxFront(ManagedProcess):
                 pass
             time.sleep(0.05)
         self.stop()
-        raise TimeoutError(f"nginx did not answer within {self.startup_timeout:.0f} s")
+        raise TimeoutError("nginx did not answer within 20 s")
 
     def __repr__(self) -> str:
-        return self.describe(f"{len(self.http_upstreams)} servers")
-
-
-def _reached(line: str) -> bool:
-    """Whether an access-log line shows the request passed to a server."""
-    upstream = line.split("upstream=")[1].split()[0] if "upstream=" in line else "-"
-    return upstream not in ("-", "")
+        return self.describe(f"{len(self.upstreams[0])} servers")
 
 
 def probe_admin(front: NginxFront, model: str) -> list[dict[str, Any]]:
@@ -248,28 +209,26 @@ def probe_admin(front: NginxFront, model: str) -> list[dict[str, Any]]:
     """
     import tritonclient.grpc as grpcclient
 
+    def send(protocol: str, what: str, request: Callable[[], Any]) -> dict[str, Any]:
+        start = len(front.access_log())
+        try:
+            answer = request()
+            status = answer.status if protocol == "HTTP" else "OK"
+        except grpcclient.InferenceServerException as exc:
+            status = str(exc.status()).replace("StatusCode.", "")
+        line = (front.wait_for_log(since=start) or ["-"])[-1]
+        reached = re.search(r"upstream=[^-\s]", line) is not None  # passed to a server
+        return {"protocol": protocol, "request": what, "status": status, "reached": reached}
+
     rows = []
     for what, method, path, body in ADMIN_HTTP:
-        start = len(front.access_log())
-        resp = http_request(front.http_url, method, path.format(m=model), body=body, timeout=10)
-        line = (front.wait_for_log(since=start) or ["-"])[-1]
-        rows.append(
-            {"protocol": "HTTP", "request": what, "status": resp.status, "reached": _reached(line)}
-        )
+        request = partial(http_request, front.http_url, method, path.format(m=model), body)
+        rows.append(send("HTTP", what, partial(request, timeout=10)))
     client = grpcclient.InferenceServerClient(url=front.grpc_url)
     try:
         for what, name, args in ADMIN_GRPC:
-            start = len(front.access_log())
             args = tuple(a.format(m=model) if isinstance(a, str) else a for a in args)
-            try:
-                getattr(client, name)(*args)
-                status = "OK"
-            except grpcclient.InferenceServerException as exc:
-                status = str(exc.status()).replace("StatusCode.", "")
-            line = (front.wait_for_log(since=start) or ["-"])[-1]
-            rows.append(
-                {"protocol": "gRPC", "request": what, "status": status, "reached": _reached(line)}
-            )
+            rows.append(send("gRPC", what, partial(getattr(client, name), *args)))
     finally:
         client.close()
     return rows

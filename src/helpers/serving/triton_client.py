@@ -1,18 +1,14 @@
-"""Talk to a Triton server on this machine: raw HTTP (like ``curl``), KServe v2 bodies, and the clients.
+"""Talk to a Triton server on this machine: raw HTTP (like ``curl``), KServe v2 bodies, the clients.
 
-- :func:`http_request` -- one raw request, returning status line, headers and body (never raises on 4xx/5xx);
-- :func:`infer_json_body` / :func:`infer_binary_body` -- KServe v2 inference bodies (JSON, or Triton's
-  binary-tensor extension), also deliberately wrong ones to test how the server fails;
-- :func:`infer_http`, :func:`infer_grpc` -- one inference, NumPy in, NumPy out;
-- :func:`model_stats` -- Triton's per-model counters (requests, executions, batch sizes, queue time).
-
-Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk to a
-server you started (:class:`helpers.serving.triton_server.TritonServer`), not to someone else's.
+Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk
+to a server you started (:class:`helpers.serving.triton_server.TritonServer`), not someone else's.
+Bodies may be deliberately wrong, to test how the server fails.
 """
 
 from __future__ import annotations
 
 import http.client
+import importlib
 import json
 import time
 from collections.abc import Mapping
@@ -27,6 +23,7 @@ __all__ = [
     "LOOPBACK",
     "TritonRequestError",
     "check_loopback",
+    "connect",
     "http_request",
     "infer_binary_body",
     "infer_grpc",
@@ -77,9 +74,7 @@ class HttpResponse:
 def check_loopback(url: str) -> tuple[str, int]:
     """``(host, port)`` of a ``127.0.0.1:PORT`` or ``localhost:PORT`` address, else ``ValueError``.
 
-    IPv6 loopback (``[::1]:PORT``) is refused too: the servers these helpers start listen on
-    127.0.0.1 only, so such an address could never reach them. Every address accepted here is one
-    :func:`http_request` can connect to.
+    IPv6 loopback is refused too: the servers these helpers start listen on 127.0.0.1 only.
     """
     if "://" in url:
         raise ValueError(f"{url!r}: give HOST:PORT without a scheme, e.g. 127.0.0.1:8000")
@@ -127,60 +122,47 @@ def http_request(
         conn.close()
 
 
-# NumPy dtype -> Triton datatype name (the KServe v2 "datatype" field).
-NP_TO_TRITON = {
-    np.dtype(np.float32): "FP32",
-    np.dtype(np.float64): "FP64",
-    np.dtype(np.float16): "FP16",
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.int8): "INT8",
-    np.dtype(np.uint8): "UINT8",
-    np.dtype(np.bool_): "BOOL",
-}
+def _datatype(name: str, array: np.ndarray) -> str:
+    """The Triton datatype name of ``array`` (the KServe v2 ``datatype`` field)."""
+    from tritonclient.utils import np_to_triton_dtype
+
+    datatype = np_to_triton_dtype(array.dtype)
+    if datatype is None:
+        raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
+    return datatype
 
 
 def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = None) -> str:
     """A KServe v2 JSON inference request (``datatype`` overrides the arrays' own, to test errors)."""
-    parts = []
-    for name, array in inputs.items():
-        array = np.asarray(array)
-        dt = datatype or NP_TO_TRITON.get(array.dtype)
-        if dt is None:
-            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
-        parts.append(
-            {
-                "name": name,
-                "shape": list(array.shape),
-                "datatype": dt,
-                "data": array.flatten().tolist(),
-            }
-        )
+    parts = [
+        {
+            "name": name,
+            "shape": list(np.shape(array)),
+            "datatype": datatype or _datatype(name, np.asarray(array)),
+            "data": np.asarray(array).flatten().tolist(),
+        }
+        for name, array in inputs.items()
+    ]
     return json.dumps({"inputs": parts})
 
 
 def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
-    """A KServe v2 request with tensors as raw bytes after the JSON header (Triton's binary extension).
+    """A KServe v2 request with tensors as raw bytes after the JSON header (Triton's extension).
 
     Returns the body and the headers to send with it; far smaller and faster than JSON for images.
     """
-    parts, blobs = [], []
-    for name, array in inputs.items():
-        array = np.ascontiguousarray(array)
-        if array.dtype not in NP_TO_TRITON:
-            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
-        blob = array.tobytes()
-        parts.append(
-            {
-                "name": name,
-                "shape": list(array.shape),
-                "datatype": NP_TO_TRITON[array.dtype],
-                "parameters": {"binary_data_size": len(blob)},
-            }
-        )
-        blobs.append(blob)
+    arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
+    parts = [
+        {
+            "name": name,
+            "shape": list(a.shape),
+            "datatype": _datatype(name, a),
+            "parameters": {"binary_data_size": a.nbytes},
+        }
+        for name, a in arrays.items()
+    ]
     header = json.dumps({"inputs": parts}).encode("utf-8")
-    return header + b"".join(blobs), {
+    return header + b"".join(a.tobytes() for a in arrays.values()), {
         "Inference-Header-Content-Length": str(len(header)),
         "Content-Type": "application/octet-stream",
     }
@@ -191,27 +173,31 @@ def request_tensors(
 ) -> tuple[list[Any], list[Any]]:
     """The ``InferInput`` list and the requested output for one ``client.infer`` call.
 
-    ``client_module`` is ``tritonclient.http`` or ``tritonclient.grpc``; over HTTP the tensors travel
-    as raw bytes (the module's default, Triton's binary extension), over gRPC as protobuf.
+    ``client_module`` is ``tritonclient.http`` (tensors as raw bytes, Triton's binary extension)
+    or ``tritonclient.grpc`` (protobuf).
     """
     reqs = []
     for name, array in inputs.items():
         array = np.ascontiguousarray(array)
-        if array.dtype not in NP_TO_TRITON:
-            raise ValueError(f"input {name}: no Triton datatype for NumPy dtype {array.dtype}")
-        inp = client_module.InferInput(name, list(array.shape), NP_TO_TRITON[array.dtype])
-        inp.set_data_from_numpy(array)
-        reqs.append(inp)
+        reqs.append(client_module.InferInput(name, list(array.shape), _datatype(name, array)))
+        reqs[-1].set_data_from_numpy(array)
     return reqs, [client_module.InferRequestedOutput(output)]
 
 
-def _infer_with(
-    client_module: Any, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str
+def connect(protocol: str, url: str) -> tuple[Any, Any]:
+    """``(tritonclient.<protocol> module, a client of url)`` for ``protocol`` "http" or "grpc"."""
+    if protocol not in ("http", "grpc"):
+        raise ValueError(f"protocol is 'http' or 'grpc', got {protocol!r}")
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    return module, module.InferenceServerClient(url=url)
+
+
+def _infer(
+    protocol: str, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str
 ) -> np.ndarray:
-    """One inference with a ``tritonclient`` protocol module (``tritonclient.http`` or ``.grpc``)."""
-    client = client_module.InferenceServerClient(url=url)
+    module, client = connect(protocol, url)
     try:
-        reqs, outputs = request_tensors(client_module, inputs, output)
+        reqs, outputs = request_tensors(module, inputs, output)
         return client.infer(model, reqs, outputs=outputs).as_numpy(output)
     finally:
         client.close()
@@ -219,16 +205,12 @@ def _infer_with(
 
 def infer_http(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
     """One inference with ``tritonclient.http`` (binary tensors); returns ``output`` as NumPy."""
-    import tritonclient.http as httpclient
-
-    return _infer_with(httpclient, url, model, inputs, output)
+    return _infer("http", url, model, inputs, output)
 
 
 def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
     """One inference with ``tritonclient.grpc``; returns ``output`` as NumPy."""
-    import tritonclient.grpc as grpcclient
-
-    return _infer_with(grpcclient, url, model, inputs, output)
+    return _infer("grpc", url, model, inputs, output)
 
 
 def model_stats(
@@ -241,18 +223,12 @@ def model_stats(
 ) -> dict[str, float]:
     """Server-side counters of ``model`` since it loaded.
 
-    ``headers``: e.g. the key of a server whose statistics API is restricted
-    (:attr:`~helpers.serving.triton_server.TritonServer.admin_headers`). Triton records a
-    request's statistics just after it has sent the response, so a client that has all its
-    answers can still read a count short by the last few: ``min_requests`` reads again (for
-    at most ``timeout_s``) until at least that many requests are counted, then returns what
-    it read (the caller's own check says whether that was enough).
-
-    ``requests`` answered successfully, ``inferences`` (images: a batch-4 request counts 4),
-    ``executions`` of the model, ``avg_batch`` (inferences per execution), mean ``queue_ms`` and
-    ``compute_ms`` per request, and ``batch_sizes`` ({batch size: executions}). Triton adds an
-    execution's whole compute time to every request it carried: ``compute_ms`` is the time of
-    one execution, and ``compute_ms / avg_batch`` the model's time per image.
+    ``requests`` answered, ``inferences`` (images: a batch-4 request counts 4), ``executions``,
+    ``avg_batch`` (inferences per execution), mean ``queue_ms`` and ``compute_ms`` per request,
+    ``batch_sizes`` ({batch size: executions}). Triton adds an execution's whole compute time to
+    every request it carried (``compute_ms / avg_batch`` is the time per image), and counts a
+    request just after answering it: ``min_requests`` reads again, for at most ``timeout_s``,
+    until that many are counted. ``headers``: the admin key where statistics are restricted.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -264,16 +240,16 @@ def model_stats(
         if counted >= min_requests or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
     st = stats["inference_stats"]
-    n = max(int(st["success"]["count"]), 1)
+    n = int(st["success"]["count"])
+    inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
     return {
-        "requests": int(st["success"]["count"]),
+        "requests": n,
         "inferences": inferences,
         "executions": executions,
         "avg_batch": inferences / max(executions, 1),
-        "queue_ms": int(st["queue"]["ns"]) / n / 1e6,
-        "compute_ms": int(st["compute_infer"]["ns"]) / n / 1e6,
+        "queue_ms": int(st["queue"]["ns"]) / max(n, 1) / 1e6,
+        "compute_ms": int(st["compute_infer"]["ns"]) / max(n, 1) / 1e6,
         "batch_sizes": {
             int(b["batch_size"]): int(b["compute_infer"]["count"])
             for b in stats.get("batch_stats", [])

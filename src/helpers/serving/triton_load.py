@@ -1,14 +1,13 @@
 """Load a Triton server you own with a bounded number of concurrent clients, and measure it.
 
-:func:`perf_analyzer` runs Triton's ``perf_analyzer`` at a few concurrency levels (throughput,
-latency percentiles, server queue and compute); :func:`counted_run` sends an exact number of
-requests and counts answers and failures (chapter 9's server killed under load). Both refuse
-anything but a loopback address and bound the number of levels, clients and seconds: this is a
-measurement of your own server, not a load test of someone else's.
+:func:`perf_analyzer` runs Triton's ``perf_analyzer`` at a few concurrency levels; :func:`counted_run`
+sends an exact number of requests and counts answers and failures (chapter 9's server killed
+under load). Both refuse anything but a loopback address and bound levels, clients and seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.serving.triton_client import check_loopback, request_tensors
+from helpers.serving.triton_client import check_loopback, connect, request_tensors
 
 __all__ = [
     "counted_run",
@@ -36,62 +35,29 @@ MAX_CONCURRENCY = 64
 MAX_LEVELS = 12
 
 
-def _client(
-    protocol: str, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str
-) -> tuple[Any, Any]:
-    """A client and a zero-argument function sending one inference with it."""
-    if protocol == "grpc":
-        import tritonclient.grpc as mod
-    else:
-        import tritonclient.http as mod
-    client = mod.InferenceServerClient(url=url)
-    reqs, out = request_tensors(mod, inputs, output)
-    return client, lambda: client.infer(model, reqs, outputs=out)
-
-
-# --------------------------------------------------------------------------------------------- perf_analyzer
-
-
-def _cudart_dir() -> Path | None:
-    """The folder of ``libcudart.so.12`` from the CUDA 12 pip packages (``nvidia-cuda-runtime-cu12``)."""
-    try:
-        import nvidia.cuda_runtime as cr  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    for base in getattr(cr, "__path__", []):
-        lib = Path(base) / "lib"
-        if any(lib.glob("libcudart.so.12*")):
-            return lib
-    return None
-
-
 def find_perf_analyzer() -> tuple[Path, dict[str, str]]:
     """``perf_analyzer`` (installed by ``tritonclient``) and the environment it runs in.
 
     Raises ``FileNotFoundError`` saying what is missing: the binary, ``libcudart.so.12``
-    (CUDA 12 pip packages) or ``libb64`` (Debian package ``libb64-0d``).
+    (CUDA 12 pip packages, put on the library path here) or ``libb64`` (Debian ``libb64-0d``).
     """
-    exe = Path(sys.executable).parent / "perf_analyzer"
-    if not exe.exists():
-        found = shutil.which("perf_analyzer")
-        if found is None:
-            raise FileNotFoundError(
-                "perf_analyzer not found (it comes with tritonclient 2.50 on Linux x86-64)"
-            )
-        exe = Path(found)
-    env = dict(os.environ)
-    cudart = _cudart_dir()
-    if cudart is not None:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            filter(None, [str(cudart), env.get("LD_LIBRARY_PATH")])
+    beside = Path(sys.executable).parent / "perf_analyzer"
+    exe = beside if beside.exists() else shutil.which("perf_analyzer")
+    if exe is None:
+        raise FileNotFoundError(
+            "perf_analyzer not found (tritonclient 2.50 on Linux x86-64 has it)"
         )
+    env, libs = dict(os.environ), [os.environ.get("LD_LIBRARY_PATH", "")]
+    with contextlib.suppress(ImportError):
+        import nvidia.cuda_runtime as cr  # type: ignore[import-not-found]
+
+        libs += [str(Path(b) / "lib") for b in cr.__path__ if any(Path(b).glob("lib/libcudart*"))]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, reversed(libs)))
     probe = subprocess.run(
-        [str(exe), "--version"], env=env, capture_output=True, text=True, timeout=30, check=False
+        [str(exe), "--version"], env=env, capture_output=True, text=True, timeout=30
     )
     if "error while loading shared libraries" in probe.stderr:
-        missing = (
-            probe.stderr.split("error while loading shared libraries:")[1].split(":")[0].strip()
-        )
+        missing = probe.stderr.split("shared libraries:")[1].split(":")[0].strip()
         hint = {
             "libb64.so.0d": "install the Debian package libb64-0d (tools/install_system_deps.sh)",
             "libcudart.so.12": "install nvidia-cuda-runtime-cu12 (comes with torch's CUDA 12 build)",
@@ -99,7 +65,7 @@ def find_perf_analyzer() -> tuple[Path, dict[str, str]]:
         raise FileNotFoundError(
             f"perf_analyzer cannot start: {missing} missing; {hint.get(missing, 'install it')}"
         )
-    return exe, env
+    return Path(exe), env
 
 
 def perf_analyzer(
@@ -109,22 +75,17 @@ def perf_analyzer(
     *,
     protocol: str = "grpc",
     measurement_ms: int = 1000,
-    stability_percent: int = 50,
-    max_trials: int = 10,
-    timeout_s: float = 120.0,
     model_version: str | None = None,
 ) -> list[dict[str, float]]:
     """Run ``perf_analyzer`` on ``model`` at each concurrency; rows of throughput and latency (ms).
 
-    perf_analyzer repeats ``measurement_ms`` windows until three in a row agree within
-    ``stability_percent`` (at most ``max_trials`` windows); on a busy machine it may never agree, and
-    then this raises ``RuntimeError`` with its message.
+    perf_analyzer repeats ``measurement_ms`` windows until three in a row agree within 50% (at
+    most 10 windows); on a busy machine they may never agree: then this raises ``RuntimeError``
+    with its message. ``model_version``: the version whose server-side statistics it reads.
     """
     check_loopback(url)
-    if (
-        not concurrencies
-        or len(concurrencies) > MAX_LEVELS
-        or not all(1 <= c <= MAX_CONCURRENCY for c in concurrencies)
+    if not 1 <= len(concurrencies) <= MAX_LEVELS or not all(
+        1 <= c <= MAX_CONCURRENCY for c in concurrencies
     ):
         raise ValueError(f"give 1..{MAX_LEVELS} concurrency levels in 1..{MAX_CONCURRENCY}")
     if not 100 <= measurement_ms <= 10_000:
@@ -133,35 +94,16 @@ def perf_analyzer(
     rows = []
     for c in concurrencies:
         out = Path(os.environ.get("TMPDIR", "/tmp")) / f"perf_{os.getpid()}_{model}_{c}.csv"
-        cmd = [
-            str(exe),
-            "-m",
-            model,
-            "-u",
-            url,
-            "-i",
-            protocol,
-            "--concurrency-range",
-            f"{c}:{c}",
-            "--measurement-interval",
-            str(measurement_ms),
-            "--max-trials",
-            str(max_trials),
-            "--stability-percentage",
-            str(stability_percent),
-            "-f",
-            str(out),
-        ]
-        if model_version is not None:  # -x: the version whose server-side statistics are read
-            cmd += ["-x", str(model_version)]
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
+        options = {"-m": model, "-u": url, "-i": protocol, "--concurrency-range": f"{c}:{c}"}
+        options |= {"--measurement-interval": measurement_ms, "--max-trials": 10}
+        options |= {"--stability-percentage": 50, "-f": out, "-x": model_version}
+        cmd = [str(exe), *(str(v) for kv in options.items() if kv[1] is not None for v in kv)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0 or not out.exists():
-            last = [
-                line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()
-            ][-2:]
-            raise RuntimeError(f"perf_analyzer failed (exit {proc.returncode}): {' '.join(last)}")
+            last = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+            raise RuntimeError(
+                f"perf_analyzer failed (exit {proc.returncode}): {' '.join(last[-2:])}"
+            )
         for r in csv.DictReader(io.StringIO(out.read_text())):
             rows.append(
                 {
@@ -203,62 +145,51 @@ def counted_run(
     concurrency: int,
     protocol: str = "http",
     at: tuple[int, Any] | None = None,
-    timeout_s: float = 120.0,
 ) -> CountedRun:
     """Send exactly ``total`` requests from ``concurrency`` clients; count answers and failures.
 
     ``at=(n, action)`` calls ``action()`` once, from the load's own thread pool, when ``n``
     requests have been answered (e.g. kill a server mid-load). Bounded: at most 10,000 requests,
-    64 clients and ``timeout_s`` seconds; every request is tried once, never retried here.
+    64 clients and 120 s; every request is tried once, never retried here.
     """
     check_loopback(url)
     if not 1 <= total <= 10_000 or not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"need 1 <= total <= 10000 and 1 <= concurrency <= {MAX_CONCURRENCY}")
-    inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
-    clients = [_client(protocol, url, model, inputs, output) for _ in range(concurrency)]
-    lock = threading.Lock()
-    state = {"next": 0, "answered": 0, "failed": 0, "fired": at is None}
-    outputs: list[np.ndarray] = []
-    errors: list[str] = []
-    deadline = time.perf_counter() + timeout_s
+    module, first = connect(protocol, url)
+    clients = [first] + [connect(protocol, url)[1] for _ in range(concurrency - 1)]
+    reqs, outs = request_tensors(module, inputs, output)
+    run = CountedRun(sent=0, answered=0, failed=0, outputs=[], first_errors=[], seconds=0.0)
+    actions, lock = [at] if at else [], threading.Lock()
+    deadline = time.perf_counter() + 120.0
 
-    def worker(i: int) -> None:
-        send = clients[i][1]
+    def worker(client: Any) -> None:
         while time.perf_counter() < deadline:
             with lock:
-                if state["next"] >= total:
+                if run.sent >= total:
                     return
-                state["next"] += 1
+                run.sent += 1
             try:
-                result = send().as_numpy(output)
+                result = client.infer(model, reqs, outputs=outs).as_numpy(output)
             except Exception as exc:  # counted and reported
                 with lock:
-                    state["failed"] += 1
-                    if len(errors) < 3:
-                        errors.append(repr(exc)[:300])
+                    run.failed += 1
+                    if len(run.first_errors) < 3:
+                        run.first_errors.append(repr(exc)[:300])
                 continue
-            fire = False
             with lock:
-                state["answered"] += 1
-                outputs.append(result)
-                if not state["fired"] and state["answered"] >= at[0]:
-                    state["fired"] = fire = True
-            if fire:
-                at[1]()
+                run.answered += 1
+                run.outputs.append(result)
+                due = actions.pop() if actions and run.answered >= actions[0][0] else None
+            if due:
+                due[1]()
 
     start = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in clients]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=max(deadline - time.perf_counter(), 0) + 30)
-    for client, _ in clients:
+    for client in clients:
         client.close()
-    return CountedRun(
-        sent=state["next"],
-        answered=state["answered"],
-        failed=state["failed"],
-        outputs=outputs,
-        first_errors=errors,
-        seconds=time.perf_counter() - start,
-    )
+    run.seconds = time.perf_counter() - start
+    return run

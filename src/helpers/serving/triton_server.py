@@ -1,30 +1,20 @@
 """Run a real Triton Inference Server on this machine, without Docker, and always stop it.
 
 ``nvidia-pytriton`` ships the ``tritonserver`` binary and the Python backend. :class:`TritonServer`
-prepares what the binary needs (a backend folder with the Python-backend stub for this Python
-version; ``libpython`` and PyTriton's bundled libraries on ``LD_LIBRARY_PATH``), starts it on free
-loopback ports, waits until the models are ready (or reports *why* not, with the server log) and
-stops the whole process group on exit::
+prepares what the binary needs (a backend folder with the Python-backend stub of this Python;
+``libpython`` and PyTriton's libraries on ``LD_LIBRARY_PATH``), starts it on free loopback ports
+(HTTP, gRPC, Prometheus metrics), waits until the models are ready (or says *why* not, with the
+server log) and stops its whole process group, even when the Python process dies (a
+:class:`~helpers.core.processes.ManagedProcess`)::
 
     with TritonServer("model_repository") as server:
         ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
         print(ready.status_line)  # HTTP/1.1 200 OK
-
-Two settings are chosen on purpose (see :class:`TritonServer`): ``strict_readiness`` (whether
-``/v2/health/ready`` needs *every* model ready) and ``admin_key`` (Triton's restricted-API options:
-the administrative APIs answer only requests that carry the key in :data:`ADMIN_HEADER`).
-
-Prometheus metrics are on by default (``--allow-metrics=true`` on a third free loopback port,
-:attr:`TritonServer.metrics_url`; read them with
-:func:`helpers.serving.triton_client.scrape_metrics`); ``metrics=False`` opens no such port.
-
-It is a :class:`~helpers.core.processes.ManagedProcess`: context manager, ``atexit`` hook, finalizer
-and a watchdog process stop the server's whole process group (the server and its Python-backend
-stubs), even when the Python process itself dies (e.g. a killed Jupyter kernel).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -48,7 +38,7 @@ __all__ = [
     "TritonServer",
     "find_triton",
     "GLIBC_SERVING",
-    "free_port",
+    "free_ports",
     "unavailable_reason",
 ]
 
@@ -61,14 +51,8 @@ GLIBC_SERVING = (2, 35)
 # these APIs answer only requests that carry ADMIN_HEADER with the server's key. Inference,
 # metadata and health stay open.
 ADMIN_HEADER = "triton-admin-key"
-RESTRICTED_APIS = (
-    "model-repository",
-    "model-config",
-    "shared-memory",
-    "statistics",
-    "trace",
-    "logging",
-)
+RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace")
+RESTRICTED_APIS += ("logging",)
 
 
 class TritonNotFoundError(RuntimeError):
@@ -106,11 +90,8 @@ def libpython_dir() -> Path:
         sysconfig.get_config_var("INSTSONAME")
         or f"libpython{sys.version_info[0]}.{sys.version_info[1]}.so.1.0"
     )
-    candidates = [
-        sysconfig.get_config_var("LIBDIR"),
-        os.path.join(sys.base_prefix, "lib"),
-        os.path.join(sys.prefix, "lib"),
-    ]
+    prefixes = (sys.base_prefix, sys.prefix)
+    candidates = [sysconfig.get_config_var("LIBDIR"), *(os.path.join(p, "lib") for p in prefixes)]
     for folder in candidates:
         if folder and os.path.isfile(os.path.join(folder, name)):
             return Path(folder)
@@ -124,17 +105,11 @@ def libpython_dir() -> Path:
 def glibc_version() -> tuple[int, int] | None:
     """This machine's glibc as (major, minor), or None where the C library is not glibc."""
     try:
-        text = os.confstr("CS_GNU_LIBC_VERSION") or ""  # e.g. "glibc 2.36"
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # e.g. "glibc 2.36"
+        major, minor = (int(v) for v in version.split(".")[:2])
     except (ValueError, OSError, AttributeError):
         return None
-    parts = text.split()
-    if len(parts) != 2 or parts[0] != "glibc":
-        return None
-    try:
-        major, minor = (int(v) for v in parts[1].split(".")[:2])
-    except ValueError:
-        return None
-    return major, minor
+    return (major, minor) if name == "glibc" else None
 
 
 def unavailable_reason() -> str | None:
@@ -172,10 +147,8 @@ def find_triton() -> TritonInstallation:
     root = Path(pytriton.__file__).parent / "tritonserver"
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     binary = root / "bin" / "tritonserver"
-    backend = [
-        root / "backends" / "python" / "libtriton_python.so",
-        root / "backends" / "python" / "triton_python_backend_utils.py",
-    ]
+    python = root / "backends" / "python"
+    backend = [python / "libtriton_python.so", python / "triton_python_backend_utils.py"]
     stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
     libs = root.parent.parent / "nvidia_pytriton.libs"
     missing = [str(p) for p in [binary, stub, libs, *backend] if not p.exists()]
@@ -193,28 +166,28 @@ def find_triton() -> TritonInstallation:
     )
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` right now (the OS picks them)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 class TritonServer(ManagedProcess):
     """A ``tritonserver`` process on loopback ports, serving ``model_repository``.
 
-    ``models=None`` loads every model of the repository at start-up; a list switches Triton to
-    explicit model control and loads only those (others can be loaded later with
-    :meth:`load_model`). :meth:`start` returns once the server is live and those models are ready,
-    or raises :class:`ServerStartError` with the reason and the end of the server log.
+    ``models=None`` loads every model at start-up; a list switches Triton to explicit model
+    control and loads only those (others later with :meth:`load_model`). :meth:`start` returns
+    once the server is live and those models are ready, or raises :class:`ServerStartError`
+    with the reason and the end of the server log.
 
-    ``strict_readiness`` (Triton's ``--strict-readiness``, default True): ``/v2/health/ready``
-    answers 200 only while every model the server knows is ready, so one model that failed to
-    load makes the whole server "not ready" while its other models keep serving; False makes it
-    mean "the server answers". Per-model readiness is ``/v2/models/<name>/ready`` either way.
-    ``admin_key``: restrict :data:`RESTRICTED_APIS` on HTTP and gRPC to requests carrying
-    :data:`ADMIN_HEADER` with this value (this object's own repository calls send it;
-    :attr:`admin_headers` gives it to other callers).
+    ``strict_readiness`` (``--strict-readiness``, default True): ``/v2/health/ready`` answers 200
+    only while every model the server knows is ready, so one model that failed to load makes the
+    server "not ready" while its other models serve; False makes it mean "the server answers".
+    ``admin_key``: :data:`RESTRICTED_APIS` answer only requests carrying :data:`ADMIN_HEADER`
+    with it (:attr:`admin_headers`; this object's own repository calls send it).
     """
 
     def __init__(
@@ -222,13 +195,7 @@ class TritonServer(ManagedProcess):
         model_repository: str | Path,
         *,
         models: Sequence[str] | None = None,
-        http_port: int | None = None,
-        grpc_port: int | None = None,
         startup_timeout: float = 120.0,
-        log_verbose: int = 0,
-        metrics: bool = True,
-        metrics_port: int | None = None,
-        extra_args: Sequence[str] = (),
         strict_readiness: bool = True,
         admin_key: str | None = None,
     ) -> None:
@@ -237,28 +204,20 @@ class TritonServer(ManagedProcess):
             raise FileNotFoundError(f"model repository {self.model_repository} does not exist")
         if startup_timeout <= 0:
             raise ValueError(f"startup_timeout must be positive, got {startup_timeout}")
-        self.models = list(models) if models is not None else None
-        self._fixed_ports = (http_port, grpc_port, metrics_port)
-        self.http_port = http_port or 0
-        self.grpc_port = grpc_port or 0
-        self.metrics = bool(metrics)
-        self.metrics_port = metrics_port or 0
-        self.startup_timeout = float(startup_timeout)
-        self.log_verbose = int(log_verbose)
-        self.extra_args = list(extra_args)
-        self.strict_readiness = bool(strict_readiness)
         if admin_key is not None and not re.fullmatch(r"[A-Za-z0-9_-]{8,}", admin_key):
             raise ValueError("admin_key: at least 8 characters among letters, digits, _ and -")
+        self.models = list(models) if models is not None else None
+        self.startup_timeout = float(startup_timeout)
+        self.strict_readiness = bool(strict_readiness)
         self.admin_key = admin_key
         super().__init__()
+        self.http_port = self.grpc_port = self.metrics_port = 0
         self.startup_s: float | None = None
 
     # ---- addresses
     @property
     def metrics_url(self) -> str:
-        """``127.0.0.1:PORT`` of the Prometheus endpoint (``GET /metrics``); needs ``metrics=True``."""
-        if not self.metrics:
-            raise RuntimeError("this server was started with metrics=False")
+        """``127.0.0.1:PORT`` of the Prometheus endpoint (``GET /metrics``)."""
         return f"{LOOPBACK}:{self.metrics_port}"
 
     @property
@@ -279,31 +238,18 @@ class TritonServer(ManagedProcess):
         """Everything the server has written so far (kept after :meth:`stop`)."""
         return self.kept("server.log")
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of :meth:`log`."""
-        return "\n".join(self.log().splitlines()[-lines:])
-
     # ---- start / stop
     def _command(self, install: TritonInstallation, backend_dir: Path) -> list[str]:
         cmd = [
             str(install.binary),
             f"--model-repository={self.model_repository}",
             f"--backend-directory={backend_dir}",
-            f"--http-address={LOOPBACK}",
+            *(f"--{api}-address={LOOPBACK}" for api in ("http", "grpc", "metrics")),
             f"--http-port={self.http_port}",
-            f"--grpc-address={LOOPBACK}",
             f"--grpc-port={self.grpc_port}",
-            *(
-                [
-                    "--allow-metrics=true",
-                    f"--metrics-address={LOOPBACK}",
-                    f"--metrics-port={self.metrics_port}",
-                ]
-                if self.metrics
-                else ["--allow-metrics=false"]
-            ),
+            f"--metrics-port={self.metrics_port}",
+            "--allow-metrics=true",
             "--exit-timeout-secs=5",
-            f"--log-verbose={self.log_verbose}",
             f"--strict-readiness={str(self.strict_readiness).lower()}",
         ]
         if self.admin_key:
@@ -315,60 +261,42 @@ class TritonServer(ManagedProcess):
         if self.models is not None:
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={m}" for m in self.models]
-        return cmd + self.extra_args
+        return cmd
 
     def start(self) -> TritonServer:
-        """Start the server and wait until it and its models are ready (see the class docstring)."""
+        """Start the server and wait until it and its models are ready (see the class docstring).
+
+        Free ports can be taken between choosing and binding them: up to three tries then.
+        """
         if self.is_alive():
             raise RuntimeError(f"server already running (pid {self.pid})")
         install = find_triton()
         for attempt in range(3):
-            self._launch(install)
+            backend_dir = self.make_workdir("triton-") / "backends" / "python"
+            backend_dir.mkdir(parents=True)
+            for src in (*install.backend_files, install.stub):
+                shutil.copy2(src, backend_dir / src.name)
+            self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+            self._start_time = time.perf_counter()
             try:
+                cmd = self._command(install, backend_dir.parent)
+                self.launch(cmd, output=self.workdir / "server.log", env=install.environment())
                 self._wait_ready()
                 return self
-            except ServerStartError as exc:
-                port_clash = (
-                    "address already in use" in self.log().lower()
-                    or "failed to start" in self.log().lower()
-                )
+            except (ServerStartError, RuntimeError) as exc:  # RuntimeError: the watchdog died
+                log = self.log().lower()
+                port_clash = "address already in use" in log or "failed to start" in log
                 self.stop()
-                if not port_clash or any(self._fixed_ports) or attempt == 2:
-                    raise exc from None
+                if not port_clash or attempt == 2:
+                    raise ServerStartError(str(exc)) from None
         raise AssertionError("unreachable")
 
-    def _launch(self, install: TritonInstallation) -> None:
-        backend_dir = self.make_workdir("triton-") / "backends"
-        (backend_dir / "python").mkdir(parents=True)
-        for src in (*install.backend_files, install.stub):
-            shutil.copy2(src, backend_dir / "python" / src.name)
-        self.http_port = self._fixed_ports[0] or free_port()
-        self.grpc_port = self._fixed_ports[1] or free_port()
-        while self.grpc_port == self.http_port:
-            self.grpc_port = free_port()
-        self.metrics_port = self._fixed_ports[2] or free_port()
-        while self.metrics_port in (self.http_port, self.grpc_port):
-            self.metrics_port = free_port()
-        self._start_time = time.perf_counter()
-        try:
-            self.launch(
-                self._command(install, backend_dir),
-                output=self.workdir / "server.log",
-                env=install.environment(),
-            )
-        except RuntimeError as exc:  # the watchdog died at once
-            raise ServerStartError(str(exc)) from exc
-
-    def error_lines(self, limit: int = 5) -> list[str]:
-        """The server log's error lines (``E<date> ... "message"``), last ``limit`` of them."""
-        errors = [line for line in self.log().splitlines() if re.match(r"^E\d{4} ", line)]
-        return errors[-limit:]
-
     def _fail(self, reason: str) -> ServerStartError:
-        errors = "\n".join(self.error_lines())
+        lines = self.log().splitlines()
+        errors = "\n".join([line for line in lines if re.match(r"^E\d{4} ", line)][-5:])
         return ServerStartError(
             f"{reason}\n--- errors in the server log ---\n{errors or '(none)'}\n"
-            f"--- last lines of the server log ---\n{self.log_tail(25)}"
+            "--- last lines of the server log ---\n" + "\n".join(lines[-25:])
         )
 
     def _wait_ready(self) -> None:
@@ -381,9 +309,8 @@ class TritonServer(ManagedProcess):
                 )
             try:
                 if http_request(self.http_url, "GET", "/v2/health/live", timeout=2).status == 200:
-                    states = self.repository_index()
-                    wanted = self.models if self.models is not None else [m["name"] for m in states]
-                    by_name = {m["name"]: m for m in states}
+                    by_name = {m["name"]: m for m in self.repository_index()}
+                    wanted = self.models if self.models is not None else list(by_name)
                     for name in wanted:
                         state = by_name.get(name, {})
                         if state.get("state") == "UNAVAILABLE" and state.get("reason"):
@@ -403,22 +330,20 @@ class TritonServer(ManagedProcess):
     grace_s = 10.0  # the Python-backend stubs get time to shut down
 
     # ---- model management (KServe v2 repository extension)
+    def _repository(self, path: str, timeout: float) -> Any:
+        """POST /v2/repository/<path> with the admin header."""
+        url, headers = self.http_url, self.admin_headers
+        return http_request(url, "POST", f"/v2/repository/{path}", b"{}", headers, timeout)
+
     def repository_index(self) -> list[dict[str, Any]]:
         """Every model of the repository with its state (READY, UNAVAILABLE + reason, ...)."""
-        resp = http_request(
-            self.http_url,
-            "POST",
-            "/v2/repository/index",
-            body=b"{}",
-            headers=self.admin_headers,
-            timeout=10,
-        )
+        resp = self._repository("index", 10)
         return resp.json() if resp.status == 200 else []
 
     def load_model(self, name: str, timeout: float = 120.0) -> float:
         """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
         start = time.perf_counter()
-        resp = self._repository(name, "load", timeout)
+        resp = self._repository(f"models/{name}/load", timeout)
         if resp.status != 200:
             raise self._fail(
                 f"loading model {name} failed: HTTP {resp.status} {resp.error_message()}"
@@ -427,16 +352,9 @@ class TritonServer(ManagedProcess):
 
     def unload_model(self, name: str, timeout: float = 60.0) -> None:
         """Unload ``name`` (explicit model control); raises :class:`TritonRequestError` on failure."""
-        resp = self._repository(name, "unload", timeout)
+        resp = self._repository(f"models/{name}/unload", timeout)
         if resp.status != 200:
             raise TritonRequestError(resp.status, resp.error_message())
-
-    def _repository(self, name: str, action: str, timeout: float) -> Any:
-        """POST /v2/repository/models/<name>/<action> with the admin header."""
-        path = f"/v2/repository/models/{name}/{action}"
-        return http_request(
-            self.http_url, "POST", path, body=b"{}", headers=self.admin_headers, timeout=timeout
-        )
 
     def __repr__(self) -> str:
         return self.describe(self.model_repository.name)

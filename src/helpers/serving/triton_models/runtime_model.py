@@ -1,21 +1,16 @@
 """A Triton Python-backend model: an exported network served with ONNX Runtime, OpenVINO or OneFlow.
 
-Standalone code: Triton's Python-backend stub runs this file as
-``<repo>/<model>/<version>/model.py`` (:mod:`helpers.serving.triton_repo` copies it there, and
-chapter 9 prints that copy); it needs only NumPy, ``triton_python_backend_utils`` (provided by the
-stub) and the runtime it serves. Its ``config.pbtxt`` names one input and one output and sets
-these ``parameters``:
+Standalone code: the Python-backend stub runs this file as ``<repo>/<model>/<version>/model.py``
+(:mod:`helpers.serving.triton_repo` copies it there); it needs only NumPy, the stub's
+``triton_python_backend_utils`` and the runtime it serves. ``config.pbtxt`` names one input and
+one output and sets ``parameters``: ``runtime`` (``onnxruntime``, ``openvino`` or ``oneflow``),
+``model_file`` (in the version folder), ``threads`` (intra-op threads of one instance, default 1),
+``precision`` (OpenVINO: ``f32`` by default, explicit so results reproduce; or ``bf16``/``f16``),
+``arch`` and ``num_classes`` (OneFlow: the flowvision network rebuilt around the saved variables).
 
-- ``runtime``: ``onnxruntime``, ``openvino`` or ``oneflow``;
-- ``model_file``: file or folder in the version folder (``model.onnx``, ``model.int8.onnx``,
-  ``model``);
-- ``threads``: intra-op threads of one model instance (default 1);
-- ``precision`` (OpenVINO): ``f32`` (default) or ``bf16``/``f16``, explicit so results reproduce;
-- ``arch``, ``num_classes`` (OneFlow): the flowvision network rebuilt around the saved variables.
-
-Triton's dynamic batcher hands ``execute`` several requests at once; the Python backend does not
-merge them, so this model concatenates them along the batch axis, runs the network once and splits
-the result: that single run is where dynamic batching saves time.
+Triton's dynamic batcher hands ``execute`` several requests at once and the Python backend does not
+merge them: this model concatenates them, runs the network once and splits the result; that single
+run is where dynamic batching saves time.
 """
 
 from __future__ import annotations
