@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from helpers.core.checks import check_int
 from helpers.core.environment import import_oneflow, quiet_native_stderr
 from helpers.measure.measurement import Measurement
 from helpers.measure.timer import benchmark, synchronize
@@ -103,8 +104,7 @@ def measure_static(
         raise TypeError(
             f"build must be callable and return the static variant, got {type(build).__name__}"
         )
-    if not isinstance(first_calls, int) or first_calls < 1:
-        raise ValueError(f"first_calls must be a positive int, got {first_calls!r}")
+    check_int("first_calls", first_calls)
     synchronize(framework)
     start = time.perf_counter()
     fn = build()

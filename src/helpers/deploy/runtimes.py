@@ -11,6 +11,7 @@ fallback.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
 from helpers.core.tf32_switch import gpu_tf32_capable, nvidia_tf32_overridden
 from helpers.core.threads import available_cores, threads_spin
 from helpers.deploy.runner import Runner
@@ -75,16 +77,15 @@ def _cuda_usable() -> bool:
 
 
 def _positive(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    if value is not None:
+        check_int(name, value)
 
 
 def _tensorrt_loadable() -> bool:
     """True when TensorRT's runtime library (what ONNX Runtime's TensorRT EP dlopens) can be loaded."""
-    try:  # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+    # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+    with contextlib.suppress(ImportError):
         import tensorrt_libs  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        pass
     for name in ("libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"):
         try:
             ctypes.CDLL(name)
@@ -325,10 +326,9 @@ def create_session(
     path = _check_path(path)
     short = pick_provider(provider)
     if short != "cpu" and hasattr(ort, "preload_dlls"):
-        try:  # CUDA / cuDNN from the nvidia-* pip wheels that torch installs
+        # CUDA / cuDNN from torch's nvidia-* wheels; the session below reports a real failure
+        with contextlib.suppress(Exception):
             ort.preload_dlls()
-        except Exception:  # noqa: BLE001 - the session creation below reports the real failure
-            pass
     opts = session_options(
         optimization=optimization,
         intra_op_threads=intra_op_threads,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
 from helpers.core.environment import import_oneflow
 
 __all__ = [
@@ -119,8 +120,7 @@ def build_classifier(
     et al., 2017), so a network trained from scratch learns in few steps; ``None``: where offered.
     """
     _check_framework(framework)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError("num_classes must be >= 1")
+    check_int("num_classes", num_classes)
     takes = ":" not in arch and arch.startswith(("resnet", "resnext", "wide_resnet"))
     if zero_init_residual and not takes:
         raise ValueError(f"{arch} has no zero_init_residual option (ResNets have it)")
@@ -144,8 +144,7 @@ def build_classifier(
 def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> Any:
     """A MobileNetV2 backbone + linear projection + L2 normalisation (the case-study-2 embedder)."""
     flow_or_torch, nn, F = nn_namespace(framework)
-    if dim < 1:
-        raise ValueError("dim must be >= 1")
+    check_int("dim", dim)
     if framework == "torch":
         import torchvision
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
 from helpers.workload.models import framework_of, nn_namespace
 
 __all__ = ["model_device", "predict_batched", "predict_classes", "accuracy"]
@@ -120,9 +121,7 @@ def predict_batched(model: Any, x: Any, batch_size: int | None = None) -> np.nda
     ``None``: one call (a OneFlow ``nn.Graph`` needs the batch size it was compiled for).
     """
     arr = _as_batch(x)
-    bs = len(arr) if batch_size is None else batch_size
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    bs = check_int("batch_size", len(arr) if batch_size is None else batch_size)
     run = _predict_fn(model)
     fw = _framework(model)
     # a module predicts in eval mode (an nn.Graph was compiled in the mode its module had)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
+
 __all__ = [
     "above_chance_bar",
     "assert_above_chance",
@@ -105,8 +107,7 @@ def train_classifier(
         raise TypeError(
             "split must have .x (inputs) and .y (labels), like helpers.workload.data.Split"
         )
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    check_int("steps", steps)
     if not lr > 0:
         raise ValueError(f"need lr > 0, got {lr}")
     x = np.ascontiguousarray(split.x, dtype=np.float32)
