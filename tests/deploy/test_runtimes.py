@@ -14,9 +14,7 @@ def test_auto_picks_best_usable_provider():
     usable = runtimes.usable_providers()
     assert usable[-1] == "cpu"
     assert runtimes.pick_provider("auto") == usable[0]
-    assert (
-        runtimes.pick_provider("CPUExecutionProvider") == "cpu"
-    )  # ONNX Runtime's own names work too
+    assert runtimes.pick_provider(" CPU ") == "cpu"
 
 
 def test_preference_order_is_tensorrt_cuda_cpu(monkeypatch):
@@ -192,7 +190,7 @@ def test_trt_profile_covers_the_batch_range(tiny_onnx):
 # ------------------------------------------------------------------ math modes, I/O binding, tables
 def test_ort_math_mode_follows_provider_and_options():
     assert runtimes.ort_math_mode("cpu") == "fp32"
-    assert runtimes.ort_math_mode("CPUExecutionProvider", {"use_tf32": 1}) == "fp32"
+    assert runtimes.ort_math_mode("cpu", {"use_tf32": 1}) == "fp32"
     # the CUDA EP allows TF32 by default (use_tf32 defaults to true); 0 gives IEEE float32
     assert runtimes.ort_math_mode("cuda", tf32=True) == "tf32"
     for off in (0, "0", False, "false", "False"):

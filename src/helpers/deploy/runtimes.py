@@ -177,15 +177,16 @@ def ort_math_mode(
     Ampere-or-newer GPU and is off with ``NVIDIA_TF32_OVERRIDE=0``; ``tf32`` overrides (tests).
     """
     opts = dict(provider_options or {})
-    key = _short_name(provider)
+    if provider not in ORT_PROVIDERS:
+        raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(ORT_PROVIDERS)}")
     if quantized:
         return "int8"
-    if key == "cpu":
+    if provider == "cpu":
         return "fp32"
     device_id = int(opts.get("device_id", 0))
     allowed = bool(tf32) if tf32 is not None else not nvidia_tf32_overridden()
     allowed = allowed and gpu_tf32_capable(device_id, tf32)  # no GPU here: True
-    if key == "tensorrt":
+    if provider == "tensorrt":
         if _option_true(opts.get("trt_int8_enable", False)):
             return "int8"
         if _option_true(opts.get("trt_fp16_enable", False)):
@@ -195,30 +196,21 @@ def ort_math_mode(
     return "tf32" if allowed else "fp32"
 
 
-def _short_name(provider: str) -> str:
+def pick_provider(provider: str = "auto") -> str:
+    """``provider`` ('auto': the best usable) as a short name usable here, or an error why not."""
     if not isinstance(provider, str):
         raise TypeError(f"provider must be a string, got {type(provider).__name__}")
     key = provider.strip().lower()
-    key = {v.lower(): k for k, v in ORT_PROVIDERS.items()}.get(key, key)
-    if key not in ORT_PROVIDERS:
-        raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(ORT_PROVIDERS)}")
-    return key
-
-
-def pick_provider(provider: str = "auto") -> str:
-    """``provider`` ('auto': the best usable) as a short name usable here, or an error why not."""
-    if isinstance(provider, str) and provider.strip().lower() == "auto":
+    if key == "auto":
         return usable_providers()[0]
-    try:
-        key = _short_name(provider)  # a TypeError for a non-string
-    except ValueError:
+    if key not in ORT_PROVIDERS:
         import onnxruntime as ort
 
         raise ProviderUnavailableError(
             f"execution provider {provider!r} is not installed: the course knows 'auto', "
             f"{', '.join(map(repr, ORT_PROVIDERS))}, and this onnxruntime {ort.__version__} "
             f"build has {', '.join(ort.get_available_providers())}"
-        ) from None
+        )
     why = provider_status()[key]
     if why != "usable":
         raise ProviderUnavailableError(

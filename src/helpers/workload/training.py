@@ -48,8 +48,13 @@ class TrainResult:
         """Number of optimisation steps run."""
         return len(self.losses)
 
+    @property
+    def tail_loss(self) -> float:
+        """The mean loss of the last 10% of the steps."""
+        return float(self.losses[-max(1, self.steps // 10) :].mean())
+
     def __str__(self) -> str:
-        tail = self.losses[-max(1, self.steps // 10) :].mean()
+        tail = self.tail_loss
         acc = (
             f", held-out accuracy {self.val_accuracy:.1%}" if self.val_accuracy is not None else ""
         )
@@ -216,9 +221,8 @@ def chance_advice(model: Any, fit: TrainResult, val: Any, classes: int) -> str:
             f"running statistics{lag} lag behind its weights; recompute them with "
             "models.precise_batchnorm(model, train.x)"
         )
-    tail = fit.losses[-max(1, fit.steps // 10) :].mean()
     return (
-        f"its loss went {fit.losses[0]:.3f} -> {tail:.3f} in {fit.steps} steps and each "
+        f"its loss went {fit.losses[0]:.3f} -> {fit.tail_loss:.3f} in {fit.steps} steps and each "
         f"batch's own statistics give {batch_stats:.1%}: train longer (steps={2 * fit.steps} "
         "or more; for a ResNet, build it with zero_init_residual=True)"
     )
