@@ -184,7 +184,7 @@ def _is_counter(key: str) -> bool:
     return key.endswith("num_batches_tracked")
 
 
-def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = True) -> None:
+def load_numpy_state(module: Any, state: dict[str, np.ndarray]) -> None:
     """Load NumPy arrays into a torch or OneFlow module, checking keys and shapes first.
 
     BatchNorm ``num_batches_tracked`` counters (training bookkeeping, 0-d tensors OneFlow
@@ -194,7 +194,7 @@ def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = T
     target = module.state_dict()
     missing = sorted(k for k in target if k not in state and not _is_counter(k))
     unexpected = sorted(k for k in state if k not in target and not _is_counter(k))
-    if strict and (missing or unexpected):
+    if missing or unexpected:
         shown = [
             ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "") or "none"
             for keys in (missing, unexpected)
@@ -212,15 +212,15 @@ def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = T
         )
     module.load_state_dict(
         {
-            k: fw.tensor(np.ascontiguousarray(state[k])) if k in state and not _is_counter(k) else v
+            k: v if _is_counter(k) else fw.tensor(np.ascontiguousarray(state[k]))
             for k, v in target.items()
         }
     )
 
 
-def transfer_weights(src: Any, dst: Any, strict: bool = True) -> Any:
+def transfer_weights(src: Any, dst: Any) -> Any:
     """Copy every weight of ``src`` into ``dst`` (torch -> OneFlow, OneFlow -> torch, or same framework)."""
-    load_numpy_state(dst, state_dict_numpy(src), strict=strict)
+    load_numpy_state(dst, state_dict_numpy(src))
     return dst
 
 

@@ -26,16 +26,13 @@ def _framework(model: Any) -> str | None:
         return None
 
 
-def _inner_modules(model: Any) -> list[Any]:
-    """The model itself, or for a OneFlow ``nn.Graph`` the modules it holds (wrapped in proxies)."""
-    blocks = getattr(model, "_blocks", None)
-    if isinstance(blocks, dict):
-        return [getattr(b, "_oneflow_internal_origin__", b) for b in blocks.values()]
-    return [model]
-
-
 def _first_parameter(model: Any) -> Any:
-    for inner in _inner_modules(model):
+    """The first parameter of ``model`` or, in a OneFlow ``nn.Graph``, of its (proxied) modules."""
+    blocks = getattr(model, "_blocks", None)
+    inners = [model]
+    if isinstance(blocks, dict):
+        inners = [getattr(b, "_oneflow_internal_origin__", b) for b in blocks.values()]
+    for inner in inners:
         params = getattr(inner, "parameters", None)
         if callable(params):
             try:
@@ -51,12 +48,9 @@ def model_device(model: Any, framework: str | None = None) -> Any:
     param = _first_parameter(model)
     if param is not None:
         return param.device
-    framework = framework or _framework(model)
-    if framework not in ("torch", "oneflow"):
-        raise TypeError(f"{type(model).__name__} is neither a torch nor a OneFlow model")
     from helpers.core.environment import paired_devices
 
-    return paired_devices()[0 if framework == "torch" else 1]
+    return paired_devices()[0 if (framework or framework_of(model)) == "torch" else 1]
 
 
 def _to_array(out: Any) -> np.ndarray:
