@@ -246,40 +246,34 @@ def train_until_above_chance(
     from helpers.workload import models
     from helpers.workload.predict import accuracy
 
-    max_rounds = 5
     bar = above_chance_bar(len(val.y), classes)
     losses: list[np.ndarray] = []
     notes: list[str] = []
     seconds = 0.0
     fit: TrainResult | None = None
-    for r in range(max_rounds):
+    for r in range(5):
         fit = train_classifier(model, train, steps=steps, val=val, seed=r, **kw)
         losses.append(fit.losses)
         seconds += fit.seconds
-        if fit.val_accuracy is not None and fit.val_accuracy > bar:
+        acc = fit.val_accuracy or 0.0
+        done = f"after {sum(map(len, losses))} steps: held-out {acc:.1%}"
+        if acc > bar:
             break
-        advice = chance_advice(model, fit, val, classes)
-        if "BatchNorm" in advice:
+        if "BatchNorm" in chance_advice(model, fit, val, classes):
             models.precise_batchnorm(model, train.x)
             after = accuracy(model, val.x, val.y)
-            notes.append(
-                f"after {sum(map(len, losses))} steps: held-out {fit.val_accuracy:.1%}; "
-                f"BatchNorm statistics recomputed (they lagged): {after:.1%}"
-            )
+            notes.append(f"{done}; BatchNorm statistics recomputed (they lagged): {after:.1%}")
             fit = replace(fit, val_accuracy=after)
             if after > bar:
                 break
-        elif r + 1 < max_rounds:
-            notes.append(
-                f"after {sum(map(len, losses))} steps: held-out {fit.val_accuracy:.1%} <= the "
-                f"bar {bar:.1%}: {steps} more steps"
-            )
+        elif r < 4:
+            notes.append(f"{done} <= the bar {bar:.1%}: {steps} more steps")
     assert fit is not None
     fit = replace(fit, losses=np.concatenate(losses), seconds=seconds, notes=tuple(notes))
-    if not (fit.val_accuracy is not None and fit.val_accuracy > bar):
+    if not (fit.val_accuracy or 0.0) > bar:
         advice = chance_advice(model, fit, val, classes)
         raise AssertionError(
-            f"model: held-out accuracy {fit.val_accuracy:.1%} <= the bar {bar:.1%} after "
+            f"model: held-out accuracy {fit.val_accuracy or 0.0:.1%} <= the bar {bar:.1%} after "
             f"{fit.steps} steps in {len(losses)} rounds: {advice}"
         )
     return fit
