@@ -92,9 +92,7 @@ def test_measure_static_separates_compile_from_steady_state(flow):
     assert isinstance(fn, graphs.InferenceGraph)
     assert meas.first_call_s > meas.steady.median  # the first call compiled the graph
     assert meas.compile_s > 0 and len(meas.steady.times_s) == 3 and meas.steady.items == 2
-    d = meas.as_dict()
-    assert d["label"] == "graph" and d["steady_ms"] == pytest.approx(meas.steady.median * 1e3)
-    assert "first call" in str(meas)
+    assert "first call" in str(meas) and meas.label == "graph"
 
 
 def test_measure_static_bad_inputs():

@@ -1,13 +1,6 @@
-"""Count the operations in a compiled graph, so that fusion and pruning are *visible* (chapters 4 and 6).
-
-- :func:`oneflow_op_counts` -- ops of a compiled OneFlow ``nn.Graph`` (after its optimisation
-  passes: AMP casts, add-to-output fusion, MLIR pad+conv fusion and BN folding all show up);
-- :func:`fx_op_counts` -- nodes of a ``torch.fx`` graph (modules by class, functions and
-  methods by name), e.g. before and after conv+BN folding;
-- :func:`op_diff` -- which op types appeared or disappeared between two counts;
-- :func:`total` -- the number of ops in a count.
-
-Frameworks are imported lazily (a OneFlow graph is inspected through the graph object itself).
+"""Count the operations in a compiled graph, so that fusion and pruning are *visible* (chapters 4
+and 6): a OneFlow ``nn.Graph`` after its optimisation passes (AMP casts, add-to-output fusion, MLIR
+pad+conv fusion and BN folding all show up), a ``torch.fx`` graph, and what changed between two.
 """
 
 from __future__ import annotations
@@ -23,42 +16,31 @@ def _sorted(counts: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def oneflow_op_counts(
-    graph: Any, *, stage: str = "compiled", include_variables: bool = False
-) -> dict[str, int]:
-    """Number of ops per type in a OneFlow ``nn.Graph`` (most frequent first).
+def oneflow_op_counts(graph: Any, *, stage: str = "compiled") -> dict[str, int]:
+    """Ops per type (weights left out, most frequent first) of a OneFlow ``nn.Graph`` called once.
 
-    ``stage="compiled"`` reads the job after OneFlow's optimisation passes (what runs);
-    ``"traced"`` reads the job as ``build`` wrote it. The graph must have been called once
-    (graphs compile lazily). Variables (weights) are left out unless ``include_variables``.
+    ``stage="compiled"``: after OneFlow's optimisation passes (what runs); ``"traced"``: as
+    ``build`` wrote it.
     """
     if stage not in ("compiled", "traced"):
         raise ValueError(f"stage must be 'compiled' or 'traced', got {stage!r}")
     if not hasattr(graph, "_compiled_graph_proto") or not hasattr(graph, "build"):
         raise TypeError(f"expected a OneFlow nn.Graph, got {type(graph).__name__}")
-    if not getattr(graph, "_is_compiled", True):
-        raise RuntimeError("the graph has not been compiled yet: call it once with an input first")
     proto = graph._compiled_graph_proto if stage == "compiled" else graph._graph_proto
-    if proto is None:
+    if proto is None or not getattr(graph, "_is_compiled", True):
         raise RuntimeError("the graph has not been compiled yet: call it once with an input first")
     counts: Counter[str] = Counter()
     for op in proto.net.op:
         kind = op.user_conf.op_type_name if op.HasField("user_conf") else op.WhichOneof("op_type")
-        if kind is None:
-            continue
-        kind = kind[: -len("_conf")] if kind.endswith("_conf") else kind
-        if kind == "variable" and not include_variables:
-            continue
-        counts[kind] += 1
+        kind = kind and kind.removesuffix("_conf")
+        if kind not in (None, "variable"):
+            counts[kind] += 1
     return _sorted(counts)
 
 
 def fx_op_counts(module_or_graph: Any) -> dict[str, int]:
-    """Number of nodes per operation in a ``torch.fx`` graph (a ``GraphModule`` or a traceable module).
-
-    Submodule calls are counted by class (``Conv2d``, ``BatchNorm2d``), functions and methods
-    by name (``add``, ``relu``, ``flatten``); graph inputs, outputs and attribute reads are left out.
-    """
+    """Nodes per operation in a ``torch.fx`` graph (a ``GraphModule`` or a traceable module):
+    submodule calls by class (``Conv2d``), functions and methods by name (``add``, ``flatten``)."""
     import torch
     import torch.fx
 

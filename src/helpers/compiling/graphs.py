@@ -1,19 +1,10 @@
 """Static graphs: OneFlow ``nn.Graph`` classes, and a static variant's compile cost.
 
-- :class:`InferenceGraph` and :class:`TrainGraph` -- the ``nn.Graph`` classes that chapter 3 writes on its
-  page (``#@save`` cells, copied to the end of this module by ``tools/save_cells.py``); the one inference
-  wrapper of the course (chapters 2, 3, 5, 9 and the deploy/compiling helpers use it);
-- :func:`make_inference_graph` / :func:`make_train_graph` -- those classes plus a type check (a clear error
-  for a PyTorch module) and OneFlow's harmless "no CUDA driver" line hidden;
-- :func:`measure_static` -- build time, first-call (compile) time and steady-state timing of
-  a static variant, measured separately so compile cost never pollutes the steady state;
-- :func:`with_steady` -- the same cost with its steady state re-timed elsewhere (chapter 3 times
-  every variant's steady state in interleaved rounds beside eager mode, the same warm-up for all).
-
-A OneFlow graph compiles on its first call for the exact input shapes and dtypes of that call:
-a graph built at batch 1 refuses batch 16 (make one graph per shape). Importing this module imports
-OneFlow (the page's classes subclass ``flow.nn.Graph``); modules that must stay light import it inside
-their functions. PyTorch's static routes are chapter 3's own (:mod:`helpers.chapters.ch03_static`).
+:class:`InferenceGraph` and :class:`TrainGraph` are chapter 3's page (``#@save`` cells at the end
+of this module), the course's one inference wrapper; :func:`measure_static` times a static
+variant's build, first call (compile) and steady state apart, so compile cost never pollutes the
+steady state. A OneFlow graph compiles on its first call for that call's exact shapes and dtypes
+(one graph per shape). Importing this module imports OneFlow.
 """
 
 from __future__ import annotations
@@ -23,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from helpers.core.checks import check_int
 from helpers.core.environment import import_oneflow, quiet_native_stderr
 from helpers.measure.measurement import Measurement
 from helpers.measure.timer import benchmark, synchronize
@@ -54,7 +46,7 @@ def _check_oneflow_module(model: Any) -> None:
 
 
 def make_inference_graph(model: Any) -> InferenceGraph:
-    """``InferenceGraph(model)``: a OneFlow ``nn.Graph`` running ``model`` forward (compiles on its first call)."""
+    """``InferenceGraph(model)``, with a clear error for a PyTorch module."""
     _check_oneflow_module(model)
     # the first graph of a process logs a harmless 'no CUDA driver' line on CPU-only machines
     with quiet_native_stderr():
@@ -62,22 +54,18 @@ def make_inference_graph(model: Any) -> InferenceGraph:
 
 
 def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> TrainGraph:
-    """``TrainGraph``: one training step of ``model`` with ``optimizer`` (default loss: cross-entropy).
-
-    Calling it with ``(x, y)`` returns the loss and updates the weights in place, like the eager step.
-    """
+    """``TrainGraph``: a call with ``(x, y)`` returns the loss and updates the weights in place."""
     _check_oneflow_module(model)
     if not isinstance(optimizer, flow.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a oneflow.optim optimizer, got {type(optimizer).__module__}.{type(optimizer).__name__}"
-        )
+        kind = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+        raise TypeError(f"optimizer must be a oneflow.optim optimizer, got {kind}")
     with quiet_native_stderr():
         return TrainGraph(model, optimizer, loss_fn)
 
 
 @dataclass
 class StaticMeasurement:
-    """Cost of a static variant: building it, its first call(s) (compilation), and its steady state."""
+    """Cost of a static variant: building it, its first call(s) (compiling), its steady state."""
 
     label: str
     build_s: float  # constructing the graph / trace / script object
@@ -86,19 +74,9 @@ class StaticMeasurement:
 
     @property
     def compile_s(self) -> float:
-        """Everything paid once before the steady state: build + first call(s) - one steady call each."""
+        """Paid once before the steady state: build + first call(s) - one steady call each."""
         calls = self.steady.meta.get("first_calls", 1)
         return max(self.build_s + self.first_call_s - calls * self.steady.median, 0.0)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "build_s": self.build_s,
-            "first_call_s": self.first_call_s,
-            "compile_s": self.compile_s,
-            "steady_ms": self.steady.median * 1e3,
-            "items_per_s": self.steady.throughput,
-        }
 
     def __str__(self) -> str:
         return (
@@ -117,18 +95,16 @@ def measure_static(
     repeats: int = 10,
     items: int = 1,
 ) -> tuple[Callable[..., Any], StaticMeasurement]:
-    """Build a static variant with ``build()``, time its first ``first_calls`` calls, then its steady state.
+    """``build()`` a static variant; time that, its first ``first_calls`` calls, its steady state.
 
-    ``build`` returns the callable (a graph, a traced module, a compiled function); it is called
-    with ``*args``. TorchScript optimises during its first two calls (``first_calls=2``); OneFlow
-    graphs and ``torch.compile`` compile on the first. Returns the callable and the measurement.
+    TorchScript optimises during its first two calls (``first_calls=2``); OneFlow graphs and
+    ``torch.compile`` compile on the first. Returns the callable and the measurement.
     """
     if not callable(build):
         raise TypeError(
             f"build must be callable and return the static variant, got {type(build).__name__}"
         )
-    if not isinstance(first_calls, int) or first_calls < 1:
-        raise ValueError(f"first_calls must be a positive int, got {first_calls!r}")
+    check_int("first_calls", first_calls)
     synchronize(framework)
     start = time.perf_counter()
     fn = build()
@@ -139,7 +115,9 @@ def measure_static(
     start = time.perf_counter()
     for _ in range(first_calls):
         out = fn(*args)
-        _force(out, framework)
+        synchronize(framework)
+        if framework == "oneflow" and hasattr(out, "numpy"):
+            out.numpy()  # a OneFlow graph returns before its work is done
     first_s = time.perf_counter() - start
     steady = benchmark(
         lambda: fn(*args),
@@ -154,25 +132,14 @@ def measure_static(
 
 
 def with_steady(measured: StaticMeasurement, steady: Measurement) -> StaticMeasurement:
-    """``measured`` (build and first-call cost) with ``steady`` as its steady state.
-
-    For a steady state timed apart from :func:`measure_static`, e.g. in interleaved rounds with
-    eager mode (:func:`helpers.measure.timer.benchmark_interleaved`): ``compile_s`` is then
-    computed against that steady state.
-    """
+    """``measured``'s build and first-call cost with ``steady`` (timed apart, e.g. interleaved
+    with eager mode by :func:`helpers.measure.timer.benchmark_interleaved`) as its steady state."""
     if not isinstance(measured, StaticMeasurement):
         raise TypeError(f"expected a StaticMeasurement, got {type(measured).__name__}")
     if not isinstance(steady, Measurement):
         raise TypeError(f"steady must be a Measurement, got {type(steady).__name__}")
     steady.meta.setdefault("first_calls", measured.steady.meta.get("first_calls", 1))
     return StaticMeasurement(measured.label, measured.build_s, measured.first_call_s, steady)
-
-
-def _force(out: Any, framework: str) -> None:
-    """Wait for ``out`` to be computed (OneFlow graphs return before their work is done)."""
-    synchronize(framework)
-    if framework == "oneflow" and hasattr(out, "numpy"):
-        out.numpy()
 
 
 # ---- saved from notebooks/03_dynamic_to_static.ipynb by tools/save_cells.py: edit it there ----

@@ -1,23 +1,10 @@
 """TorchInductor's caches: compile from an empty one, and time a fresh start (chapter 6).
 
-``torch.compile`` keeps what it compiled in a folder, ``TORCHINDUCTOR_CACHE_DIR`` (by default
-``<tmp>/torchinductor_<user>``): the generated kernels, the libraries built from them and whole
-compiled graphs (the FX graph cache), keyed by the graph, the settings and the versions. A compile
-time measured on a machine that compiled the same model before is therefore a cache's time, not a
-first start's. Chapter 6 shows both:
-
-- :func:`empty_cache` -- inside the block Inductor writes to (and reads from) an empty folder, and
-  its in-memory caches start empty, so a compile inside is what a first start pays;
-- :func:`check_cpu` -- Inductor's once-per-process check of the CPU's vector instruction sets,
-  run and timed on its own (a cache saves only part of it: it loads a test library for each
-  instruction set in a fresh Python interpreter; torch 2.10's ``torch/_inductor/cpu_vec_isa.py``);
-- :func:`cache_counters` -- the process's cache hits and misses so far;
-- :func:`fresh_start` -- the target of a fresh process (:func:`helpers.core.subprocess_run.run_in_subprocess`)
-  that builds a classifier from saved weights, compiles it and times its first call, and reports
-  Inductor's cache counters (hits and misses of the compiled graph): started on the cache folder
-  another start filled, it shows what the cache saves.
-
-PyTorch is imported inside the functions: importing this module imports no framework.
+``torch.compile`` keeps what it compiled in ``TORCHINDUCTOR_CACHE_DIR`` (default
+``<tmp>/torchinductor_<user>``): kernels, their libraries and whole compiled graphs (the FX graph
+cache), keyed by graph, settings and versions. A compile timed where the same model was compiled
+before is a cache's time, not a first start's: :func:`empty_cache` gives a first start,
+:func:`fresh_start` a fresh process's start on a given cache folder.
 """
 
 from __future__ import annotations
@@ -42,12 +29,10 @@ CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 @contextlib.contextmanager
 def empty_cache(folder: str | Path) -> Iterator[Path]:
-    """Inductor's cache in ``folder`` (which must be empty or absent) inside the block.
+    """Inductor's cache in ``folder`` (empty or absent) inside the block.
 
-    Inductor's in-memory caches are cleared on entry and on exit (a kernel built earlier in this
-    process would otherwise be reused); ``TORCHINDUCTOR_CACHE_DIR`` is restored on exit. What was
-    compiled inside keeps working afterwards. A path with whitespace is refused: torch 2.10's
-    Inductor passes it to the C++ compiler unquoted, and g++ then fails.
+    Its in-memory caches are cleared on entry and exit (else this process's kernels are reused).
+    A path with whitespace is refused: torch 2.10 passes it to g++ unquoted, which then fails.
     """
     from torch._inductor.utils import clear_caches
 
@@ -71,12 +56,11 @@ def empty_cache(folder: str | Path) -> Iterator[Path]:
 
 
 def check_cpu() -> float:
-    """Run Inductor's check of this CPU's vector instruction sets now; return its seconds.
+    """Run Inductor's once-per-process check of the CPU's vector instruction sets; its seconds.
 
-    Inductor does it once per process, before its first CPU compile (and before loading a
-    compiled ``.pt2``): it builds a small test library per instruction set (cached on disk) and
-    loads each in a fresh Python interpreter that imports torch (not cached). Timed apart, it
-    stays out of the compile times that follow; a second call returns at once.
+    It builds a test library per instruction set (cached on disk) and loads each in a fresh
+    interpreter that imports torch (not cached: ``torch/_inductor/cpu_vec_isa.py``). Timed apart,
+    it stays out of the compile times that follow; a second call returns at once.
     """
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
@@ -86,11 +70,8 @@ def check_cpu() -> float:
 
 
 def cache_counters() -> dict[str, int]:
-    """This process's counts of Inductor's and AOTAutograd's cache hits and misses so far.
-
-    ``fxgraph_cache_hit``: a compiled graph was loaded from the cache; ``fxgraph_cache_miss``:
-    it was compiled (and saved); likewise ``autograd_cache_*`` one level up.
-    """
+    """This process's Inductor and AOTAutograd cache hits and misses so far
+    (``fxgraph_cache_hit``: a compiled graph loaded from the cache; ``_miss``: compiled)."""
     from torch._dynamo.utils import counters
 
     return {
@@ -114,19 +95,14 @@ def fresh_start(
     device: str = "cpu",
     mode: str = "default",
 ) -> dict[str, Any]:
-    """One start of a service that serves ``arch`` compiled (a fresh process's target).
+    """One start of a service serving ``arch`` compiled (a fresh process's target).
 
-    Builds the classifier, loads the weights saved in ``weights_path`` (``.npz``), compiles it
-    with ``torch.compile(mode=...)`` and times the first call on the batch in ``input_path``
-    (``.npy``), which compiles; saves that output to ``out_path``. Inductor's cache is the folder
-    ``TORCHINDUCTOR_CACHE_DIR`` names (the caller sets it). PyTorch computes with ``threads``
-    threads and Inductor takes ``settings`` (``torch._inductor.config`` names and values): its
-    settings are part of its cache key, so a start that should find another's compiled graph
-    must use that start's settings, down to ones that only change what it prints, and its
-    precision flags (``tf32``: :func:`helpers.core.precision.set_tf32`, also a part). On a CPU,
-    Inductor's check of the vector instruction sets runs first, timed on its own
-    (``isa_probe_s``; 0 on a GPU). Returns the check's and the first call's seconds, the cache
-    folder and :func:`cache_counters`.
+    Builds the classifier with the ``.npz`` weights, compiles it (``torch.compile(mode=...)``),
+    times the first call on the ``.npy`` batch (saving its output). ``settings``
+    (``torch._inductor.config``) and ``tf32`` are part of Inductor's cache key: a start that
+    should find another's graph must use the same, down to ones that only change what it prints.
+    Returns ``isa_probe_s`` (:func:`check_cpu`; 0 on a GPU), ``first_call_s``, the cache folder
+    and :func:`cache_counters`.
     """
     import torch
     import torch._inductor.config as inductor_config

@@ -1,17 +1,12 @@
 """AOTInductor: a PyTorch model compiled ahead of time into one ``.pt2`` file (chapters 7 and 10).
 
-Chapter 7 writes both functions on its page (``#@save`` cells, copied to the end of this module by
-``tools/save_cells.py``: edit them there); chapter 10 compiles its task's network with the first::
+Chapter 7 writes both functions on its page (``#@save`` cells at the end of this module)::
 
     pt2 = compile_package(model, example, "model.pt2")     # torch.export, then AOTInductor
-    runner = torch._inductor.aoti_load_package(str(pt2))   # tensors in, tensors out
     run_in_subprocess("helpers.deploy.aoti:run_package", dict(package=..., inputs=..., outputs=...))
 
-:func:`run_package` is the target of a fresh process that runs the file with no model code: this
-module imports torch and NumPy only (and the course's ``helpers`` packages it sits in, which import
-nothing), so that process never imports the code that defined the model; it returns the names of
-the modules it did import (chapter 7 checks them) and how long it took to check the CPU's
-instruction sets (Inductor, once per process), to load the file and to run it.
+:func:`run_package` runs the file in a fresh process with no model code: this module imports
+torch and NumPy only, and it returns the modules that process imported (chapter 7 checks them).
 """
 
 from __future__ import annotations

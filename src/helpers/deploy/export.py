@@ -1,22 +1,17 @@
 """Export a PyTorch model to ONNX and verify it in ONNX Runtime; count a graph's ops.
 
-Chapter 7 writes the export on its page: ``torch.export.export`` with a dynamic batch axis, then
-``torch.onnx.export(program, ..., dynamo=True)`` with a named input and output, ``onnx.checker``,
-then the file run in ONNX Runtime and asserted against PyTorch. Chapters 8, 9 and 10 reuse it, so
-``tools/save_cells.py`` copies those cells into the region at the end of this module (edit them
-on the page, not here)::
+Chapter 7 writes the export on its page (``torch.export`` with a dynamic batch axis, then
+``torch.onnx.export(..., dynamo=True)``, ``onnx.checker``, the file asserted against PyTorch in
+ONNX Runtime); chapters 8-10 reuse it, so ``tools/save_cells.py`` copies those cells to the end
+of this module (edit them on the page)::
 
     report = export_and_verify(model, example, "model.onnx")   # export, check, verify
-    print(report.tolerance)    # the precision policy's bound the check used (helpers.core.precision)
     report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as captured
-
-Above the region, plumbing the chapters share: :class:`ExportReport` (what an export
-produced), :func:`op_counts` / :func:`op_count_table` (what a graph rewrite changed, as op
-counts), :func:`graph_inputs` and :func:`quiet_exporter` (the exporter's harmless noise hidden).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import warnings
@@ -59,12 +54,10 @@ class ExportReport:
     tolerance: precision.Tolerance | None = None  # the bound the verification asserted
 
     def __str__(self) -> str:
-        ops = sum(self.op_counts.values())
-        check = (
-            f"; ONNX Runtime vs source: max abs err {self.max_abs:.3g}, cosine {self.cosine:.8f}"
-            if self.max_abs is not None
-            else ""
-        )
+        ops, check = sum(self.op_counts.values()), ""
+        if self.max_abs is not None:
+            check = f"; ONNX Runtime vs source: max abs err {self.max_abs:.3g}"
+            check += f", cosine {self.cosine:.8f}"
         if self.tolerance is not None:
             tol = self.tolerance
             check += f" (within {tol.mode} tolerance: atol {tol.atol:.2g}, rtol {tol.rtol:.2g})"
@@ -84,36 +77,29 @@ def _load(model_or_path: Any) -> Any:
 
 
 def op_counts(model_or_path: Any, with_domain: bool = False) -> dict[str, int]:
-    """Number of nodes per op type in an ONNX model (path or ``onnx.ModelProto``), most frequent first.
+    """Nodes per op type of an ONNX model (path or ``ModelProto``), most frequent first.
 
-    With ``with_domain`` an op outside the standard ONNX domain is named ``domain:op`` (e.g.
-    ``com.microsoft:FusedConv``), which shows where a runtime replaced standard ops by its own.
+    ``with_domain``: an op outside the standard domain is ``domain:op``
+    (``com.microsoft:FusedConv``), showing where a runtime replaced standard ops by its own.
     """
-    model = _load(model_or_path)
-    counts: dict[str, int] = {}
-    for node in model.graph.node:
-        key = (
-            f"{node.domain}:{node.op_type}"
-            if with_domain and node.domain not in ("", "ai.onnx")
-            else node.op_type
-        )
-        counts[key] = counts.get(key, 0) + 1
+    counts = collections.Counter(
+        f"{node.domain}:{node.op_type}"
+        if with_domain and node.domain not in ("", "ai.onnx")
+        else node.op_type
+        for node in _load(model_or_path).graph.node
+    )
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def op_count_table(graphs: dict[str, Any], with_domain: bool = False) -> list[dict[str, Any]]:
-    """Rows ``{op, <graph name>: count, ...}`` comparing op counts of several graphs (plus a total row).
-
-    ``graphs`` maps a column name to a path, ``onnx.ModelProto`` or an already computed ``op_counts`` dict.
-    """
+    """Rows ``{op, <graph name>: count, ...}`` (and a total row) comparing several graphs:
+    paths, ``onnx.ModelProto`` s or :func:`op_counts` dicts by column name."""
     if not graphs:
         raise ValueError("give at least one graph to count")
     counts = {
         name: g if isinstance(g, dict) else op_counts(g, with_domain) for name, g in graphs.items()
     }
-    ops: list[str] = []
-    for c in counts.values():
-        ops.extend(op for op in c if op not in ops)
+    ops = list(dict.fromkeys(op for c in counts.values() for op in c))
     rows = [{"op": op, **{name: c.get(op, 0) for name, c in counts.items()}} for op in ops]
     rows.append({"op": "total nodes", **{name: sum(c.values()) for name, c in counts.items()}})
     return rows
@@ -126,30 +112,23 @@ def graph_inputs(model_or_path: Any) -> list[str]:
     return [v.name for v in model.graph.input if v.name not in inits]
 
 
-# The loggers of torch.onnx's exporter that write harmless lines on every export's first use.
-_EXPORTER_LOGGERS = ("torch.onnx._internal.exporter._schemas",)
-
-
 @contextlib.contextmanager
 def quiet_exporter() -> Iterator[None]:
     """Hide torch.onnx's harmless noise inside the block, and only there.
 
-    The dynamo exporter's operator registry logs a "Missing annotation" warning for each
-    torchvision detection op it registers (``roi_align``, ...; none of the course's models uses
-    them), and torch 2.10's pytree warns that ``LeafSpec`` is deprecated (a FutureWarning raised
-    inside torch). Errors still raise, and other warnings still show.
+    The dynamo exporter's registry logs "Missing annotation" for each torchvision detection op
+    (``roi_align``, ...; no course model uses them) and torch 2.10's pytree warns that
+    ``LeafSpec`` is deprecated. Errors still raise, other warnings still show.
     """
-    loggers = [logging.getLogger(name) for name in _EXPORTER_LOGGERS]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.setLevel(logging.ERROR)
+    log = logging.getLogger("torch.onnx._internal.exporter._schemas")
+    level = log.level
+    log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             yield
     finally:
-        for log, level in zip(loggers, levels):
-            log.setLevel(level)
+        log.setLevel(level)
 
 
 # ---- saved from notebooks/07_onnx_runtimes.ipynb by tools/save_cells.py: edit it there ----

@@ -1,16 +1,12 @@
 """INT8 post-training static quantization with ONNX Runtime, as chapter 8 writes it.
 
-Chapter 8 writes the quantization on its page: a ``CalibrationDataReader`` subclass that feeds
-the calibration set, and ``quantize_static`` with the QDQ format, the activation and weight
-types and per-channel weight scales. Chapter 9 serves the INT8 model it makes, so
-``tools/save_cells.py`` copies those cells into the region at the end of this module (edit them
-on the page, not here)::
+Chapter 8's page writes a ``CalibrationDataReader`` and ``quantize_static`` (QDQ, per-channel
+weights); chapter 9 serves its INT8 model, so ``tools/save_cells.py`` copies those cells to the
+end of this module (edit them on the page)::
 
     rep = quantize_onnx("model.onnx", "model_int8.onnx", calib_x)   # quant_pre_process, QDQ
 
-Above the region, plumbing: :func:`check_calibration` (an empty, non-float or non-finite
-calibration set is a clear error, not a silently bad model), :func:`check_settings` (the accepted
-activation types and calibration methods, as ONNX Runtime's enums) and :class:`QuantReport`. Accuracy and batch-wise prediction live in :mod:`helpers.workload.predict`.
+Above the region: the checks of a calibration set and of the settings, and :class:`QuantReport`.
 """
 
 from __future__ import annotations
@@ -44,9 +40,9 @@ __all__ = [
     "quantize_onnx",
 ]
 
-# The activations' 8-bit type -> ONNX Runtime's; weights are always signed int8 here.
+# The activations' 8-bit type -> ONNX Runtime's (weights are always signed int8 here), and how
+# their ranges are read from the calibration set.
 ACTIVATION_TYPES: dict[str, Any] = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
-# How activation ranges are read from the calibration set.
 CALIBRATION_METHODS: dict[str, Any] = {
     "minmax": CalibrationMethod.MinMax,
     "entropy": CalibrationMethod.Entropy,
@@ -55,7 +51,7 @@ CALIBRATION_METHODS: dict[str, Any] = {
 
 
 def check_calibration(x: Any, what: str = "calibration set") -> np.ndarray:
-    """``x`` as a contiguous float32 array of network inputs, or a clear error saying what is wrong."""
+    """``x`` as a contiguous float32 array of network inputs, or a clear error saying why not."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     if not isinstance(x, np.ndarray):
@@ -77,17 +73,13 @@ def check_calibration(x: Any, what: str = "calibration set") -> np.ndarray:
 
 
 def check_settings(activation: str, method: str) -> tuple[Any, Any]:
-    """ONNX Runtime's activation type and calibration method for ``activation`` and ``method``.
-
-    ``activation`` is ``'uint8'`` or ``'int8'`` (:data:`ACTIVATION_TYPES`), ``method`` one of
-    :data:`CALIBRATION_METHODS`; anything else is a ValueError naming the choices.
-    """
-    if activation not in ACTIVATION_TYPES:
-        raise ValueError(
-            f"activation must be one of {', '.join(ACTIVATION_TYPES)}, got {activation!r}"
-        )
-    if method not in CALIBRATION_METHODS:
-        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    """ONNX Runtime's enums for ``activation`` and ``method``; a ValueError names the choices."""
+    for name, value, choices in (
+        ("activation", activation, ACTIVATION_TYPES),
+        ("method", method, CALIBRATION_METHODS),
+    ):
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return ACTIVATION_TYPES[activation], CALIBRATION_METHODS[method]
 
 
@@ -104,6 +96,12 @@ class QuantReport:
     op_counts: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def qdq(self) -> dict[str, int]:
+        """The counts of the quantize / dequantize ops in the file."""
+        ops = ("QuantizeLinear", "DequantizeLinear", "FakeQuantize")
+        return {op: self.op_counts[op] for op in ops if op in self.op_counts}
+
     def as_row(self) -> dict[str, Any]:
         """One row of a :class:`helpers.show.Table`: the file, its settings, Q/DQ nodes, seconds."""
         return {
@@ -113,20 +111,13 @@ class QuantReport:
             "weights": ("per-channel" if self.per_channel else "per-tensor")
             + (", 7-bit" if self.settings.get("reduce_range") else ""),
             "calibration images": self.calibration_size,
-            "Q/DQ nodes": sum(
-                self.op_counts.get(op, 0)
-                for op in ("QuantizeLinear", "DequantizeLinear", "FakeQuantize")
-            ),
+            "Q/DQ nodes": sum(self.qdq.values()),
             "seconds": self.seconds,
         }
 
     def __str__(self) -> str:
         where = self.path.name if self.path else "in memory"
-        shown = [
-            f"{self.op_counts[op]} {op}"
-            for op in ("QuantizeLinear", "DequantizeLinear", "FakeQuantize")
-            if op in self.op_counts
-        ]
+        shown = [f"{n} {op}" for op, n in self.qdq.items()]
         nodes = f", {' / '.join(shown)} nodes" if shown else ""
         weights = "per-channel" if self.per_channel else "per-tensor"
         return (

@@ -1,11 +1,9 @@
 """The uniform runner: one compiled model of any runtime, run and timed alike.
 
-:func:`helpers.deploy.runtimes.create_session` (ONNX Runtime) and
-:func:`~helpers.deploy.runtimes.openvino_model` return a :class:`Runner`: ``run(x)`` takes and
-returns NumPy, ``benchmark(x)`` returns a :class:`~helpers.measure.measurement.Measurement`
-whose ``meta`` names runtime, device, precision, math mode and threads. On a GPU ``benchmark``
-times the session with I/O binding (:meth:`Runner.bind`): the input is copied to the device
-once and the output stays there, the same work as a PyTorch model timed on device tensors.
+``run(x)`` takes and returns NumPy; ``benchmark(x)`` returns a
+:class:`~helpers.measure.measurement.Measurement` whose ``meta`` names runtime, device, precision,
+math mode and threads. On a GPU it times with I/O binding (:meth:`Runner.bind`): the same work as
+a PyTorch model timed on device tensors.
 """
 
 from __future__ import annotations
@@ -24,13 +22,11 @@ __all__ = ["Runner"]
 
 @dataclass
 class BoundRun:
-    """One input batch bound to an ONNX Runtime session's device with I/O binding.
+    """One input batch bound to an ONNX Runtime session's device (I/O binding).
 
-    Calling it runs the session with no host<->device copy: the input was copied to ``device``
-    once (``OrtValue.ortvalue_from_numpy(x, 'cuda', 0)``), the output is bound to the same device
-    (``bind_output(name, 'cuda', 0)``) and stays there; the call returns when the outputs are
-    ready (``synchronize_outputs``), so a clock around it measures the work. :meth:`output`
-    copies the last output to the host, for checking it.
+    A call runs with no host<->device copy (input copied once, output bound on the device) and
+    returns when the outputs are ready (``synchronize_outputs``), so a clock around it measures
+    the work. :meth:`output` copies the last output to the host.
     """
 
     session: Any = field(repr=False)
@@ -52,12 +48,9 @@ class BoundRun:
 class Runner:
     """A compiled model of some runtime: ``run(x) -> y`` on NumPy arrays, plus ``benchmark``.
 
-    ``framework`` is the name :func:`helpers.measure.timer.benchmark` knows ('onnxruntime', 'openvino');
-    ``backend`` names what executes it (an ONNX Runtime provider or an OpenVINO device) and
-    ``precision`` the arithmetic it really runs in, so every figure can state it.
-    ``device`` is where it computes ('cpu', 'cuda:0'), ``math_mode`` the precision policy's mode
-    of that arithmetic (the tolerance a comparison with it takes:
-    ``precision.tolerance(runner.math_mode, ...)``) and ``threads`` the CPU threads it was given.
+    ``framework``: the name :func:`helpers.measure.timer.benchmark` knows; ``backend``: the
+    provider or device executing it; ``precision``: the arithmetic it really runs in;
+    ``math_mode``: the precision policy's mode (``precision.tolerance(runner.math_mode, ...)``).
     """
 
     name: str
@@ -68,9 +61,7 @@ class Runner:
     output_name: str
     input_rank: int | None
     _call: Callable[[np.ndarray], np.ndarray] = field(repr=False)
-    handle: Any = field(
-        default=None, repr=False
-    )  # the session / compiled model, for anything not wrapped
+    handle: Any = field(default=None, repr=False)  # the session / compiled model
     info: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     math_mode: str = "fp32"
@@ -93,34 +84,25 @@ class Runner:
 
     @property
     def on_device(self) -> bool:
-        """True for an ONNX Runtime session that computes on a GPU (CUDA or TensorRT EP)."""
+        """True for an ONNX Runtime session that computes on a GPU."""
         return self.framework == "onnxruntime" and self.device != "cpu"
 
     def bind(self, x: Any) -> BoundRun:
-        """Bind batch ``x`` to this ONNX Runtime session's device (I/O binding): see :class:`BoundRun`.
-
-        Works on every provider, the CPU's included (then the device is the host and nothing is
-        copied either way); OpenVINO runners have no I/O binding and raise ``TypeError``.
-        """
+        """Bind batch ``x`` to this session's device (any provider; OpenVINO: ``TypeError``)."""
         if self.framework != "onnxruntime":
             raise TypeError(f"{self.name}: I/O binding is an ONNX Runtime feature")
         import onnxruntime as ort
 
         arr = self._input(x)
         kind, _, index = self.device.partition(":")
-        device_id = int(index or 0)
-        value = ort.OrtValue.ortvalue_from_numpy(arr, kind, device_id)
+        value = ort.OrtValue.ortvalue_from_numpy(arr, kind, int(index or 0))
         binding = self.handle.io_binding()
         binding.bind_ortvalue_input(self.input_name, value)
-        binding.bind_output(self.output_name, kind, device_id)
+        binding.bind_output(self.output_name, kind, int(index or 0))
         return BoundRun(self.handle, binding, value, self.device, int(len(arr)))
 
     def run(self, x: Any, *, io_binding: bool = False) -> np.ndarray:
-        """Run one batch (a float32 NumPy array or a CPU tensor) and return the first output.
-
-        ``io_binding=True`` runs it through :meth:`bind` (the path :meth:`benchmark` times on a
-        GPU) and copies the output back, so that path can be checked like the plain one.
-        """
+        """The first output for one batch; ``io_binding=True``: through :meth:`bind`, for checks."""
         if io_binding:
             bound = self.bind(x)
             bound()
@@ -139,13 +121,10 @@ class Runner:
         progress: bool = False,
         io_binding: bool | None = None,
     ) -> Measurement:
-        """Time one batch ``x`` (warm-up, repeats; items = batch size), labelled with what ran it.
+        """Time one batch ``x`` (items = batch size), ``meta`` naming what ran it and how.
 
-        ``io_binding=None`` (default) binds input and output to the device when the session runs
-        on a GPU (:attr:`on_device`): the timed calls then do no host<->device copies, like a
-        PyTorch model timed on tensors already on the GPU; on the CPU the plain :meth:`run`
-        (NumPy in and out) is timed. ``meta`` names runtime, backend, device, precision, math
-        mode, threads, batch and whether I/O binding was used.
+        ``io_binding=None`` binds on a GPU (:attr:`on_device`: no host<->device copies, like a
+        PyTorch model timed on device tensors) and times the plain :meth:`run` on the CPU.
         """
         arr = self._input(x)
         bound = self.on_device if io_binding is None else bool(io_binding)

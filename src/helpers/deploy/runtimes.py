@@ -1,23 +1,17 @@
 """Inference runtimes behind one interface: ONNX Runtime (TensorRT / CUDA / CPU) and OpenVINO.
 
-``create_session(path)`` opens an ONNX file in ONNX Runtime with the best execution provider
-this machine can really use (TensorRT > CUDA > CPU) and says which one it picked;
-``openvino_model(path, precision="f32")`` compiles it with OpenVINO for the CPU with an
-explicit precision (OpenVINO's CPU plugin silently runs bf16 on CPUs that support it unless
-told otherwise). Both return a :class:`helpers.deploy.runner.Runner` (NumPy in, NumPy out,
-``benchmark``) that names its ``device``, ``math_mode`` (:func:`ort_math_mode`: ONNX Runtime's
-CUDA provider runs float32 convolutions and matmuls in TF32 on Ampere and newer unless
-``use_tf32`` is 0) and ``threads``.
-
-Asking for a provider or device that cannot run here (``provider="cuda"`` without a GPU,
-``device="GPU"`` for OpenVINO without an OpenCL driver) raises :class:`ProviderUnavailableError`
-instead of silently falling back. Chapter 7 shows the raw calls on its page and then hands over
-to these runners, which add the provider choice, the precision read-back and timing.
+:func:`create_session` opens an ONNX file on the best usable provider (TensorRT > CUDA > CPU) and
+says which; :func:`openvino_model` compiles it for the CPU with an explicit precision (OpenVINO's
+CPU plugin silently runs bf16 where the CPU supports it). Both return a
+:class:`helpers.deploy.runner.Runner` naming its device, math mode and threads. A provider or
+device asked for that cannot run here raises :class:`ProviderUnavailableError`, never a silent
+fallback.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import tempfile
 import threading
@@ -28,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
 from helpers.core.tf32_switch import gpu_tf32_capable, nvidia_tf32_overridden
 from helpers.core.threads import available_cores, threads_spin
 from helpers.deploy.runner import Runner
@@ -81,12 +76,16 @@ def _cuda_usable() -> bool:
     return has_cuda()
 
 
+def _positive(name: str, value: Any) -> None:
+    if value is not None:
+        check_int(name, value)
+
+
 def _tensorrt_loadable() -> bool:
     """True when TensorRT's runtime library (what ONNX Runtime's TensorRT EP dlopens) can be loaded."""
-    try:  # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+    # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+    with contextlib.suppress(ImportError):
         import tensorrt_libs  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        pass
     for name in ("libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"):
         try:
             ctypes.CDLL(name)
@@ -138,12 +137,7 @@ def describe_providers() -> list[dict[str, str]]:
 
 
 def skip_without_tensorrt(what: str) -> bool:
-    """Print ONE line saying why and return True when ONNX Runtime's TensorRT EP cannot run here.
-
-    Use as ``if not skip_without_tensorrt("TensorRT fp16"): ...``. The line names the reason:
-    no CUDA GPU, an onnxruntime build without the EP, or no TensorRT libraries (``make setup
-    GPU=1`` installs them).
-    """
+    """True, after one line saying why, when ONNX Runtime's TensorRT EP cannot run here."""
     why = provider_status()["tensorrt"]
     if why == "usable":
         return False
@@ -152,7 +146,6 @@ def skip_without_tensorrt(what: str) -> bool:
 
 
 def _option_true(value: Any) -> bool:
-    """A provider option's truth: ONNX Runtime takes True/1/'1'/'true'/'True'."""
     return str(value).strip().lower() in ("1", "true")
 
 
@@ -175,34 +168,25 @@ def ort_math_mode(
     tf32: bool | None = None,
     quantized: bool = False,
 ) -> str:
-    """The precision policy's math mode (:data:`helpers.core.precision.MODES`) of an ONNX Runtime
-    session on ``provider`` ('cpu', 'cuda' or 'tensorrt') with ``provider_options``.
+    """The precision policy's math mode of an ONNX Runtime session on ``provider``.
 
-    - CPU: 'fp32' (MLAS computes float32 in float32).
-    - CUDA: 'tf32' unless ``use_tf32`` is 0. ONNX Runtime's CUDA EP allows TF32 for float32
-      cuBLAS GEMMs and cuDNN convolutions **by default**: its ``use_tf32`` provider option is
-      true unless set (``onnxruntime/core/providers/cuda/cuda_execution_provider_info.h``: "By
-      default, enable TF32 to speed up float GEMM/MatMul or cuDNN convolution of float
-      matrices"); pass ``{"use_tf32": 0}`` for IEEE float32.
-    - TensorRT: 'int8' with ``trt_int8_enable``, else 'fp16' with ``trt_fp16_enable``, else
-      'tf32' (TensorRT's builder allows TF32 by default, ``BuilderFlag::kTF32``).
-
-    - A quantized model (``quantized``, see :func:`is_quantized`): 'int8' on every provider, the
-      coarsest mode, whatever its float layers run in.
-
-    TF32 needs an Ampere-or-newer GPU and is off everywhere with ``NVIDIA_TF32_OVERRIDE=0``;
-    ``tf32`` overrides that question (True/False) for tests.
+    CPU: 'fp32' (MLAS). CUDA: 'tf32' unless ``use_tf32`` is 0 (the CUDA EP's option is true
+    unless set, ``cuda_execution_provider_info.h``: "By default, enable TF32 ..."). TensorRT:
+    'int8' / 'fp16' with ``trt_int8_enable`` / ``trt_fp16_enable``, else 'tf32' (the builder's
+    default ``BuilderFlag::kTF32``). A ``quantized`` model: 'int8' everywhere. TF32 needs an
+    Ampere-or-newer GPU and is off with ``NVIDIA_TF32_OVERRIDE=0``; ``tf32`` overrides (tests).
     """
     opts = dict(provider_options or {})
-    key = _short_name(provider)
+    if provider not in ORT_PROVIDERS:
+        raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(ORT_PROVIDERS)}")
     if quantized:
         return "int8"
-    if key == "cpu":
+    if provider == "cpu":
         return "fp32"
     device_id = int(opts.get("device_id", 0))
     allowed = bool(tf32) if tf32 is not None else not nvidia_tf32_overridden()
     allowed = allowed and gpu_tf32_capable(device_id, tf32)  # no GPU here: True
-    if key == "tensorrt":
+    if provider == "tensorrt":
         if _option_true(opts.get("trt_int8_enable", False)):
             return "int8"
         if _option_true(opts.get("trt_fp16_enable", False)):
@@ -212,35 +196,21 @@ def ort_math_mode(
     return "tf32" if allowed else "fp32"
 
 
-def _short_name(provider: str) -> str:
-    """The course's short name ('tensorrt', 'cuda', 'cpu') of a provider, short or ONNX Runtime's."""
+def pick_provider(provider: str = "auto") -> str:
+    """``provider`` ('auto': the best usable) as a short name usable here, or an error why not."""
     if not isinstance(provider, str):
         raise TypeError(f"provider must be a string, got {type(provider).__name__}")
     key = provider.strip().lower()
-    key = {v.lower(): k for k, v in ORT_PROVIDERS.items()}.get(key, key)
-    if key not in ORT_PROVIDERS:
-        raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(ORT_PROVIDERS)}")
-    return key
-
-
-def pick_provider(provider: str = "auto") -> str:
-    """Resolve ``provider`` (``'auto'`` or a short name) to a short name that is usable here.
-
-    ``'auto'`` takes the best usable one (TensorRT > CUDA > CPU). An explicit name that is unknown,
-    not built into the installed onnxruntime, or not runnable on this machine raises an error saying why.
-    """
-    if isinstance(provider, str) and provider.strip().lower() == "auto":
+    if key == "auto":
         return usable_providers()[0]
-    try:
-        key = _short_name(provider)  # a TypeError for a non-string
-    except ValueError:
+    if key not in ORT_PROVIDERS:
         import onnxruntime as ort
 
         raise ProviderUnavailableError(
             f"execution provider {provider!r} is not installed: the course knows 'auto', "
             f"{', '.join(map(repr, ORT_PROVIDERS))}, and this onnxruntime {ort.__version__} "
             f"build has {', '.join(ort.get_available_providers())}"
-        ) from None
+        )
     why = provider_status()[key]
     if why != "usable":
         raise ProviderUnavailableError(
@@ -275,14 +245,10 @@ def session_options(
     optimized_model_path: str | Path | None = None,
     spinning: bool | None = None,
 ) -> Any:
-    """``onnxruntime.SessionOptions`` from plain arguments.
+    """``onnxruntime.SessionOptions``; ``optimized_model_path`` gets the graph after its rewrites.
 
-    ``optimization`` is one of :data:`OPT_LEVELS`; ``optimized_model_path`` makes ONNX Runtime write the
-    graph it will execute (after its rewrites) to that file; ``spinning=False`` stops idle worker threads
-    from busy-waiting (kinder to other frameworks timed in the same process, a little slower per call).
-    ``spinning=None`` follows PyTorch's policy in this process
-    (:func:`helpers.core.threads.threads_spin`: no spinning under ``OMP_WAIT_POLICY=PASSIVE``), so
-    the two frameworks' threads wait alike.
+    ``spinning=False`` stops idle workers busy-waiting; None follows PyTorch's policy here
+    (:func:`helpers.core.threads.threads_spin`), so both frameworks' threads wait alike.
     """
     import onnxruntime as ort
 
@@ -290,12 +256,8 @@ def session_options(
         raise ValueError(
             f"unknown graph optimisation level {optimization!r}; use one of {', '.join(OPT_LEVELS)}"
         )
-    for name, value in (
-        ("intra_op_threads", intra_op_threads),
-        ("inter_op_threads", inter_op_threads),
-    ):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    _positive("intra_op_threads", intra_op_threads)
+    _positive("inter_op_threads", inter_op_threads)
     opts = ort.SessionOptions()
     level = "ORT_DISABLE_ALL" if optimization == "disable" else f"ORT_ENABLE_{optimization.upper()}"
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
@@ -306,10 +268,9 @@ def session_options(
     if optimized_model_path is not None:
         Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
         opts.optimized_model_filepath = str(optimized_model_path)
-    if spinning is None:
-        spinning = threads_spin()
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    spin = "1" if (threads_spin() if spinning is None else spinning) else "0"
+    for pool in ("intra", "inter"):
+        opts.add_session_config_entry(f"session.{pool}_op.allow_spinning", spin)
     opts.log_severity_level = 3  # errors only: chapter 7 explains the serialisation warnings
     return opts
 
@@ -344,28 +305,22 @@ def create_session(
     name: str | None = None,
     verbose: bool = True,
 ) -> Runner:
-    """Open ``path`` in ONNX Runtime on the best usable provider (or the one asked for) and say which.
+    """Open ``path`` in ONNX Runtime on ``provider`` ('auto': TensorRT > CUDA > CPU) and say which.
 
-    ``provider``: ``'auto'`` (TensorRT > CUDA > CPU, the first that can really run here), ``'tensorrt'``,
-    ``'cuda'`` or ``'cpu'``. An explicit provider that cannot run raises
-    :class:`ProviderUnavailableError`; so does a session on which ONNX Runtime quietly fell back to
-    the CPU. GPU providers keep the CPU provider as fallback for the ops they do not support.
-    ``provider_options`` go to the chosen provider (e.g. ``{"trt_fp16_enable": True}``,
-    ``{"trt_int8_enable": True}``, ``{"use_tf32": 0}`` for IEEE float32 on the CUDA EP).
-    The runner's ``math_mode`` is :func:`ort_math_mode` of the provider that started, its
-    options and the file (the CUDA EP's default is TF32 on Ampere and newer; a quantized graph is
-    int8); ``precision`` is a label for tables, by default that mode. Its ``threads`` are the
-    intra-op threads read back from the session's options ('default' when left to ONNX Runtime).
+    A provider that cannot run, or a session that quietly fell back to the CPU, raises
+    :class:`ProviderUnavailableError`; GPU providers keep the CPU one for unsupported ops.
+    ``provider_options`` go to the chosen provider (``{"use_tf32": 0}``: IEEE float32 on CUDA).
+    ``math_mode`` is :func:`ort_math_mode`'s; ``precision`` labels tables (default: that mode);
+    ``threads`` are read back from the session ('default': left to ONNX Runtime).
     """
     import onnxruntime as ort
 
     path = _check_path(path)
     short = pick_provider(provider)
     if short != "cpu" and hasattr(ort, "preload_dlls"):
-        try:  # CUDA / cuDNN from the nvidia-* pip wheels that torch installs
+        # CUDA / cuDNN from torch's nvidia-* wheels; the session below reports a real failure
+        with contextlib.suppress(Exception):
             ort.preload_dlls()
-        except Exception:  # noqa: BLE001 - the session creation below reports the real failure
-            pass
     opts = session_options(
         optimization=optimization,
         intra_op_threads=intra_op_threads,
@@ -387,13 +342,11 @@ def create_session(
             f"fell back to {active[0]}; check the CUDA/cuDNN/TensorRT libraries"
         )
     inp, out = sess.get_inputs()[0], sess.get_outputs()[0]
-    quantized = is_quantized(path)
-    math_mode = ort_math_mode(short, provider_options, quantized=quantized)
-    if precision is None:
-        precision = math_mode
-    # the label is read back from the session (0: ONNX Runtime's default), not from the request
+    math_mode = ort_math_mode(short, provider_options, quantized=is_quantized(path))
+    precision = precision or math_mode
+    # read back from the session (0: ONNX Runtime's default), not from the request
     threads = sess.get_session_options().intra_op_num_threads or "default"
-    device_id = int((provider_options or {}).get("device_id", 0)) if short != "cpu" else 0
+    device_id = int((provider_options or {}).get("device_id", 0))
     device = "cpu" if short == "cpu" else f"cuda:{device_id}"
     runner = Runner(
         name=name or f"ORT {short}",
@@ -428,10 +381,9 @@ def create_session(
 def trt_profile(
     path: str | Path, min_batch: int = 1, opt_batch: int = 8, max_batch: int = 32
 ) -> dict[str, str]:
-    """TensorRT EP options declaring the batch range of a dynamic-batch model, so one engine serves all of it.
+    """TensorRT EP options declaring a dynamic-batch model's batch range (other dims fixed).
 
-    Without them the TensorRT EP rebuilds its engine (seconds to minutes) whenever a new batch size arrives.
-    Other dimensions are taken from the model and must be fixed.
+    Without them the EP rebuilds its engine (seconds to minutes) for every new batch size.
     """
     import onnx
 
@@ -442,27 +394,18 @@ def trt_profile(
     model = onnx.load(str(_check_path(path)), load_external_data=False)
     inits = {i.name for i in model.graph.initializer}
     shapes: dict[str, list[str]] = {"min": [], "opt": [], "max": []}
-    for v in model.graph.input:
-        if v.name in inits:
-            continue
+    for v in (v for v in model.graph.input if v.name not in inits):
         dims = v.type.tensor_type.shape.dim
         rest = [d.dim_value for d in dims[1:]]
         if any(r <= 0 for r in rest):
-            raise ValueError(
-                f"input {v.name!r} has dynamic dimensions besides the batch: {[d.dim_param or d.dim_value for d in dims]}"
-            )
+            shown = [d.dim_param or d.dim_value for d in dims]
+            raise ValueError(f"input {v.name!r} has dynamic dimensions besides the batch: {shown}")
         for key, b in (("min", min_batch), ("opt", opt_batch), ("max", max_batch)):
-            shapes[key].append(f"{v.name}:" + "x".join(str(d) for d in [b, *rest]))
+            shapes[key].append(f"{v.name}:" + "x".join(map(str, [b, *rest])))
     return {f"trt_profile_{key}_shapes": ",".join(val) for key, val in shapes.items()}
 
 
 # --------------------------------------------------------------------------- OpenVINO
-
-
-def _ov_core() -> Any:
-    import openvino as ov
-
-    return ov.Core()
 
 
 def openvino_model(
@@ -471,28 +414,21 @@ def openvino_model(
     *,
     precision: str = "f32",
     threads: int | None = None,
-    performance_hint: str = "LATENCY",
     name: str | None = None,
     verbose: bool = True,
 ) -> Runner:
-    """Compile an ONNX file, OpenVINO IR (``.xml``) or ``openvino.Model`` for ``device`` with an explicit precision.
+    """Compile an ONNX file, IR (``.xml``) or ``openvino.Model`` for ``device`` at ``precision``.
 
-    ``precision`` is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``'f32'``, ``'bf16'`` (needs AVX-512 BF16
-    or AMX) or ``'f16'``. On CPUs with bf16 support OpenVINO *defaults* to bf16, so the course always
-    sets it. For an INT8 model (from NNCF) the hint is the precision of the layers left unquantized.
-    ``runner.info['runtime_precisions']`` counts the precisions the compiled layers really run in.
+    ``precision`` is ``INFERENCE_PRECISION_HINT`` ('f32', 'bf16': AVX-512 BF16 or AMX, 'f16'); on
+    CPUs with bf16 OpenVINO *defaults* to bf16, so the course always sets it. For an INT8 model
+    it is the unquantized layers' precision. ``info['runtime_precisions']``: what really runs.
     """
     import openvino as ov
 
     if precision not in OV_PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(OV_PRECISIONS)}")
-    if performance_hint not in ("LATENCY", "THROUGHPUT"):
-        raise ValueError(
-            f"performance_hint must be 'LATENCY' or 'THROUGHPUT', got {performance_hint!r}"
-        )
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    core = _ov_core()
+    _positive("threads", threads)
+    core = ov.Core()
     dev = device.upper()
     available = list(core.available_devices)
     if dev not in available:
@@ -504,10 +440,7 @@ def openvino_model(
         model = core.read_model(str(_check_path(model)))
     elif not isinstance(model, ov.Model):
         raise TypeError(f"model must be a path or an openvino.Model, got {type(model).__name__}")
-    config: dict[str, Any] = {
-        "INFERENCE_PRECISION_HINT": precision,
-        "PERFORMANCE_HINT": performance_hint,
-    }
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads
     start = time.perf_counter()
@@ -528,6 +461,7 @@ def openvino_model(
             heavy[p] += n
     int8 = bool(heavy.keys() & {"i8", "u8"})  # labelled: its int8 layers + the rest's precision
     label = f"int8 + {precision}" if int8 else precision
+    threads_set = compiled.get_property("INFERENCE_NUM_THREADS")
 
     def call(x: np.ndarray) -> np.ndarray:
         with _OV_CALL_LOCK:
@@ -546,13 +480,13 @@ def openvino_model(
         handle=compiled,
         info={
             "precision_hint": ov_type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
-            "threads": compiled.get_property("INFERENCE_NUM_THREADS"),
+            "threads": threads_set,
             "runtime_precisions": precisions,
             "compile_s": compile_s,
         },
         device=dev.lower(),
         math_mode=_OV_MODES["int8" if int8 else precision],
-        threads=compiled.get_property("INFERENCE_NUM_THREADS") or "default",
+        threads=threads_set or "default",
     )
     if verbose:
         say(
@@ -568,7 +502,7 @@ def ov_type_name(t: Any) -> str:
 
 
 def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
-    """Count ``(layer type, precision)`` of an OpenVINO compiled model's executable graph (what really runs)."""
+    """Count ``(layer type, precision)`` of a compiled model's executable graph (what runs)."""
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
@@ -579,7 +513,5 @@ def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
 
 
 def cpu_threads() -> int:
-    """Cores this process may use (what the course gives every runtime, for a fair comparison):
-    :func:`helpers.core.threads.available_cores`, the affinity mask capped by a container's
-    CPU quota."""
+    """Cores this process may use, given to every runtime alike (:func:`available_cores`)."""
     return available_cores()

@@ -70,12 +70,9 @@ def make_images(
 
     Labels cycle through the classes in a shuffled order, so every class is present.
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    if not isinstance(size, int) or size < 8:
-        raise ValueError(f"size must be an int >= 8 pixels, got {size!r}")
-    if not 2 <= num_classes <= len(CLASS_NAMES):
-        raise ValueError(f"num_classes must be in 2..{len(CLASS_NAMES)}, got {num_classes}")
+    check_int("n", n)
+    check_int("size", size, minimum=8)
+    check_int("num_classes", num_classes, minimum=2, maximum=len(CLASS_NAMES))
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
     images = np.empty((n, size, size, 3), dtype=np.uint8)
@@ -93,15 +90,12 @@ def normalize(images: np.ndarray) -> np.ndarray:
     """uint8 ``(n, h, w, 3)`` images -> float32 ``(n, 3, h, w)`` normalised with ImageNet statistics."""
     if images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(f"expected (n, h, w, 3) images, got shape {images.shape}")
-    if images.dtype != np.uint8:
-        # float input is either already in [0, 1] or already normalised: dividing by 255 again would
-        # silently feed the network near-constant inputs.
+    if images.dtype != np.uint8:  # dividing converted images by 255 again: near-constant inputs
         raise TypeError(
             f"normalize takes uint8 images (0-255), got {images.dtype}: "
             "it looks already converted; pass the raw images"
         )
-    x = images.astype(np.float32) / 255.0
-    x = (x - IMAGENET_MEAN) / IMAGENET_STD
+    x = (images.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
@@ -132,12 +126,10 @@ def encode_jpeg(images: np.ndarray, quality: int = 90) -> list[bytes]:
 
     if images.ndim != 4 or images.dtype != np.uint8:
         raise ValueError(f"expected uint8 (n, h, w, 3) images, got {images.dtype} {images.shape}")
-    out = []
-    for img in images:
-        buf = io.BytesIO()
+    bufs = [io.BytesIO() for _ in images]
+    for img, buf in zip(images, bufs):
         Image.fromarray(img).save(buf, format="JPEG", quality=quality)
-        out.append(buf.getvalue())
-    return out
+    return [buf.getvalue() for buf in bufs]
 
 
 def decode_image(data: bytes) -> np.ndarray:

@@ -1,16 +1,9 @@
 """The course's models, built identically in PyTorch (torchvision) and OneFlow (flowvision).
 
-- ResNet-18/50/101 classifiers (case study 1; ResNet-101 in full mode, a smaller
-  sibling in quick mode),
-- any other classifier, the reader's own (:func:`build_classifier`: a torchvision name, or
-  ``module:function``; ``COURSE_MODEL`` puts it in every chapter's ``S.arch``, see
-  :func:`helpers.core.environment.sizes`), with flowvision's namesake as its OneFlow twin where
-  one exists (:func:`oneflow_counterpart` says why not otherwise),
-- a MobileNetV2 face-style embedder producing L2-normalised embeddings (case study 2),
-
-plus weight transfer in both directions through NumPy, which names any
-missing, unexpected or mis-shaped parameter instead of failing obscurely.
-All weights are random or trained here: nothing is downloaded.
+ResNet classifiers (case study 1) or any other classifier, the reader's own too
+(:func:`build_classifier`; ``COURSE_MODEL`` sets every chapter's ``S.arch``), a MobileNetV2
+embedder (case study 2), and weight transfer through NumPy that names any missing, unexpected or
+mis-shaped parameter. All weights are random or trained here: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
 from helpers.core.environment import import_oneflow
 
 __all__ = [
@@ -51,12 +45,12 @@ def _check_framework(framework: str) -> None:
 
 
 def framework_of(module: Any) -> str:
-    """'torch' or 'oneflow' for a module (or tensor) of either framework."""
-    mod = type(module).__module__.split(".")[0]
+    """'torch' or 'oneflow' for a module, tensor or ``nn.Graph`` of either framework."""
     for cls in type(module).__mro__:
         root = cls.__module__.split(".")[0]
         if root in FRAMEWORKS:
             return root
+    mod = type(module).__module__.split(".")[0]
     raise TypeError(f"{type(module).__name__} (from {mod}) is neither a torch nor a OneFlow object")
 
 
@@ -69,12 +63,6 @@ def nn_namespace(framework: str) -> tuple[Any, Any, Any]:
         return torch, torch.nn, torch.nn.functional
     flow = import_oneflow()
     return flow, flow.nn, flow.nn.functional
-
-
-def _torchvision_names() -> list[str]:
-    import torchvision
-
-    return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
 def resolve_builder(arch: str) -> Callable[..., Any]:
@@ -92,20 +80,16 @@ def resolve_builder(arch: str) -> Callable[..., Any]:
         if not callable(fn):
             raise ValueError(f"{module_name} has no function {attr!r} (from {arch!r})")
         return fn
-    names = _torchvision_names()
+    import torchvision
+
+    names = sorted(torchvision.models.list_models(module=torchvision.models))
     if arch not in names:
         raise ValueError(
             f"unknown model {arch!r}: give a torchvision classifier ({', '.join(names[:8])}, ... "
             "torchvision.models.list_models(module=torchvision.models) lists all) or "
             "'package.module:function' for your own"
         )
-    import torchvision
-
     return lambda **kw: torchvision.models.get_model(arch, weights=None, **kw)
-
-
-def _takes_zero_init(arch: str) -> bool:
-    return ":" not in arch and arch.startswith(("resnet", "resnext", "wide_resnet"))
 
 
 def oneflow_counterpart(arch: str) -> str | None:
@@ -130,19 +114,14 @@ def build_classifier(
     num_classes: int = 1000,
     zero_init_residual: bool | None = False,
 ) -> Any:
-    """A randomly initialised classifier ``arch`` in PyTorch or OneFlow (nothing is downloaded).
+    """A randomly initialised classifier ``arch`` (:func:`resolve_builder`) in PyTorch or OneFlow.
 
-    ``arch``: a torchvision classification model's name (its flowvision namesake for OneFlow), or
-    ``"package.module:function"`` (PyTorch only; called with ``num_classes=``).
-    ``zero_init_residual`` (ResNets and their kin): the last BatchNorm of every residual branch
-    starts at zero, so each block starts as its shortcut (Goyal et al., 2017) and a network
-    trained from scratch learns in few steps; ``None`` sets it where the architecture offers it.
-    The course's ResNets (:data:`RESNETS`) are built the same way.
+    ``zero_init_residual`` (ResNets and kin): each residual block starts as its shortcut (Goyal
+    et al., 2017), so a network trained from scratch learns in few steps; ``None``: where offered.
     """
     _check_framework(framework)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError("num_classes must be >= 1")
-    takes = _takes_zero_init(arch)
+    check_int("num_classes", num_classes)
+    takes = ":" not in arch and arch.startswith(("resnet", "resnext", "wide_resnet"))
     if zero_init_residual and not takes:
         raise ValueError(f"{arch} has no zero_init_residual option (ResNets have it)")
     kw: dict[str, Any] = {"num_classes": num_classes}
@@ -165,8 +144,7 @@ def build_classifier(
 def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> Any:
     """A MobileNetV2 backbone + linear projection + L2 normalisation (the case-study-2 embedder)."""
     flow_or_torch, nn, F = nn_namespace(framework)
-    if dim < 1:
-        raise ValueError("dim must be >= 1")
+    check_int("dim", dim)
     if framework == "torch":
         import torchvision
 
@@ -176,9 +154,7 @@ def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> A
 
         import flowvision
 
-        with (
-            warnings.catch_warnings()
-        ):  # flowvision asks for ReLU6(inplace=True), which OneFlow runs out of place
+        with warnings.catch_warnings():  # ReLU6(inplace=True), which OneFlow runs out of place
             warnings.filterwarnings("ignore", message="ReLU6 module do not support inplace")
             backbone = flowvision.models.mobilenet_v2(pretrained=False, width_mult=width_mult)
 
@@ -208,28 +184,22 @@ def _is_counter(key: str) -> bool:
     return key.endswith("num_batches_tracked")
 
 
-def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = True) -> None:
+def load_numpy_state(module: Any, state: dict[str, np.ndarray]) -> None:
     """Load NumPy arrays into a torch or OneFlow module, checking keys and shapes first.
 
-    BatchNorm ``num_batches_tracked`` counters are not copied (training bookkeeping only).
-    Raises ``KeyError`` naming missing/unexpected keys and ``ValueError`` naming mis-shaped ones.
+    BatchNorm ``num_batches_tracked`` counters (training bookkeeping, 0-d tensors OneFlow
+    reshapes) keep the model's own. ``KeyError``: missing/unexpected keys; ``ValueError``: shapes.
     """
     fw, _, _ = nn_namespace(framework_of(module))
     target = module.state_dict()
     missing = sorted(k for k in target if k not in state and not _is_counter(k))
     unexpected = sorted(k for k in state if k not in target and not _is_counter(k))
-    if strict and (missing or unexpected):
-
-        def show(keys: list[str]) -> str:
-            return (
-                ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "")
-                if keys
-                else "none"
-            )
-
-        raise KeyError(
-            f"weights do not match the model: missing {show(missing)}; unexpected {show(unexpected)}"
-        )
+    if missing or unexpected:
+        shown = [
+            ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "") or "none"
+            for keys in (missing, unexpected)
+        ]
+        raise KeyError(f"weights do not match the model: missing {shown[0]}; unexpected {shown[1]}")
     shapes = [
         (k, state[k].shape, tuple(target[k].shape))
         for k in target
@@ -240,21 +210,17 @@ def load_numpy_state(module: Any, state: dict[str, np.ndarray], strict: bool = T
         raise ValueError(
             f"{len(shapes)} parameter(s) have the wrong shape, e.g. {k}: weights {got} vs model {want}"
         )
-    # BatchNorm step counters are training bookkeeping (and 0-d tensors OneFlow reshapes): keep the model's own.
-    new_state = {
-        k: fw.tensor(np.ascontiguousarray(state[k]))
-        for k in target
-        if k in state and not _is_counter(k)
-    }
-    for k in target:
-        if k not in new_state:
-            new_state[k] = target[k]
-    module.load_state_dict(new_state)
+    module.load_state_dict(
+        {
+            k: v if _is_counter(k) else fw.tensor(np.ascontiguousarray(state[k]))
+            for k, v in target.items()
+        }
+    )
 
 
-def transfer_weights(src: Any, dst: Any, strict: bool = True) -> Any:
+def transfer_weights(src: Any, dst: Any) -> Any:
     """Copy every weight of ``src`` into ``dst`` (torch -> OneFlow, OneFlow -> torch, or same framework)."""
-    load_numpy_state(dst, state_dict_numpy(src), strict=strict)
+    load_numpy_state(dst, state_dict_numpy(src))
     return dst
 
 
@@ -267,20 +233,17 @@ def twin(module: Any, framework: str, builder: Any, *args: Any, **kwargs: Any) -
 
 
 def calibrate_batchnorm(module: Any, x: Any) -> Any:
-    """Set every BatchNorm's running mean/variance to the statistics of batch ``x`` (no weight changes).
+    """Set every BatchNorm's running statistics to batch ``x``'s; return ``module`` in eval mode.
 
-    A randomly initialised network in eval mode normalises with mean 0 / variance 1, which lets
-    activations drift until its outputs hardly depend on the input (every image gets almost the
-    same embedding). One forward pass in train mode with ``momentum=1`` replaces those running
-    statistics by ``x``'s, so outputs vary with the input, as a trained model's do. Works for
-    torch and OneFlow modules; returns ``module`` in eval mode.
+    A random network in eval mode normalises with mean 0 / variance 1, so activations drift until
+    every image gets almost the same output; one train-mode pass with ``momentum=1`` fixes that.
     """
     fw, _, _ = nn_namespace(framework_of(module))
     if not hasattr(x, "shape") or len(x.shape) < 2 or x.shape[0] < 2:
         raise ValueError(
             "calibrate_batchnorm needs a batch of at least 2 inputs (batch statistics of one sample are degenerate)"
         )
-    norms = [m for m in module.modules() if hasattr(m, "running_mean") and hasattr(m, "momentum")]
+    norms = _norms(module)
     if not norms:
         raise ValueError(f"{type(module).__name__} has no BatchNorm layers to calibrate")
     saved = [m.momentum for m in norms]
@@ -315,10 +278,8 @@ def batchnorm_momentum(module: Any) -> float | None:
 def precise_batchnorm(module: Any, x: Any, batch_size: int = 64) -> Any:
     """Recompute every BatchNorm's running statistics as the exact average over inputs ``x``.
 
-    After training, the running statistics are a moving average of batches seen while the
-    weights still changed; this pass (weights untouched, gradients off) replaces them by the
-    statistics of the final weights over ``x`` (cumulative average, batches of ``batch_size``).
-    ``x``: a NumPy array or tensor of training inputs. Returns ``module`` in eval mode.
+    After training they average batches seen while the weights still changed; this pass
+    (weights untouched) gives the final weights' statistics. Returns ``module`` in eval mode.
     """
     fw, _, _ = nn_namespace(framework_of(module))
     norms = _norms(module)
@@ -326,10 +287,8 @@ def precise_batchnorm(module: Any, x: Any, batch_size: int = 64) -> Any:
         raise ValueError(f"{type(module).__name__} has no BatchNorm layers to recompute")
     if len(x) < 2 or batch_size < 2:
         raise ValueError("precise_batchnorm needs at least 2 inputs and batches of at least 2")
-    params = [p for p in module.parameters()]
-    device = params[0].device if params else "cpu"
+    device = getattr(next(iter(module.parameters()), None), "device", "cpu")
     saved = [m.momentum for m in norms]
-    was = [(m, m.training) for m in module.modules()]
     try:
         for m in norms:
             m.reset_running_stats()
@@ -347,6 +306,5 @@ def precise_batchnorm(module: Any, x: Any, batch_size: int = 64) -> Any:
     finally:
         for m, momentum in zip(norms, saved):
             m.momentum = momentum
-        for m, _training in was:
-            m.train(False)
+        module.eval()
     return module

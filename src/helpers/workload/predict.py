@@ -1,14 +1,9 @@
 """Batch-wise prediction and top-1 accuracy for every kind of model the course runs.
 
-    logits = predict_batched(model, x, batch_size=64)   # NumPy in, NumPy out
-    acc = accuracy(runner, val.x, val.y)                # top-1 on a held-out split
-
-``model`` may be a PyTorch or OneFlow module (also TorchScript, ``torch.compile`` and OneFlow
-``nn.Graph`` objects), a :class:`helpers.deploy.runner.Runner` (ONNX Runtime, OpenVINO), or
-any function from a NumPy batch to an array or tensor. A module runs in eval mode without
-gradients, on the device of its parameters, and gets float64 inputs when its parameters are
-float64 (a float64 copy makes a good "exact" reference); its training mode is restored after.
-Frameworks are imported only when a model of theirs is passed.
+``model``: a PyTorch or OneFlow module (TorchScript, ``torch.compile``, ``nn.Graph`` too), a
+:class:`helpers.deploy.runner.Runner` or any function of a NumPy batch. A module runs in eval
+mode without gradients on its parameters' device (float64 inputs to a float64 model, a good
+"exact" reference); its training mode is restored after.
 """
 
 from __future__ import annotations
@@ -18,28 +13,26 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
+from helpers.workload.models import framework_of, nn_namespace
+
 __all__ = ["model_device", "predict_batched", "predict_classes", "accuracy"]
 
 
 def _framework(model: Any) -> str | None:
-    """'torch' or 'oneflow' for a module, tensor or nn.Graph of either framework; None otherwise."""
-    for cls in type(model).__mro__:
-        root = cls.__module__.split(".")[0]
-        if root in ("torch", "oneflow"):
-            return root
-    return None
-
-
-def _inner_modules(model: Any) -> list[Any]:
-    """The model itself, or for a OneFlow ``nn.Graph`` the modules it holds (wrapped in proxies)."""
-    blocks = getattr(model, "_blocks", None)
-    if isinstance(blocks, dict):
-        return [getattr(b, "_oneflow_internal_origin__", b) for b in blocks.values()]
-    return [model]
+    try:
+        return framework_of(model)
+    except TypeError:
+        return None
 
 
 def _first_parameter(model: Any) -> Any:
-    for inner in _inner_modules(model):
+    """The first parameter of ``model`` or, in a OneFlow ``nn.Graph``, of its (proxied) modules."""
+    blocks = getattr(model, "_blocks", None)
+    inners = [model]
+    if isinstance(blocks, dict):
+        inners = [getattr(b, "_oneflow_internal_origin__", b) for b in blocks.values()]
+    for inner in inners:
         params = getattr(inner, "parameters", None)
         if callable(params):
             try:
@@ -50,20 +43,14 @@ def _first_parameter(model: Any) -> Any:
 
 
 def model_device(model: Any, framework: str | None = None) -> Any:
-    """The device of a torch/OneFlow model's first parameter (also inside an ``nn.Graph``).
-
-    A model without parameters gets the framework's default device of the course
-    (:func:`helpers.core.environment.paired_devices`).
-    """
+    """The device of a model's first parameter (also in an ``nn.Graph``), else the course's
+    default for its framework (:func:`helpers.core.environment.paired_devices`)."""
     param = _first_parameter(model)
     if param is not None:
         return param.device
-    framework = framework or _framework(model)
-    if framework not in ("torch", "oneflow"):
-        raise TypeError(f"{type(model).__name__} is neither a torch nor a OneFlow model")
     from helpers.core.environment import paired_devices
 
-    return paired_devices()[0 if framework == "torch" else 1]
+    return paired_devices()[0 if (framework or framework_of(model)) == "torch" else 1]
 
 
 def _to_array(out: Any) -> np.ndarray:
@@ -84,16 +71,6 @@ def _to_array(out: Any) -> np.ndarray:
     return out
 
 
-def _framework_module(framework: str) -> Any:
-    if framework == "torch":
-        import torch
-
-        return torch
-    from helpers.core.environment import import_oneflow
-
-    return import_oneflow()
-
-
 def _predict_fn(model: Any) -> Callable[[np.ndarray], np.ndarray]:
     """A function NumPy batch -> NumPy output for ``model`` (no gradients; the mode is left alone)."""
     fw = _framework(model)
@@ -104,7 +81,7 @@ def _predict_fn(model: Any) -> Callable[[np.ndarray], np.ndarray]:
                 "(give a PyTorch or OneFlow model, a helpers.deploy.runner.Runner or a function)"
             )
         return lambda x: _to_array(model(x))
-    mod = _framework_module(fw)
+    mod = nn_namespace(fw)[0]
     device = model_device(model, fw)
     param = _first_parameter(model)
     dtype = np.float64 if param is not None and str(param.dtype).endswith("float64") else np.float32
@@ -133,19 +110,16 @@ def _as_batch(x: Any) -> np.ndarray:
 
 
 def predict_batched(model: Any, x: Any, batch_size: int | None = None) -> np.ndarray:
-    """Outputs of ``model`` on all of ``x`` (first axis = samples), ``batch_size`` samples at a time.
+    """Outputs of ``model`` on all of ``x``, ``batch_size`` samples at a time.
 
-    ``batch_size=None`` runs everything in one call (a OneFlow ``nn.Graph`` needs the batch size it
-    was compiled for). Inputs are fed as float32 (float64 to a float64 model).
+    ``None``: one call (a OneFlow ``nn.Graph`` needs the batch size it was compiled for).
     """
     arr = _as_batch(x)
-    bs = len(arr) if batch_size is None else batch_size
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    bs = check_int("batch_size", len(arr) if batch_size is None else batch_size)
     run = _predict_fn(model)
     fw = _framework(model)
     # a module predicts in eval mode (an nn.Graph was compiled in the mode its module had)
-    module = fw is not None and isinstance(model, _framework_module(fw).nn.Module)
+    module = fw is not None and isinstance(model, nn_namespace(fw)[1].Module)
     was_training = bool(getattr(model, "training", False))
     if module:
         model.eval()

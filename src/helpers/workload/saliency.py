@@ -1,12 +1,10 @@
-"""The course's model of case study 1's task, forward -> backward -> forward, and its variants.
+"""Case study 1's task, forward -> backward -> forward, and the variants chapter 4 prunes it to.
 
 The article says only that the deployment needs a backward pass without a model update. The
-course's model of the task: the gradient of the top class score with respect to the *input
-image* (a saliency map). The team's first version (``"original"``) was written like a training
-step: every parameter requires grad, an optimizer step is left in (the article: the user kept the
-parameter-update logic by mistake; the course's model is SGD with momentum and a learning rate of
-0, so the weights never change), and a second forward pass runs whose result is never used.
-Chapter 4 prunes it step by step:
+course's task: the gradient of the top class score with respect to the *input image* (a saliency
+map). The team's first version (``"original"``) was written like a training step: every
+parameter requires grad, an optimizer step is left in (SGD with momentum and lr 0: the weights
+never change) and a second forward pass runs whose result is never used.
 
 ====================  =================================================================
 variant               what changes (cumulative)
@@ -17,16 +15,11 @@ variant               what changes (cumulative)
 ``single_forward``    the unused second forward is removed: the pruned task
 ====================  =================================================================
 
-Chapter 4 writes the task on its page, in ``#@save`` cells that ``tools/save_cells.py`` copies to the
-end of this module: the variants (:func:`make_task`, eager PyTorch or OneFlow) and the ``nn.Graph``
-version with its input-gradient holder (:func:`make_graph_task`: OneFlow 0.9.0 cannot return an
-input's ``.grad`` from a graph, so a zero parameter added to the input and SGD with ``lr=1`` leave
-``-grad`` in the holder). Chapter 10 and :mod:`helpers.chapters.ch10_ladder` reuse them. Every variant returns
-the same ``TaskResult`` (logits of the first forward, saliency map), so a notebook can assert that
-pruning changed nothing but the time.
-
-This header holds the plumbing: argument checks with errors that explain. Importing the module imports OneFlow (the graph classes subclass
-``flow.nn.Graph``).
+Chapter 4's page writes the variants and the ``nn.Graph`` version (``#@save`` cells at the end of
+this module; OneFlow 0.9.0 cannot return an input's ``.grad`` from a graph, so a zero parameter
+added to the input and SGD with ``lr=1`` leave ``-grad`` in a holder). Every variant returns the
+same ``TaskResult`` (first logits, saliency map), so pruning can be shown to change only the
+time. Importing the module imports OneFlow.
 """
 
 from __future__ import annotations
@@ -60,11 +53,8 @@ flow = import_oneflow()  # the notebook's setup cell does the same before the pa
 
 
 def check_task_args(model: Any, variant: str, input_shape: tuple[int, ...] | None = None) -> str:
-    """Check a task's ``variant`` name and model (an eval-mode module); return its framework.
-
-    With ``input_shape`` (a graph task) the model must be a OneFlow module and the shape
-    ``(batch, 3, H, W)`` with positive sizes.
-    """
+    """Check a task's ``variant`` and eval-mode model (with ``input_shape``: a OneFlow module
+    and a positive ``(batch, 3, H, W)``); return its framework."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown task variant {variant!r}; use one of {', '.join(VARIANTS)}")
     fw = framework_of(model)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
+
 __all__ = [
     "above_chance_bar",
     "assert_above_chance",
@@ -30,11 +32,8 @@ __all__ = [
 
 @dataclass
 class TrainResult:
-    """One training run: loss per step, wall time, where it ran and (optionally) held-out accuracy.
-
-    ``device`` and ``math_mode`` (:func:`helpers.core.precision.torch_math_mode` during training:
-    TF32 convolutions by default on an Ampere-or-newer GPU) say what a recorded time measured.
-    """
+    """One training run: loss per step, wall time, where and in which math mode it ran
+    (:func:`helpers.core.precision.torch_math_mode`), and held-out accuracy if asked."""
 
     losses: np.ndarray
     seconds: float
@@ -49,8 +48,13 @@ class TrainResult:
         """Number of optimisation steps run."""
         return len(self.losses)
 
+    @property
+    def tail_loss(self) -> float:
+        """The mean loss of the last 10% of the steps."""
+        return float(self.losses[-max(1, self.steps // 10) :].mean())
+
     def __str__(self) -> str:
-        tail = self.losses[-max(1, self.steps // 10) :].mean()
+        tail = self.tail_loss
         acc = (
             f", held-out accuracy {self.val_accuracy:.1%}" if self.val_accuracy is not None else ""
         )
@@ -63,10 +67,9 @@ class TrainResult:
 
 
 def augment_batch(x: np.ndarray, rng: np.random.Generator, max_shift: int) -> np.ndarray:
-    """Random horizontal flips (per image) and one random translation of up to ``max_shift`` pixels (per batch).
+    """Random horizontal flips per image and one wrap-around shift (``np.roll``) per batch.
 
-    Translation wraps around (``np.roll``), which on the generated images just moves the pattern.
-    The generated classes are unchanged by both (no vertical flips: a triangle would point down).
+    Both keep the generated classes (no vertical flips: a triangle would point down).
     """
     if x.ndim != 4:
         raise ValueError(f"expected an (n, c, h, w) batch, got shape {x.shape}")
@@ -88,17 +91,14 @@ def train_classifier(
     steps: int,
     batch_size: int = 64,
     lr: float = 3e-3,
-    weight_decay: float = 1e-4,
-    augment: bool = True,
     val: Any = None,
     seed: int = 0,
     progress: bool = True,
 ) -> TrainResult:
-    """Train a ``torch.nn.Module`` classifier on ``split`` (a :class:`helpers.workload.data.Split`) for ``steps`` steps.
+    """Train a ``torch.nn.Module`` classifier on a :class:`helpers.workload.data.Split`.
 
-    AdamW (peak ``lr``) with a one-cycle schedule, cross-entropy loss, and (with ``augment``) flips and
-    shifts of up to 1/8 of the image. The model stays on its device and ends in eval mode. ``val``
-    (another Split) adds the held-out accuracy to the result. Raises on a NaN/inf loss.
+    AdamW (peak ``lr``, one-cycle), cross-entropy, flips and shifts of up to 1/8 of the image; the
+    model stays on its device, ends in eval mode; ``val`` adds held-out accuracy. NaN loss raises.
     """
     import torch
 
@@ -112,33 +112,27 @@ def train_classifier(
         raise TypeError(
             "split must have .x (inputs) and .y (labels), like helpers.workload.data.Split"
         )
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if lr <= 0 or weight_decay < 0:
-        raise ValueError(f"need lr > 0 and weight_decay >= 0, got {lr} and {weight_decay}")
+    check_int("steps", steps)
+    if not lr > 0:
+        raise ValueError(f"need lr > 0, got {lr}")
     x = np.ascontiguousarray(split.x, dtype=np.float32)
     y = np.ascontiguousarray(split.y, dtype=np.int64)
     if x.ndim != 4 or len(x) != len(y):
         raise ValueError(f"need (n, c, h, w) inputs and n labels, got {x.shape} and {y.shape}")
-    order = batch_order(
-        len(x), steps, batch_size, seed
-    )  # validates batch_size against the split size
+    order = batch_order(len(x), steps, batch_size, seed)  # checks batch_size against the split
     device = next(model.parameters()).device
     math_mode = torch_math_mode(device)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.25)
-    loop: Any = order
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        loop = tqdm(order, desc="training", leave=False)
     model.train()
     losses = []
     start = time.perf_counter()
-    for idx in loop:
-        xb = augment_batch(x[idx], rng, x.shape[-1] // 8) if augment else x[idx]
+    for idx in tqdm(order, desc="training", leave=False, disable=not progress):
+        xb = augment_batch(x[idx], rng, x.shape[-1] // 8)
         loss = torch.nn.functional.cross_entropy(
             model(torch.from_numpy(xb).to(device)), torch.from_numpy(y[idx]).to(device)
         )
@@ -167,13 +161,11 @@ def train_classifier(
 
 
 def assert_above_chance(accuracy: float, samples: int, classes: int, name: str = "model") -> str:
-    """Assert ``accuracy`` on ``samples`` held-out samples beats guessing among ``classes``.
+    """Assert ``accuracy`` on ``samples`` held-out samples beats :func:`above_chance_bar`.
 
-    Guessing scores ``1 / classes`` on average, with a standard error (SE) of
-    ``sqrt(p (1 - p) / samples)``; the model must beat it by three standard errors (a guesser
-    does so about once in a thousand runs). A check on a model that learned nothing proves
-    nothing: its decisions are near-ties that any rounding can swap. Returns one printable
-    line, which names the bar (``the bar 15.6%``).
+    A guesser beats the bar (chance + 3 SE) about once in a thousand runs; a check on a model
+    that learned nothing proves nothing (its near-tie decisions swap under any rounding).
+    Returns one printable line naming the bar (``the bar 15.6%``).
     """
     if isinstance(accuracy, bool) or not isinstance(accuracy, numbers.Real):
         raise ValueError(f"accuracy must be a fraction in [0, 1], got {accuracy!r}")
@@ -193,37 +185,28 @@ def assert_above_chance(accuracy: float, samples: int, classes: int, name: str =
 
 
 def batch_stats_accuracy(model: Any, x: Any, y: Any, batch_size: int = 64) -> float:
-    """Top-1 accuracy with every BatchNorm normalising by its batch's own statistics.
+    """Top-1 accuracy of a copy of ``model`` whose BatchNorms (only) run in train mode.
 
-    A copy of ``model`` runs with its BatchNorm layers in train mode (everything else, dropout
-    included, in eval mode, gradients off), so its running statistics play no part. Far above
-    the eval-mode accuracy, it says those running statistics lag behind the weights.
+    Far above the eval-mode accuracy, it says the running statistics lag behind the weights.
     """
     import copy
 
     import torch
 
-    y = np.asarray(y)
+    from helpers.workload.predict import accuracy
+
     probe = copy.deepcopy(model).eval()
     for m in probe.modules():
         if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
             m.train()
     device = next(probe.parameters()).device
-    hits = 0
-    with torch.no_grad():
-        for i in range(0, len(x), batch_size):
-            xb = torch.as_tensor(np.ascontiguousarray(x[i : i + batch_size])).to(device)
-            hits += int((probe(xb).argmax(1).cpu().numpy() == y[i : i + batch_size]).sum())
-    return hits / len(y)
+    with torch.no_grad():  # a function, not a module: predict leaves its modes alone
+        return accuracy(lambda xb: probe(torch.from_numpy(xb).to(device)), x, y, batch_size)
 
 
 def chance_advice(model: Any, fit: TrainResult, val: Any, classes: int) -> str:
-    """What to change when ``model`` (trained as ``fit`` says) stays at chance on ``val``.
-
-    With each batch's own BatchNorm statistics above the bar: recompute the running statistics
-    (:func:`helpers.workload.models.precise_batchnorm`). Otherwise: train longer (and, for a
-    ResNet, start its residual branches at zero). Empty when the model is above the bar.
-    """
+    """What to change when ``model`` (trained as ``fit`` says) stays at chance on ``val``
+    (empty when it is above the bar): recompute lagging BatchNorm statistics, or train longer."""
     from helpers.workload import models
 
     bar = above_chance_bar(len(val.y), classes)
@@ -238,9 +221,8 @@ def chance_advice(model: Any, fit: TrainResult, val: Any, classes: int) -> str:
             f"running statistics{lag} lag behind its weights; recompute them with "
             "models.precise_batchnorm(model, train.x)"
         )
-    tail = fit.losses[-max(1, fit.steps // 10) :].mean()
     return (
-        f"its loss went {fit.losses[0]:.3f} -> {tail:.3f} in {fit.steps} steps and each "
+        f"its loss went {fit.losses[0]:.3f} -> {fit.tail_loss:.3f} in {fit.steps} steps and each "
         f"batch's own statistics give {batch_stats:.1%}: train longer (steps={2 * fit.steps} "
         "or more; for a ResNet, build it with zero_init_residual=True)"
     )
@@ -253,57 +235,45 @@ def train_until_above_chance(
     *,
     steps: int,
     classes: int,
-    max_rounds: int = 5,
-    name: str = "model",
     **kw: Any,
 ) -> TrainResult:
-    """Train ``model`` in rounds of ``steps`` until it beats the above-chance bar on ``val``.
+    """Train ``model`` (your own, untuned) in up to 5 rounds of ``steps`` until it beats the bar.
 
-    For a model the course has not tuned a recipe for (your own): after each round of
-    :func:`train_classifier`, when the held-out accuracy is not above the bar, the BatchNorm
-    running statistics are recomputed if they lag (:func:`chance_advice`), else another round is
-    trained, up to ``max_rounds``; then it raises with the advice. The result sums the rounds
-    (their losses, seconds) and its ``notes`` say what was done. The course's own models pass in
-    the first round, unchanged.
+    After a round below the bar, lagging BatchNorm statistics are recomputed
+    (:func:`chance_advice`), else another round runs; then it raises with the advice. The result
+    sums the rounds and its ``notes`` say what was done. The course's models pass in round one.
     """
     from helpers.workload import models
     from helpers.workload.predict import accuracy
 
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
     bar = above_chance_bar(len(val.y), classes)
     losses: list[np.ndarray] = []
     notes: list[str] = []
     seconds = 0.0
     fit: TrainResult | None = None
-    for r in range(max_rounds):
+    for r in range(5):
         fit = train_classifier(model, train, steps=steps, val=val, seed=r, **kw)
         losses.append(fit.losses)
         seconds += fit.seconds
-        if fit.val_accuracy is not None and fit.val_accuracy > bar:
+        acc = fit.val_accuracy or 0.0
+        done = f"after {sum(map(len, losses))} steps: held-out {acc:.1%}"
+        if acc > bar:
             break
-        advice = chance_advice(model, fit, val, classes)
-        if "BatchNorm" in advice:
+        if "BatchNorm" in chance_advice(model, fit, val, classes):
             models.precise_batchnorm(model, train.x)
             after = accuracy(model, val.x, val.y)
-            notes.append(
-                f"after {sum(map(len, losses))} steps: held-out {fit.val_accuracy:.1%}; "
-                f"BatchNorm statistics recomputed (they lagged): {after:.1%}"
-            )
+            notes.append(f"{done}; BatchNorm statistics recomputed (they lagged): {after:.1%}")
             fit = replace(fit, val_accuracy=after)
             if after > bar:
                 break
-        elif r + 1 < max_rounds:
-            notes.append(
-                f"after {sum(map(len, losses))} steps: held-out {fit.val_accuracy:.1%} <= the "
-                f"bar {bar:.1%}: {steps} more steps"
-            )
+        elif r < 4:
+            notes.append(f"{done} <= the bar {bar:.1%}: {steps} more steps")
     assert fit is not None
     fit = replace(fit, losses=np.concatenate(losses), seconds=seconds, notes=tuple(notes))
-    if not (fit.val_accuracy is not None and fit.val_accuracy > bar):
+    if not (fit.val_accuracy or 0.0) > bar:
         advice = chance_advice(model, fit, val, classes)
         raise AssertionError(
-            f"{name}: held-out accuracy {fit.val_accuracy:.1%} <= the bar {bar:.1%} after "
+            f"model: held-out accuracy {fit.val_accuracy or 0.0:.1%} <= the bar {bar:.1%} after "
             f"{fit.steps} steps in {len(losses)} rounds: {advice}"
         )
     return fit
