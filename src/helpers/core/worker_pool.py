@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from helpers.core import scratch
+from helpers.core.checks import check_int
 
-__all__ = ["check_workers", "WorkerPool"]
+__all__ = ["WorkerPool"]
 
 
 def unguarded_main_call() -> str | None:
@@ -69,17 +70,6 @@ def unguarded_main_call() -> str | None:
     return f"{path}:{line}"
 
 
-def check_workers(workers: Any, what: str) -> None:
-    """Check that a process or thread count ``what`` is a positive int."""
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        hint = (
-            " (0 workers would mean no pipeline at all: use run_serial for the serial baseline)"
-            if workers == 0 and what == "workers"
-            else ""
-        )
-        raise ValueError(f"{what} must be a positive int, got {workers!r}{hint}")
-
-
 class WorkerPool:
     """Worker processes (spawn or forkserver) reporting on one queue: start-up, timeouts, errors.
 
@@ -105,7 +95,8 @@ class WorkerPool:
         timeout_s: float = 60.0,
         startup_timeout_s: float = 180.0,
     ) -> None:
-        check_workers(n, "workers")
+        why = "0 workers would mean no pipeline at all: use run_serial for the serial baseline"
+        check_int("workers", n, why=why)
         if timeout_s <= 0 or startup_timeout_s <= 0:
             raise ValueError("timeouts must be positive seconds")
         self.n, self.payload = n, payload
