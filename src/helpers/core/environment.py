@@ -202,10 +202,20 @@ def has_cuda() -> bool:
         return False
 
 
-def _check_device_name(name: str) -> str:
+def _device_name(name: str, who: str, cuda: bool, problem: str | None = None) -> str:
+    """The device ``name`` asks for: ``auto`` is CUDA where ``who`` sees a usable GPU, else the
+    CPU; an explicit ``cuda`` raises where there is none, or ``problem`` says it cannot be used."""
     name = name.strip().lower()
     if name not in ("auto", "cpu", "cuda") and not name.startswith("cuda:"):
         raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if name == "auto":
+        return "cuda" if cuda and not problem else "cpu"
+    if name.startswith("cuda") and not cuda:
+        raise RuntimeError(
+            f"device {name!r} requested but {who} sees no CUDA GPU; use 'cpu' or 'auto'"
+        )
+    if name.startswith("cuda") and problem:
+        raise RuntimeError(problem)
     return name
 
 
@@ -213,37 +223,20 @@ def torch_device(name: str = "auto") -> Any:
     """A ``torch.device``: ``auto`` picks CUDA when present, else the CPU; ``cuda`` without one raises."""
     import torch
 
-    name = _check_device_name(name)
-    if name == "auto":
-        return torch.device("cuda" if has_cuda() else "cpu")
-    if name.startswith("cuda") and not has_cuda():
-        raise RuntimeError(
-            f"device {name!r} requested but PyTorch sees no CUDA GPU; use 'cpu' or 'auto'"
-        )
-    return torch.device(name)
+    return torch.device(_device_name(name, "PyTorch", has_cuda()))
 
 
 def flow_device(name: str = "auto") -> Any:
-    """A ``oneflow.device`` with the same rules as :func:`torch_device`.
-
-    OneFlow 0.9.0 has no code for GPUs newer than compute capability 8.x (H100/H200 and later):
-    there ``auto`` picks the CPU and prints why once, and an explicit ``cuda`` raises the reason.
-    """
+    """A ``oneflow.device`` with the same rules as :func:`torch_device`. OneFlow 0.9.0 has no code
+    for GPUs newer than compute capability 8.x (H100/H200 and later): there ``auto`` picks the
+    CPU and says why once, and an explicit ``cuda`` raises the reason."""
     flow = import_oneflow()
-    name = _check_device_name(name)
     cuda = bool(flow.cuda.is_available())
     problem = _oneflow_gpu_problem() if cuda else None
-    if name == "auto":
-        if problem:
-            _say_once(problem)
-        return flow.device("cuda" if cuda and not problem else "cpu")
-    if name.startswith("cuda") and not cuda:
-        raise RuntimeError(
-            f"device {name!r} requested but OneFlow sees no CUDA GPU; use 'cpu' or 'auto'"
-        )
-    if name.startswith("cuda") and problem:
-        raise RuntimeError(problem)
-    return flow.device(name)
+    device = _device_name(name, "OneFlow", cuda, problem)
+    if problem and name.strip().lower() == "auto":
+        _say_once(problem)
+    return flow.device(device)
 
 
 def paired_devices() -> tuple[Any, Any]:

@@ -43,32 +43,28 @@ def kill_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:
         return None
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
-    import psutil
-
-    pids = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                pids.append(proc.info["pid"])
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return pids
-
-
 def alive(pids: Sequence[int]) -> list[int]:
     """The PIDs among ``pids`` that still run (zombies awaiting their parent's wait() count as gone)."""
     import psutil
 
     out = []
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
                 out.append(pid)
-        except psutil.NoSuchProcess:
-            continue
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
+    import psutil
+
+    members = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):  # gone, or not ours
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return alive(members)
 
 
 def _start_watchdog(grace_s: float) -> subprocess.Popen:

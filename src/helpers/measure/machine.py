@@ -11,6 +11,7 @@ process measured (the ledger stamps records with them).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -79,38 +80,28 @@ def _own_cpus_stat() -> tuple[int, int] | None:
 
 
 @lru_cache(maxsize=1)
-def _quota_cgroup() -> cgroup.Cgroup | None:
-    """This process's cgroup when it sets a CPU quota (read once), else None."""
-    found = cgroup.find()
-    return found if cgroup.cpu_quota(found) is not None else None
+def _own_cgroup() -> cgroup.Cgroup | None:
+    return cgroup.find()
 
 
 def container_cpu_s(cg: cgroup.Cgroup | None = None) -> float | None:
-    """CPU seconds used so far by every process of this container, when its cgroup sets a CPU
-    quota; None otherwise (then ``/proc/stat`` over the affinity mask is the container's view).
-    ``cg``: a cgroup to read instead of this process's (the tests' fake tree)."""
-    found = _quota_cgroup() if cg is None else cg
-    if found is None or cgroup.cpu_quota(found) is None:
-        return None
-    return cgroup.cpu_usage_s(found)
+    """CPU seconds used so far by every process of this container (``cg``: another cgroup, the
+    tests' fake tree), where its cgroup sets a CPU quota; None otherwise (then ``/proc/stat``
+    over the affinity mask is the container's view)."""
+    found = _own_cgroup() if cg is None else cg
+    return cgroup.cpu_usage_s(found) if cgroup.cpu_quota(found) is not None else None
 
 
 def _family_cpu_s() -> float:
     """CPU seconds of this process and its children (live ones through psutil, waited ones too)."""
-    own = time.process_time()
-    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own + waited.ru_utime + waited.ru_stime
-    try:
-        import psutil
+    import psutil
 
-        for child in psutil.Process().children(recursive=True):
-            try:
-                t = child.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:  # it ended between the listing and the read
-                pass
-    except ImportError:
-        pass
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = time.process_time() + waited.ru_utime + waited.ru_stime
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # it ended between the listing and the read
+            t = child.cpu_times()
+            total += t.user + t.system
     return total
 
 
