@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from helpers.core import cgroup, hardware, machine_needs
+from helpers.core.checks import check_int
 from helpers.core.hardware import has_bf16_instructions, has_int8_dot_product, int8_saturates
 
 __all__ = [
@@ -324,18 +325,13 @@ def import_oneflow() -> Any:
 
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, NumPy, PyTorch and (if imported) OneFlow."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_int("seed", seed, minimum=0)
     import numpy as np
+    import torch
 
     random.seed(seed)
     np.random.seed(seed)
-    try:
-        import torch
-
-        torch.manual_seed(seed)
-    except ImportError:
-        pass
+    torch.manual_seed(seed)
     if "oneflow" in sys.modules:
         sys.modules["oneflow"].manual_seed(seed)
 

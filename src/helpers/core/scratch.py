@@ -43,16 +43,9 @@ def sweep_stale() -> list[Path]:
 
     root = scratch_root()
     removed = []
-    if not root.is_dir():
-        return removed
-    for child in root.iterdir():
+    for child in root.iterdir() if root.is_dir() else ():
         owner = _owned_by(child)
-        if (
-            child.is_dir()
-            and owner is not None
-            and owner != os.getpid()
-            and not psutil.pid_exists(owner)
-        ):
+        if child.is_dir() and owner not in (None, os.getpid()) and not psutil.pid_exists(owner):
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed
