@@ -51,7 +51,6 @@ def test_v2_quota_usage_and_memory(tmp_path):
     assert cgroup.cpu_quota(cg) == 4.0  # 400000 / 100000; the parent's "max" is no limit
     assert cgroup.cpu_usage_s(cg) == pytest.approx(2.5)
     assert cgroup.memory_limit(cg) == 8 << 30
-    assert "CPU quota 4 cores" in cgroup.describe(cg, affinity=64)
 
 
 def test_v2_tighter_parent_limit_binds(tmp_path):
@@ -89,7 +88,6 @@ def test_v1_quota_usage_and_memory(tmp_path):
 def test_no_cgroup_mount(tmp_path):
     assert cgroup.find(tmp_path / "missing", V2_SELF) is None
     assert cgroup.cpu_quota(None) is None and cgroup.cpu_usage_s(None) is None
-    assert cgroup.describe(None) == "no cgroup found"
 
 
 def test_threads_capped_by_the_quota(tmp_path, monkeypatch):

@@ -15,7 +15,6 @@ from helpers.core import threads
 
 def test_same_threads_sets_every_framework(monkeypatch, torch_mod):
     monkeypatch.delenv(threads.ONEFLOW_THREADS_ENV, raising=False)
-    monkeypatch.setattr(threads, "_flow_threads", None)
     saved = torch_mod.get_num_threads()
     try:
         torch_mod.set_num_threads(2)  # something else first, so the call must change it
@@ -24,7 +23,7 @@ def test_same_threads_sets_every_framework(monkeypatch, torch_mod):
         import os
 
         assert os.environ[threads.ONEFLOW_THREADS_ENV] == "1"  # for a OneFlow started after this
-        assert threads.oneflow_threads() == 1
+        assert threads.framework_threads("oneflow") == 1
         assert threads.same_threads() == threads.available_cores()  # default: every core we may use
     finally:
         torch_mod.set_num_threads(saved)
@@ -37,7 +36,6 @@ def test_same_threads_sets_an_imported_oneflow(monkeypatch, torch_mod):
     """An already imported OneFlow gets ``set_num_threads(n)`` (a spy: it has no getter), and
     the count the measurements record is the one it was given."""
     monkeypatch.delenv(threads.ONEFLOW_THREADS_ENV, raising=False)
-    monkeypatch.setattr(threads, "_flow_threads", None)
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
     given = []
     monkeypatch.setitem(sys.modules, "oneflow", SimpleNamespace(set_num_threads=given.append))
@@ -45,20 +43,21 @@ def test_same_threads_sets_an_imported_oneflow(monkeypatch, torch_mod):
     try:
         assert threads.same_threads(1) == 1
         assert given == [1] and torch_mod.get_num_threads() == 1
-        assert threads.framework_threads("oneflow") == threads.oneflow_threads() == 1
+        assert threads.framework_threads("oneflow") == 1
     finally:
         torch_mod.set_num_threads(saved)
 
 
 def test_oneflow_threads_default_and_env(monkeypatch):
-    monkeypatch.setattr(threads, "_flow_threads", None)
     monkeypatch.delenv(threads.ONEFLOW_THREADS_ENV, raising=False)
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
-    assert threads.oneflow_threads() == 1  # OneFlow's own rule: CPUs minus two, at least one
+    assert (
+        threads.framework_threads("oneflow") == 1
+    )  # OneFlow's own rule: CPUs minus two, at least one
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
-    assert threads.oneflow_threads() == 6
+    assert threads.framework_threads("oneflow") == 6
     monkeypatch.setenv(threads.ONEFLOW_THREADS_ENV, "3")
-    assert threads.oneflow_threads() == 3
+    assert threads.framework_threads("oneflow") == 3
 
 
 def test_framework_threads_reads_torch(torch_mod):

@@ -24,8 +24,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from helpers.core.checks import check_int
 from helpers.core.threads import torch_threads
-from helpers.core.worker_pool import WorkerPool, check_workers
+from helpers.core.worker_pool import WorkerPool
 from helpers.workload.data import check_dataset, load_batch
 
 __all__ = [
@@ -364,7 +365,7 @@ def run_two_process(model, job, *, threads_per_worker=1, with_lock=True, workers
 
     with_lock=False: the control, the same processes without the lock (replicas)."""
     batches = job.batches()
-    check_workers(threads_per_worker, "threads_per_worker")
+    check_int("threads_per_worker", threads_per_worker)
     job.check(model)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["helpers.chapters.ch05_pipeline"])  # PyTorch, once
@@ -391,7 +392,7 @@ def run_two_process(model, job, *, threads_per_worker=1, with_lock=True, workers
 def run_dataloader(model, job, *, num_workers=2, threads=None, timeout_s=60.0):
     """The standard tool: DataLoader workers load and prefetch while this one infers."""
     job.batches()  # checks the dataset and sizes
-    check_workers(num_workers, "num_workers")
+    check_int("num_workers", num_workers)
     job.check(model)
     loader = DataLoader(
         JpegDataset(job.jpegs, job.image_size),

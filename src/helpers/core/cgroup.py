@@ -15,7 +15,6 @@ reader takes ``root`` (the cgroup mount, ``/sys/fs/cgroup``) and ``self_cgroup``
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,6 @@ __all__ = [
     "cpu_quota",
     "cpu_usage_s",
     "memory_limit",
-    "describe",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -114,20 +112,13 @@ def cpu_quota(cg: Cgroup | None) -> float | None:
     quotas = []
     for folder in cg.cpu:
         if cg.version == 2:
-            text = _read(folder / "cpu.max")
-            if not text:
-                continue
-            fields = text.split()
-            if fields[0] == "max" or len(fields) < 2:
-                continue
-            quota, period = int(fields[0]), int(fields[1])
+            text = _read(folder / "cpu.max") or "max"
+            quota, _, period = text.partition(" ")
         else:
-            q, p = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
-            if q is None or p is None or int(q) <= 0:
-                continue
-            quota, period = int(q), int(p)
-        if period > 0:
-            quotas.append(quota / period)
+            quota = _read(folder / "cpu.cfs_quota_us") or "-1"
+            period = _read(folder / "cpu.cfs_period_us") or "0"
+        if quota != "max" and int(quota) > 0 and period and int(period) > 0:
+            quotas.append(int(quota) / int(period))
     return min(quotas) if quotas else None
 
 
@@ -158,19 +149,3 @@ def memory_limit(cg: Cgroup | None) -> int | None:
         if text and text != "max" and text.isdigit() and int(text) < _V1_UNLIMITED:
             limits.append(int(text))
     return min(limits) if limits else None
-
-
-def describe(cg: Cgroup | None, affinity: int | None = None) -> str:
-    """One line for reports: the cgroup version, its CPU quota and memory limit."""
-    if cg is None:
-        return "no cgroup found"
-    quota = cpu_quota(cg)
-    mem = memory_limit(cg)
-    if affinity is None:
-        try:
-            affinity = len(os.sched_getaffinity(0))
-        except AttributeError:
-            affinity = os.cpu_count() or 1
-    cpu = f"CPU quota {quota:g} cores" if quota is not None else "no CPU quota"
-    memory = f"memory limit {mem / 2**30:.1f} GiB" if mem is not None else "no memory limit"
-    return f"cgroup v{cg.version}: {cpu} ({affinity} CPUs in the affinity mask), {memory}"

@@ -20,11 +20,8 @@ def _kind(minimum: int | None, maximum: int | None) -> str:
         return (
             f"an int in [{minimum}, {maximum}]" if minimum is not None else f"an int <= {maximum}"
         )
-    if minimum == 1:
-        return "a positive int"
-    if minimum == 0:
-        return "a non-negative int"
-    return f"an int >= {minimum}" if minimum is not None else "an int"
+    named = {None: "an int", 0: "a non-negative int", 1: "a positive int"}
+    return named.get(minimum, f"an int >= {minimum}")
 
 
 def check_int(

@@ -1,14 +1,11 @@
 """Which GPUs a framework's wheel can run on: the CUDA architectures compiled into its libraries.
 
-A CUDA library carries machine code (SASS) for a list of GPU architectures, and optionally PTX
-that the driver can compile for newer ones. OneFlow 0.9.0's cu117 wheel ships SASS for
-compute capability 6.0-8.6 and no PTX, so it cannot run on Hopper (H100/H200, 9.0) or newer
-GPUs; PyTorch 2.10's cu128 wheel starts at 7.0. The course's GPU chapters therefore need a GPU of
-compute capability 7.0-8.9 (V100, T4, A100, A10G, L4, L40S, RTX 30xx/40xx) for OneFlow to use it;
-on other GPUs :func:`helpers.core.environment.flow_device` keeps OneFlow on the CPU and says why.
-
-``tests/core/test_cuda_compat.py`` reads the architectures straight from the installed library's
-embedded CUDA fat binaries, which is how the constants here were checked and are re-checked.
+A CUDA library carries machine code (SASS) for some GPU architectures, and optionally PTX the
+driver compiles for newer ones. OneFlow 0.9.0's cu117 wheel has SASS for compute capability
+6.0-8.6 and no PTX: it cannot run on Hopper (H100/H200, 9.0) or newer (PyTorch 2.10's cu128 wheel
+starts at 7.0), so OneFlow needs a GPU of capability 7.0-8.9; elsewhere
+``environment.flow_device`` keeps it on the CPU and says why. ``tests/core/test_cuda_compat.py``
+re-reads the architectures from the installed library's fat binaries.
 """
 
 from __future__ import annotations

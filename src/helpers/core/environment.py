@@ -1,19 +1,12 @@
 """Quick/full mode, device selection, seeding and the environment report.
 
-One environment variable, ``COURSE_MODE`` (``quick`` or ``full``), picks the
-problem sizes of every chapter.  Without it, the mode is chosen from what the
-machine can run (:func:`mode_choice`): ``full`` only with a CUDA GPU whose memory,
-and host RAM, hold the heaviest chapter's need (:mod:`helpers.core.machine_needs`,
-generated from the committed measurements), ``quick`` otherwise, with one printed
-line saying why.  The same code path runs in both modes.
-
-A second one, ``COURSE_FEWEST=1``, keeps the mode's sizes (model, image size, batch
-size, data) and cuts its repeat counts to the fewest that still execute every branch
-and every assert: one warm-up call and three timed calls (a median and its spread), full
-mode's training steps to a tenth, and batch sweeps to their ends and the batch size (full
-mode: 1, 16 and 64; the points between run the same code). ``make fullcpu`` uses it to run
-full mode end to end on a CPU (``tools/full_cpu_run.py``: about 75 minutes on two cores); its
-timings are not reference figures.
+``COURSE_MODE`` (``quick`` or ``full``) picks every chapter's problem sizes; unset, the mode is
+what the machine can run (:func:`mode_choice`: ``full`` only where a CUDA GPU and the host's RAM
+hold the heaviest chapter's measured need, :mod:`helpers.core.machine_needs`), said in one line.
+``COURSE_FEWEST=1`` keeps the mode's sizes and cuts its repeats to the fewest that still run every
+branch and assert (:func:`_fewest`); ``make fullcpu`` uses it to run full mode end to end on a CPU
+(``tools/full_cpu_run.py``: about 75 minutes on two cores), and its timings are not reference
+figures. The same code path runs in both modes.
 """
 
 from __future__ import annotations
@@ -29,7 +22,8 @@ from functools import cache, lru_cache
 from importlib import metadata
 from typing import Any
 
-from helpers.core import hardware
+from helpers.core import cgroup, hardware, machine_needs
+from helpers.core.checks import check_int
 from helpers.core.hardware import has_bf16_instructions, has_int8_dot_product, int8_saturates
 
 __all__ = [
@@ -122,8 +116,6 @@ def mode_choice() -> tuple[str, str]:
 
 @lru_cache(maxsize=1)
 def _auto_mode() -> tuple[str, str]:
-    from helpers.core import machine_needs
-
     host, _ = machine_needs.host_memory()
     fits, why = machine_needs.full_mode_fits(host, gpu_memory_bytes())
     return ("full" if fits else "quick"), why
@@ -139,10 +131,7 @@ def gpu_memory_bytes() -> int | None:
 
 
 def get_mode() -> str:
-    """The course mode: ``$COURSE_MODE`` if set, else what this machine can run (:func:`mode_choice`).
-
-    Chosen quick on its own, it prints one line (once per process) saying why and how to insist.
-    """
+    """``$COURSE_MODE`` if set, else :func:`mode_choice`'s; a quick mode chosen here says why once."""
     mode, why = mode_choice()
     if mode == "quick" and not os.environ.get(MODE_ENV, "").strip():
         _say_once(f"quick mode: {why}. {MODE_ENV}=full runs full mode anyway")
@@ -150,11 +139,7 @@ def get_mode() -> str:
 
 
 def fewest() -> bool:
-    """True when ``$COURSE_FEWEST`` is ``1``: repeats cut to the fewest that still run everything.
-
-    ``make fullcpu`` sets it to run full mode end to end on a CPU (``tools/full_cpu_run.py``).
-    Unset, ``0`` or empty: the mode's own repeat counts. Anything else is an error.
-    """
+    """True when ``$COURSE_FEWEST`` is ``1`` (``make fullcpu``); unset, empty or ``0``: False."""
     value = os.environ.get(FEWEST_ENV, "").strip()
     if value not in ("", "0", "1"):
         raise ValueError(f"{FEWEST_ENV}={value!r}: use 1 (fewest repeats) or 0 (the mode's own)")
@@ -179,11 +164,8 @@ def own_model() -> str | None:
 
 
 def sizes(mode: str | None = None) -> Sizes:
-    """Problem sizes for ``mode`` (default: the current mode), repeats cut under ``COURSE_FEWEST=1``.
-
-    ``COURSE_MODEL`` (a torchvision classifier's name or ``package.module:function``) replaces
-    the course's ResNet as ``arch``, at the mode's sizes: your own model through the chapters.
-    """
+    """Problem sizes for ``mode`` (default: the current one), cut under ``COURSE_FEWEST=1``;
+    ``COURSE_MODEL`` replaces the course's ResNet as ``arch`` at the mode's sizes."""
     mode = get_mode() if mode is None else mode
     if mode not in SIZES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
@@ -193,13 +175,10 @@ def sizes(mode: str | None = None) -> Sizes:
 
 
 def sizes_on(device: Any, mode: str | None = None) -> Sizes:
-    """The sizes for work that runs on ``device``: quick sizes for a CPU in full mode.
-
-    Full mode's sizes (ResNet-101, 224 px, batch 16) are for a GPU. Work the course runs on a CPU
-    even then, OneFlow's above all (chapter 0 compares the frameworks on the CPU, and OneFlow 0.9.0
-    has no kernels for Hopper GPUs), would take tens of minutes per chapter at those sizes: it runs
-    at quick sizes, and this prints one line saying so (once per process). ``device`` is a torch or
-    OneFlow device, or its type as text.
+    """The sizes for work on ``device`` (a torch or OneFlow device, or its type): quick sizes for
+    a CPU in full mode, said once. Full sizes are for a GPU; work the course runs on a CPU even
+    then (OneFlow's above all: chapter 0 compares on the CPU, and OneFlow 0.9.0 has no kernels for
+    Hopper GPUs) would take tens of minutes per chapter at them.
     """
     current = sizes(mode)
     kind = device if isinstance(device, str) else getattr(device, "type", str(device))
@@ -224,51 +203,41 @@ def has_cuda() -> bool:
         return False
 
 
-def _check_device_name(name: str) -> str:
+def _device_name(name: str, who: str, cuda: bool, problem: str | None = None) -> str:
+    """The device ``name`` asks for: ``auto`` is CUDA where ``who`` sees a usable GPU, else the
+    CPU; an explicit ``cuda`` raises where there is none, or ``problem`` says it cannot be used."""
     name = name.strip().lower()
     if name not in ("auto", "cpu", "cuda") and not name.startswith("cuda:"):
         raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if name == "auto":
+        return "cuda" if cuda and not problem else "cpu"
+    if name.startswith("cuda") and not cuda:
+        raise RuntimeError(
+            f"device {name!r} requested but {who} sees no CUDA GPU; use 'cpu' or 'auto'"
+        )
+    if name.startswith("cuda") and problem:
+        raise RuntimeError(problem)
     return name
 
 
 def torch_device(name: str = "auto") -> Any:
-    """A ``torch.device``: ``auto`` picks CUDA when present and falls back to CPU.
-
-    Asking explicitly for ``cuda`` on a machine without a GPU raises a clear error.
-    """
+    """A ``torch.device``: ``auto`` picks CUDA when present, else the CPU; ``cuda`` without one raises."""
     import torch
 
-    name = _check_device_name(name)
-    if name == "auto":
-        return torch.device("cuda" if has_cuda() else "cpu")
-    if name.startswith("cuda") and not has_cuda():
-        raise RuntimeError(
-            f"device {name!r} requested but PyTorch sees no CUDA GPU; use 'cpu' or 'auto'"
-        )
-    return torch.device(name)
+    return torch.device(_device_name(name, "PyTorch", has_cuda()))
 
 
 def flow_device(name: str = "auto") -> Any:
-    """A ``oneflow.device`` with the same rules as :func:`torch_device`.
-
-    OneFlow 0.9.0 has no code for GPUs newer than compute capability 8.x (H100/H200 and later):
-    there ``auto`` picks the CPU and prints why once, and an explicit ``cuda`` raises the reason.
-    """
+    """A ``oneflow.device`` with the same rules as :func:`torch_device`. OneFlow 0.9.0 has no code
+    for GPUs newer than compute capability 8.x (H100/H200 and later): there ``auto`` picks the
+    CPU and says why once, and an explicit ``cuda`` raises the reason."""
     flow = import_oneflow()
-    name = _check_device_name(name)
     cuda = bool(flow.cuda.is_available())
     problem = _oneflow_gpu_problem() if cuda else None
-    if name == "auto":
-        if problem:
-            _say_once(problem)
-        return flow.device("cuda" if cuda and not problem else "cpu")
-    if name.startswith("cuda") and not cuda:
-        raise RuntimeError(
-            f"device {name!r} requested but OneFlow sees no CUDA GPU; use 'cpu' or 'auto'"
-        )
-    if name.startswith("cuda") and problem:
-        raise RuntimeError(problem)
-    return flow.device(name)
+    device = _device_name(name, "OneFlow", cuda, problem)
+    if problem and name.strip().lower() == "auto":
+        _say_once(problem)
+    return flow.device(device)
 
 
 def paired_devices() -> tuple[Any, Any]:
@@ -314,13 +283,9 @@ _HARMLESS = (
 
 @contextmanager
 def quiet_native_stderr() -> Iterator[None]:
-    """Hide OneFlow's harmless 'no CUDA driver' lines that its C++ runtime writes to file descriptor 2.
-
-    They appear at import and again when the first ``nn.Graph`` compiles on a CPU-only machine.
-    PyTorch's profiler notes the same way that a block allocated before profiling was freed
-    inside it (chapter 4 profiles inside this block). Every other line written to descriptor 2
-    inside the block is passed on unchanged (after it).
-    """
+    """Hide the harmless lines native code writes to file descriptor 2 (:data:`_HARMLESS`), pass on
+    every other one after the block: OneFlow's 'no CUDA driver' at import and at the first
+    ``nn.Graph`` compile on a CPU-only machine, PyTorch's profiler notes (chapter 4)."""
     import tempfile
 
     sys.stderr.flush()
@@ -340,13 +305,9 @@ def quiet_native_stderr() -> Iterator[None]:
 
 
 def import_oneflow() -> Any:
-    """Import OneFlow once, hiding its harmless 'no CUDA driver' chatter on CPU-only machines.
-
-    OneFlow's C++ runtime writes those lines straight to file descriptor 2 at import; any
-    other line it writes there is passed on unchanged. First it loads the course's fix for a race
-    in OneFlow 0.9.0's ``nn.Graph`` launcher (:mod:`helpers.core.oneflow_fix`), which would
-    otherwise crash a process now and then; without it (no C++ compiler) a note says so once.
-    """
+    """Import OneFlow once, inside :func:`quiet_native_stderr`, after loading the course's fix for
+    a race in OneFlow 0.9.0's ``nn.Graph`` launcher (:mod:`helpers.core.oneflow_fix`), which
+    would otherwise crash a process now and then; without it (no C++ compiler) a note says so."""
     if "oneflow" in sys.modules:
         return sys.modules["oneflow"]
     from helpers.core import oneflow_fix
@@ -364,28 +325,20 @@ def import_oneflow() -> Any:
 
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, NumPy, PyTorch and (if imported) OneFlow."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_int("seed", seed, minimum=0)
     import numpy as np
+    import torch
 
     random.seed(seed)
     np.random.seed(seed)
-    try:
-        import torch
-
-        torch.manual_seed(seed)
-    except ImportError:
-        pass
+    torch.manual_seed(seed)
     if "oneflow" in sys.modules:
         sys.modules["oneflow"].manual_seed(seed)
 
 
 def skip_without_gpu(what: str) -> bool:
-    """Print a clear skip line and return True when no CUDA GPU is present.
-
-    Use as ``if not skip_without_gpu("TensorRT INT8"): ...`` so a GPU-only step never
-    fails and never silently vanishes on a CPU machine.
-    """
+    """True, after printing a skip line, when no CUDA GPU is present: ``if not
+    skip_without_gpu("TensorRT INT8"): ...`` neither fails nor silently vanishes on a CPU."""
     if has_cuda():
         return False
     _print_wrapped(
@@ -402,40 +355,27 @@ def _version(dist: str) -> str | None:
 
 
 LIBRARIES = (
-    "torch",
-    "torchvision",
-    "oneflow",
-    "flowvision",
-    "onnx",
-    "onnxruntime-gpu",
-    "openvino",
-    "nvidia-pytriton",
-    "numpy",
+    "torch torchvision oneflow flowvision onnx onnxruntime-gpu openvino nvidia-pytriton numpy"
 )
 
 
 @lru_cache(maxsize=1)
 def environment_report() -> dict[str, Any]:
     """Facts about this machine and its libraries (machine, cores, GPU, driver, versions, mode)."""
-    facts = hardware.machine_facts()
-    report: dict[str, Any] = {
+    facts, gpu = hardware.machine_facts(), hardware.gpu_info()
+    host, where = machine_needs.host_memory()
+    problem = _oneflow_gpu_problem() if gpu["gpu"] else None
+    return {
         "mode": get_mode(),
         "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
         **{k: facts[k] for k in ("cpu", "cpu_family", "cores", "flags")},
+        "memory": f"{host / 2**30:.1f} GiB ({where})" if host else None,
+        "cpu_quota": cgroup.cpu_quota(cgroup.find()),
+        **gpu,
+        "oneflow_gpu": None if gpu["gpu"] is None else ("no: " + problem if problem else "yes"),
+        "libraries": {name: _version(name) for name in LIBRARIES.split()},
     }
-    from helpers.core import cgroup, machine_needs
-
-    host, where = machine_needs.host_memory()
-    report["memory"] = f"{host / 2**30:.1f} GiB ({where})" if host else None
-    quota = cgroup.cpu_quota(cgroup.find())
-    report["cpu_quota"] = quota
-    report.update(hardware.gpu_info())
-    report["oneflow_gpu"] = (
-        None if report["gpu"] is None else ("no: " + p if (p := _oneflow_gpu_problem()) else "yes")
-    )
-    report["libraries"] = {name: _version(name) for name in LIBRARIES}
-    return report
 
 
 def machine_label() -> str:
@@ -446,39 +386,40 @@ def machine_label() -> str:
 
 def print_environment_report() -> None:
     """Print the environment report and this mode's problem sizes (top of every chapter)."""
-    rep = environment_report()
-    width = 14
-    keys = ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory")
-    for key in (*keys, "gpu", "driver", "cuda"):
-        value = rep.get(key)
-        if key == "cpu_quota":
-            if value is None:
-                continue  # no container quota: the cores above are this process's
-            value = f"{value:g} cores (the container's cgroup; threads are capped to it)"
-        if isinstance(value, list):
-            value = ", ".join(value) or "-"
-        print(f"{key:<{width}} {value if value is not None else '-'}")
     import textwrap
 
-    def wrapped(key: str, text: str) -> None:
-        lines = textwrap.wrap(text, 88 - width - 1) or ["-"]  # the book's 88 columns
-        print(f"{key:<{width}} {lines[0]}")
+    rep = environment_report()
+    width = 14
+
+    def row(key: str, value: Any) -> None:
+        value = ", ".join(value) or "-" if isinstance(value, list) else value
+        lines = textwrap.wrap("-" if value is None else str(value), PAGE_COLUMNS - width - 1)
+        print(f"{key:<{width}} {lines[0] if lines else '-'}")
         for line in lines[1:]:
             print(" " * (width + 1) + line)
 
+    for key in ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory"):
+        if key == "cpu_quota" and rep[key] is not None:  # none: the cores above are this process's
+            row(key, f"{rep[key]:g} cores (the container's cgroup; threads are capped to it)")
+        elif key != "cpu_quota":
+            row(key, rep[key])
+    for key in ("gpu", "driver", "cuda"):
+        row(key, rep[key])
     if rep.get("oneflow_gpu"):
-        wrapped("oneflow gpu", rep["oneflow_gpu"])
+        row("oneflow gpu", rep["oneflow_gpu"])
     try:
         la = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-        wrapped("load", f"{la} (1/5/15-minute load averages; each timing records its own load)")
+        row("load", f"{la} (1/5/15-minute load averages; each timing records its own load)")
     except OSError:
         pass
-    wrapped("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
+    row("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
     s = asdict(sizes(rep["mode"]))
-    shown = {k: v for k, v in s.items() if k != "mode" and (k != "fewest" or v)}
-    wrapped("sizes", ", ".join(f"{k}={v}" for k, v in shown.items()))
+    row(
+        "sizes",
+        ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode" and (k, v) != ("fewest", False)),
+    )
     if s["fewest"]:
-        wrapped(
+        row(
             "fewest",
             f"{FEWEST_ENV}=1: the fewest repeats that run every step (make fullcpu); "
             "these timings are not reference figures",

@@ -30,46 +30,23 @@ FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"
 INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cpu_family() -> str | None:
-    """``"family 25, model 1"`` from /proc/cpuinfo: which generation a model name such as
-    ``AMD EPYC`` was (cloud machines of one name differ by more than 1.5x); None if unknown."""
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's block of ``/proc/cpuinfo`` as {key: value}; {} off Linux."""
     found: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("cpu family", "model") and key not in found:
-                    found[key] = value.strip()
-                if not line.strip() and found:  # the first processor's block only
+                if not line.strip() and found:
                     break
+                key, _, value = line.partition(":")
+                found.setdefault(key.strip(), value.strip())
     except OSError:
-        return None
-    if "cpu family" not in found:
-        return None
-    return f"family {found['cpu family']}, model {found.get('model', '?')}"
+        pass
+    return found
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set(_cpuinfo().get("flags", "").split())
 
 
 def has_int8_dot_product() -> bool:
@@ -103,20 +80,12 @@ def gpu_info() -> dict[str, Any]:
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    driver = None
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
-        driver = (
-            subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            ).stdout.strip()
-            or None
-        )
+        out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=False)
+        driver = out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
-        pass
+        driver = None
     return {
         "gpu": f"{props.name} ({props.total_memory / 2**30:.0f} GiB)",
         "driver": driver,
@@ -128,9 +97,13 @@ def gpu_info() -> dict[str, Any]:
 def machine_facts() -> dict[str, Any]:
     """This machine, as every record of where a figure was measured stores it."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    info = _cpuinfo()
+    # the family and model tell generations of one model name apart ("AMD EPYC"): cloud machines
+    # of one name differ by more than 1.5x
+    family = info.get("cpu family")
     return {
-        "cpu": _cpu_model(),
-        "cpu_family": _cpu_family(),
+        "cpu": info.get("model name") or platform.processor() or platform.machine(),
+        "cpu_family": f"family {family}, model {info.get('model', '?')}" if family else None,
         "cores": os.cpu_count(),
         "flags": sorted(_cpu_flags() & set(FLAGS)),
         "memory_gib": round(memory, 1),
@@ -148,19 +121,9 @@ def describe_machine(m: dict[str, Any] | None = None, *, memory: bool = False) -
     recorded GPU is named last. Default: this machine."""
     m = machine_facts() if m is None else m
     flags = set(_flags(m))
-    named = [
-        label
-        for flag, label in (
-            ("avx512_vnni", "AVX-512 VNNI"),
-            ("avx512f", "AVX-512"),
-            ("avx2", "AVX2"),
-            ("amx_int8", "AMX"),
-        )
-        if flag in flags
-    ]
-    if "AVX-512 VNNI" in named or "AVX-512" in named:  # name the widest only
-        wider = "AVX-512 VNNI" if "AVX-512 VNNI" in named else "AVX-512"
-        named = [n for n in named if n not in ("AVX-512", "AVX2") or n == wider]
+    vectors = (("avx512_vnni", "AVX-512 VNNI"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
+    widest = next((label for flag, label in vectors if flag in flags), None)  # the widest only
+    named = [n for n in (widest, "AMX" if "amx_int8" in flags else None) if n]
     family = f" ({m['cpu_family']})" if m.get("cpu_family") else ""
     parts = [m["cpu"] + family, f"{m['cores']} cores", *named]
     if memory and m.get("memory_gib"):

@@ -1,14 +1,14 @@
 """What full mode needs of a machine, and whether this one has it: the rule behind the mode choice.
 
-Full mode (ResNet-101, 224 px, batch 16 and sweeps to 64) is for a GPU, and not every GPU machine
-can hold it. :data:`NEEDS` says what the heaviest chapter takes, generated from the committed
-measurements by ``tools/machine_needs.py`` (``tests/core/test_machine_needs.py`` fails when it is
-stale): host memory from the full-size runs (``make fullcpu``: the peak of the chapter's whole
-process tree, on every CPU that ran it), GPU memory from ``tools/gpu_estimate.py``'s count (no GPU
-has run full mode yet: a count on PyTorch's meta device plus an assumed context per framework,
-labelled as such), and quick mode's host memory from the nbval run. :func:`full_mode_fits` applies
-them; ``helpers.core.environment.get_mode`` and ``make doctor`` (``tools/doctor.py`` loads this
-file before anything is installed: standard library only) both ask it.
+Full mode (ResNet-101, 224 px, batch 16, sweeps to 64) is for a GPU, and not every GPU machine
+can hold it. :data:`NEEDS`, generated from the committed measurements by
+``tools/machine_needs.py`` (``tests/core/test_machine_needs.py`` fails when it is stale): host
+memory from ``make fullcpu`` (the peak PSS of the chapter's process tree, on every CPU that ran
+it), GPU memory from ``tools/gpu_estimate.py``'s count (no GPU has run full mode yet: a count on
+PyTorch's meta device plus an assumed context per framework, labelled so), quick mode's host
+memory from the nbval run. ``environment.get_mode`` and ``make doctor`` both apply it
+(:func:`full_mode_fits`); ``tools/doctor.py`` loads this file before anything is installed, so it
+uses the standard library only.
 """
 
 from __future__ import annotations
@@ -52,18 +52,6 @@ NEEDS: dict[str, Any] = {
 # needs:end
 
 
-def _meminfo_total(text: str | None = None) -> int | None:
-    if text is None:
-        try:
-            text = Path("/proc/meminfo").read_text()
-        except OSError:
-            return None
-    for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def host_memory(
     meminfo: str | None = None,
     cgroup_root: Path | str = cgroup.ROOT,
@@ -72,7 +60,13 @@ def host_memory(
     """(bytes, where they were read): the machine's ``MemTotal``, or its container's memory limit
     where the cgroup sets a lower one (a container sees the host's ``/proc/meminfo``). None off
     Linux. ``meminfo``, ``cgroup_root`` and ``self_cgroup`` replace the real files (tests)."""
-    total = _meminfo_total(meminfo)
+    if meminfo is None:
+        try:
+            meminfo = Path("/proc/meminfo").read_text()
+        except OSError:
+            meminfo = ""
+    rows = [line.split() for line in meminfo.splitlines() if line.startswith("MemTotal:")]
+    total = int(rows[0][1]) * 1024 if rows else None
     limit = cgroup.memory_limit(cgroup.find(cgroup_root, self_cgroup))
     if limit is not None and (total is None or limit < total):
         return limit, "the container's cgroup limit"

@@ -1,25 +1,19 @@
 """A fix for a race in OneFlow 0.9.0's ``nn.Graph`` launcher, loaded before OneFlow starts.
 
-The race (OneFlow's ``oneflow/core/vm/lazy_job_instruction_policy.h``, still so upstream): each call
-of an ``nn.Graph`` becomes a ``LaunchLazyJob`` instruction. Its launcher thread hands the job to the
-graph's runtime (``Buffer::Push`` of the source tick) and only *then* records the graph in the lazy-job
-stream's queue (``LazyJobStreamPolicy::EnqueueNNGraph``). The job's last kernel removes that entry
-(``DequeueNNGraph``: ``queue_.pop()``, unchecked). A small graph on a busy machine can run to the end
-while the launcher thread waits for a CPU between those two steps: ``pop()`` then runs on an empty
-``std::queue``. What follows is undefined: a segfault inside ``DequeueNNGraph``, a corrupted heap
-(``free(): invalid pointer``, an actor's ``UNIMPLEMENTED`` abort, a crash destroying a graph or at
-exit), or a launcher that waits forever for a queue that never empties again. No synchronisation in
-Python can close the window: it lies inside one C++ call.
+The race (``oneflow/core/vm/lazy_job_instruction_policy.h``, still so upstream): each graph call's
+``LaunchLazyJob`` hands the job to the graph's runtime and only *then* records it in the lazy-job
+stream's queue (``EnqueueNNGraph``); the job's last kernel removes that entry (``DequeueNNGraph``:
+an unchecked ``queue_.pop()``). A small graph on a busy machine can finish while the launcher
+waits for a CPU between the two steps: ``pop()`` on an empty ``std::queue`` is undefined (a
+segfault, ``free(): invalid pointer``, an ``UNIMPLEMENTED`` abort, a crash at exit, or a launcher
+waiting forever). The window lies inside one C++ call: no Python lock closes it.
 
-The fix replaces those two functions (liboneflow calls both through its PLT, so a library loaded
-with ``RTLD_GLOBAL`` before OneFlow takes their place): a job that finishes before its launch was
-recorded is counted, and its late ``EnqueueNNGraph`` then consumes the count instead of adding an
-entry nobody will remove. The queue ends exactly as if the two had come in order. The library is
-compiled once from the source below with the machine's C++ compiler (about 2 s) and cached.
-
-:func:`install` is called by :func:`helpers.core.environment.import_oneflow`; it does nothing when the
-OneFlow on the machine is not the build the object layout below was read from, or when
-``COURSE_ONEFLOW_FIX=0``. :func:`status` says what happened.
+The fix replaces both functions (liboneflow calls them through its PLT, so a library loaded with
+``RTLD_GLOBAL`` first takes their place): a job that finishes before its launch was recorded is
+counted, and its late ``EnqueueNNGraph`` consumes the count instead of adding an entry nobody
+removes. It is compiled once with the machine's C++ compiler (about 2 s) and cached.
+:func:`install` (called by ``environment.import_oneflow``) does nothing for another OneFlow
+build or with ``COURSE_ONEFLOW_FIX=0``; :func:`status` says what happened.
 """
 
 from __future__ import annotations

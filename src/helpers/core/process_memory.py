@@ -1,14 +1,9 @@
-"""Peak memory of a process tree, sampled in a thread.
+"""Peak memory of a process tree, sampled in a thread (``conftest.py`` under nbval, ``make fullcpu``).
 
-One sampler for the two places that size the course's runs: ``conftest.py`` (each notebook under
-nbval: the kernel and what it starts) and ``tools/full_cpu_run.py`` (``make fullcpu``: a pytest
-process per notebook).
-
-The tree's figure sums each process's PSS (proportional set size: a page shared by ``n``
-processes counts ``1/n`` in each), read from ``/proc/<pid>/smaps_rollup`` on Linux. A sum of RSS
-counts a shared page once per process: forked workers that share a model's weights would add
-up to more memory than the machine has. Where PSS cannot be read (another OS, another user's
-process) a process counts with its RSS, and ``pss`` says whether every process had one.
+The tree's figure sums each process's PSS (a page shared by ``n`` processes counts ``1/n`` in
+each; ``/proc/<pid>/smaps_rollup``). A sum of RSS counts a shared page once per process: forked
+workers sharing a model's weights would add up to more memory than the machine has. Where PSS
+cannot be read (another OS, another user's process) a process counts with its RSS.
 """
 
 from __future__ import annotations

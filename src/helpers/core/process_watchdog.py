@@ -12,8 +12,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
-__all__: list[str] = []
+__all__ = ["stop_group"]
 
 
 def _group_alive(pgid: int) -> bool:
@@ -26,6 +27,22 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
+def stop_group(pgid: int, grace_s: float, running: Callable[[], bool]) -> None:
+    """SIGTERM process group ``pgid``, wait up to ``grace_s`` while ``running()``, then SIGKILL
+    what is left (children may outlive a leader that exited)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def main() -> None:
     """Wait for the parent to end, then stop the process group it named."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -35,17 +52,7 @@ def main() -> None:
     pgid, grace = int(line), float(sys.argv[1])
     while sys.stdin.buffer.read(4096):
         pass
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    stop_group(pgid, grace, lambda: _group_alive(pgid))
 
 
 if __name__ == "__main__":

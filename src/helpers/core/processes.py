@@ -12,8 +12,8 @@ by SIGKILL. The Triton server and the nginx front are both built on it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
-import signal
 import subprocess
 import sys
 import weakref
@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from helpers.core import scratch
+from helpers.core.process_watchdog import stop_group
 
 __all__ = [
     "ManagedProcess",
@@ -33,38 +34,13 @@ _WATCHDOG = Path(__file__).with_name("process_watchdog.py")
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:
-    """SIGTERM the process group of ``proc``, wait up to ``grace_s``, SIGKILL what is left; its exit code."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:  # children may outlive a leader that exited: kill the whole group regardless
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Stop the process group of ``proc`` (:func:`~helpers.core.process_watchdog.stop_group`:
+    SIGTERM, up to ``grace_s``, SIGKILL); its exit code."""
+    stop_group(proc.pid, grace_s, lambda: proc.poll() is None)
     try:
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         return None
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
-    import psutil
-
-    pids = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                pids.append(proc.info["pid"])
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return pids
 
 
 def alive(pids: Sequence[int]) -> list[int]:
@@ -73,12 +49,22 @@ def alive(pids: Sequence[int]) -> list[int]:
 
     out = []
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
                 out.append(pid)
-        except psutil.NoSuchProcess:
-            continue
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
+    import psutil
+
+    members = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):  # gone, or not ours
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return alive(members)
 
 
 def _start_watchdog(grace_s: float) -> subprocess.Popen:
@@ -94,19 +80,10 @@ def _start_watchdog(grace_s: float) -> subprocess.Popen:
 
 def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
     """Stop a watchdog whose group is already stopped (it must not signal a reused group id)."""
-    if watchdog is None:
-        return
-    if watchdog.poll() is None:
-        watchdog.kill()
-    try:
-        watchdog.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass
-    if watchdog.stdin is not None:
-        try:
-            watchdog.stdin.close()
-        except OSError:
-            pass
+    if watchdog is not None:
+        watchdog.kill()  # nothing once it has exited
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            watchdog.communicate(timeout=10)  # reaps it and closes its stdin
 
 
 def _cleanup(

@@ -1,12 +1,9 @@
 """Scratch folders for a chapter's files (checkpoints, exported weights) that never outlive the kernel.
 
-A chapter that writes a 40 MB checkpoint into ``tempfile.mkdtemp()`` and forgets it leaves one such
-folder behind per run; on a shared machine (a workshop hub, a CI runner) they add up. A folder from
-:func:`scratch_dir` is removed when the Python process that made it exits (the notebook's kernel
-shuts down, a test session ends), or earlier with :func:`remove_scratch`. A kernel that is killed
-(nbval stops kernels with SIGKILL; so does a crash) cannot clean up, so each folder carries its
-process id in its name (``<tmp>/inference-course-scratch-<uid>/<pid>-<prefix>…``) and the next
-:func:`scratch_dir` call, in any process, removes the folders of processes that no longer exist.
+A folder from :func:`scratch_dir` is removed when the process that made it exits, or earlier by
+:func:`remove_scratch`. A killed kernel (nbval uses SIGKILL) cannot clean up, so each folder's
+name starts with its process id (``<tmp>/inference-course-scratch-<uid>/<pid>-<prefix>...``) and
+the next :func:`scratch_dir` call, in any process, removes those of processes that are gone.
 """
 
 from __future__ import annotations
@@ -29,11 +26,8 @@ _OWNED = re.compile(r"^(\d+)-")
 
 
 def scratch_root() -> Path:
-    """The folder every scratch folder of this user lives in: ``inference-course-scratch-<uid>`` in the temp dir.
-
-    One root per user: on a shared workshop hub a root made by one participant (mode 0700) would
-    otherwise refuse everybody else's folders with ``PermissionError``.
-    """
+    """``<tmp>/inference-course-scratch-<uid>``: one root per user, since a root made by one
+    participant of a shared hub (mode 0700) would refuse everybody else's folders."""
     return Path(tempfile.gettempdir()) / f"inference-course-scratch-{os.getuid()}"
 
 
@@ -49,16 +43,9 @@ def sweep_stale() -> list[Path]:
 
     root = scratch_root()
     removed = []
-    if not root.is_dir():
-        return removed
-    for child in root.iterdir():
+    for child in root.iterdir() if root.is_dir() else ():
         owner = _owned_by(child)
-        if (
-            child.is_dir()
-            and owner is not None
-            and owner != os.getpid()
-            and not psutil.pid_exists(owner)
-        ):
+        if child.is_dir() and owner not in (None, os.getpid()) and not psutil.pid_exists(owner):
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed

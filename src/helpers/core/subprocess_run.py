@@ -1,8 +1,7 @@
 """Run a function in a fresh Python process with its own environment variables.
 
-Process lifecycle: plumbing. Used by chapter 6 only, for a reason any chapter could meet: some switches
-are read once, when a library is imported (OneFlow's MLIR passes, chosen by ``ONEFLOW_MLIR_*``
-variables before ``import oneflow``). A process that already imported the library cannot flip them, so
+Some switches are read once, when a library is imported (OneFlow's MLIR passes, chosen by
+``ONEFLOW_MLIR_*`` before ``import oneflow``): a process that imported it cannot flip them, so
 each setting runs in a new process::
 
     out = run_in_subprocess(
@@ -12,9 +11,7 @@ each setting runs in a new process::
         unset=MLIR_VARS,  # removed from it first: only ``env`` decides
     )
 
-The target is ``"package.module:function"``; it is called with ``kwargs`` (JSON values) and must
-return something JSON can encode (measurements, op counts, paths of saved outputs). Failures in
-the child (an exception, a crash, a timeout) come back as clear errors with the child's output.
+The target, ``"package.module:function"``, gets JSON ``kwargs`` and returns what JSON encodes.
 """
 
 from __future__ import annotations
@@ -62,30 +59,22 @@ def run_in_subprocess(
     unset: Iterable[str] = (),
     timeout_s: float = 600.0,
 ) -> dict[str, Any]:
-    """Call ``target(**kwargs)`` in a fresh Python process with ``env`` added to this environment.
+    """Call ``target(**kwargs)`` in a fresh Python process: this environment less ``unset``, plus
+    ``env`` (a variable this process happens to have cannot change the child silently).
 
-    Returns ``{"result": <the function's return value>, "env": env, "wall_s": seconds including
-    the child's imports}``. The variables named in ``unset`` are removed from the inherited
-    environment first (before ``env`` is added), so a variable this process happens to have set
-    cannot change the child silently.
-    Raises ``ValueError``/``TypeError`` for a bad target, arguments or environment,
-    ``TimeoutError`` when the child runs past ``timeout_s`` (it is killed), and ``RuntimeError``
-    with the child's traceback and output tail when it fails or crashes.
+    Returns ``{"result": ..., "env": env, "wall_s": seconds with the child's imports}``. Raises
+    ``ValueError``/``TypeError`` for bad arguments, ``TimeoutError`` past ``timeout_s`` (the child
+    is killed), ``RuntimeError`` with the child's traceback and output tail when it fails.
     """
     kwargs = dict(kwargs or {})
     env = dict(env or {})
-    if isinstance(unset, str):
-        raise TypeError(f"unset must be a list of variable names, not the string {unset!r}")
     removed = list(unset)
-    if not all(isinstance(name, str) and name for name in removed):
-        raise TypeError(f"unset must be a list of non-empty variable names, got {removed!r}")
+    if isinstance(unset, str) or not all(isinstance(name, str) and name for name in removed):
+        raise TypeError(f"unset must be a list of non-empty variable names, got {unset!r}")
     if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str) or not key:
-            raise TypeError(
-                f"environment variables must be non-empty str -> str, got {key!r}={value!r}"
-            )
+    if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
+        raise TypeError(f"environment variables must be non-empty str -> str, got {env!r}")
     try:
         spec_text = json.dumps({"target": target, "kwargs": kwargs})
     except (TypeError, ValueError) as exc:
@@ -100,22 +89,14 @@ def run_in_subprocess(
     child_env.update(env)
     # make `helpers` importable in the child even if it is not installed
     src = str(Path(__file__).resolve().parents[1])
-    child_env["PYTHONPATH"] = src + (
-        os.pathsep + child_env["PYTHONPATH"] if child_env.get("PYTHONPATH") else ""
-    )
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, child_env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="subrun-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec_text)
         start = time.perf_counter()
         try:
             proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "helpers.core.subprocess_run",
-                    str(spec_path),
-                    str(out_path),
-                ],
+                [sys.executable, "-m", __name__, str(spec_path), str(out_path)],
                 env=child_env,
                 capture_output=True,
                 text=True,

@@ -37,7 +37,6 @@ __all__ = [
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 
 ONEFLOW_THREADS_ENV = "ONEFLOW_EP_CPU_NUM_PARALLELS"  # OneFlow's CPU threads, read at its start
-_flow_threads: int | None = None  # what same_threads gave OneFlow in this process
 
 
 def available_cores(cgroup_root: Path | str = cgroup.ROOT, self_cgroup: str | None = None) -> int:
@@ -53,21 +52,6 @@ def available_cores(cgroup_root: Path | str = cgroup.ROOT, self_cgroup: str | No
     return mask if quota is None else max(1, min(mask, math.floor(quota)))
 
 
-def oneflow_threads() -> int:
-    """OneFlow's CPU threads in this process: as :func:`same_threads` set them, else as it starts.
-
-    OneFlow 0.9.0 has no getter. Without a setting its CPU device uses the machine's hardware
-    threads minus two, at least one (``oneflow/core/ep/cpu/cpu_device_manager.cpp``), or
-    ``$ONEFLOW_EP_CPU_NUM_PARALLELS`` when set before OneFlow starts.
-    """
-    if _flow_threads is not None:
-        return _flow_threads
-    value = os.environ.get(ONEFLOW_THREADS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return max(1, (os.cpu_count() or 1) - 2)
-
-
 def same_threads(n: int | None = None) -> int:
     """Give every framework of a comparison the same ``n`` CPU threads (default: every core); return ``n``.
 
@@ -78,7 +62,6 @@ def same_threads(n: int | None = None) -> int:
     takes it as ``threads``). Setting threads is a request: each measurement records the cores the
     framework really used (``Measurement.cores_used``).
     """
-    global _flow_threads
     n = check_int("threads", available_cores() if n is None else n)
     os.environ[ONEFLOW_THREADS_ENV] = str(n)
     torch = sys.modules.get("torch")
@@ -101,22 +84,25 @@ def same_threads(n: int | None = None) -> int:
             os.dup2(saved, 1)
             os.close(saved)
             os.close(devnull)
-    _flow_threads = n
     return n
 
 
 def framework_threads(framework: str) -> int | None:
     """Threads ``framework`` computes with on a CPU, as set (None when this module cannot tell).
 
-    PyTorch: ``torch.get_num_threads()``. OneFlow has no getter: the number :func:`same_threads`
-    gave it, else ``ONEFLOW_EP_CPU_NUM_PARALLELS``, else its default (the CPUs minus two, at least
-    one). ONNX Runtime and OpenVINO take theirs per session: the caller passes ``threads=``.
+    PyTorch: ``torch.get_num_threads()``. OneFlow 0.9.0 has no getter: ``$ONEFLOW_EP_CPU_NUM_PARALLELS``
+    (:func:`same_threads` sets it), else its default, the CPUs minus two, at least one
+    (``oneflow/core/ep/cpu/cpu_device_manager.cpp``). ONNX Runtime and OpenVINO take theirs per
+    session: the caller passes ``threads=``.
     """
     if framework == "torch":
         torch = sys.modules.get("torch")
         return torch.get_num_threads() if torch is not None else None
     if framework == "oneflow":
-        return oneflow_threads()
+        value = os.environ.get(ONEFLOW_THREADS_ENV, "").strip()
+        return (
+            int(value) if value.isdigit() and int(value) > 0 else max(1, (os.cpu_count() or 1) - 2)
+        )
     return None
 
 
@@ -125,11 +111,9 @@ def torch_threads(n: int | None) -> Iterator[None]:
     """Run the block with PyTorch's intra-op thread count set to ``n`` (None: unchanged), then restore it."""
     import torch
 
-    if n is not None:
-        check_int("threads", n)
     saved = torch.get_num_threads()
     if n is not None:
-        torch.set_num_threads(n)
+        torch.set_num_threads(check_int("threads", n))
     try:
         yield
     finally:

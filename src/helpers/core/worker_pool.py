@@ -9,75 +9,52 @@ every worker would run the script again. Chapter 5's two-process pipeline runs o
 
 from __future__ import annotations
 
+import ast
+import inspect
+import os
 import pickle
 import queue as queue_mod
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from helpers.core import scratch
+from helpers.core.checks import check_int
 
-__all__ = ["check_workers", "WorkerPool"]
+__all__ = ["WorkerPool"]
 
 
 def unguarded_main_call() -> str | None:
     """``script.py:line`` when this call runs in a script's top-level code outside
     ``if __name__ == "__main__":``, else None (a notebook, a guarded script, an import).
 
-    Worker processes started by ``spawn`` or ``forkserver`` run the main script again, as
-    ``__mp_main__``, before they run their target: a pipeline started from the script's top
-    level would start again in every worker, which multiprocessing stops with an error that only
-    the worker's stderr shows.
+    Workers started by ``spawn`` or ``forkserver`` run the main script again (as ``__mp_main__``)
+    before their target: a pipeline started at its top level would start again in every worker,
+    which multiprocessing stops with an error that only the worker's stderr shows.
     """
-    import ast
-    import inspect
-    import sys
-
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not path or not str(path).endswith(".py"):
         return None
-    import os
-
     frame = inspect.currentframe()
-    while frame is not None:  # the main script's own top-level code (not a notebook cell's)
-        code = frame.f_code
-        if code.co_name == "<module>" and os.path.realpath(code.co_filename) == os.path.realpath(
-            path
-        ):
-            break
+    while frame is not None and not (  # the main script's own top-level code
+        frame.f_code.co_name == "<module>"
+        and os.path.realpath(frame.f_code.co_filename) == os.path.realpath(path)
+    ):
         frame = frame.f_back
-    if frame is None:
-        return None
-    line = frame.f_lineno
     try:
-        tree = ast.parse(open(path, encoding="utf-8").read())
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError):
         return None
-
-    def is_main_test(test: ast.expr) -> bool:
-        return (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id == "__name__"
-            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-        )
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and is_main_test(node.test):
-            if node.lineno <= line <= (node.end_lineno or node.lineno):
-                return None
-    return f"{path}:{line}"
-
-
-def check_workers(workers: Any, what: str) -> None:
-    """Check that a process or thread count ``what`` is a positive int."""
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        hint = (
-            " (0 workers would mean no pipeline at all: use run_serial for the serial baseline)"
-            if workers == 0 and what == "workers"
-            else ""
-        )
-        raise ValueError(f"{what} must be a positive int, got {workers!r}{hint}")
+    if frame is None or any(
+        isinstance(node, ast.If)
+        and ast.unparse(node.test) == "__name__ == '__main__'"
+        and node.lineno <= frame.f_lineno <= (node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+    ):
+        return None
+    return f"{path}:{frame.f_lineno}"
 
 
 class WorkerPool:
@@ -105,7 +82,8 @@ class WorkerPool:
         timeout_s: float = 60.0,
         startup_timeout_s: float = 180.0,
     ) -> None:
-        check_workers(n, "workers")
+        why = "0 workers would mean no pipeline at all: use run_serial for the serial baseline"
+        check_int("workers", n, why=why)
         if timeout_s <= 0 or startup_timeout_s <= 0:
             raise ValueError("timeouts must be positive seconds")
         self.n, self.payload = n, payload

@@ -1,25 +1,17 @@
 """The machine's load while something was timed, and the one rule that calls a measurement contended.
 
-A timing taken while other processes used the CPU measures them too. :class:`LoadProbe` reads the
-machine before and after a timed region: the load average, and the CPU time *other* processes took
-meanwhile on the CPUs this process may use. Where that is read:
-
-- in a container whose cgroup sets a CPU quota (the CPUs are shared by time with the host's other
-  tenants, and ``/proc/stat`` counts the whole host): the cgroup's own CPU time (cgroup v2
-  ``cpu.stat``, v1 ``cpuacct.usage``) minus this process's and its children's, that is, what the
-  container's other processes took (:mod:`helpers.core.cgroup`);
-- otherwise from ``/proc/stat``: the busy time of the CPUs in this process's affinity mask (a
-  container's cpuset; every CPU on an ordinary machine) minus this process's and its children's,
-  plus steal time on a VM.
-
-:class:`MachineLoad` holds the result and applies the course's one rule,
-:data:`CONTENDED_SHARE`: others took more than 10% of one core over the region. Every
-:class:`~helpers.measure.measurement.Measurement` carries its load, and :func:`measured_loads`
-lists every load this process measured (the ledger stamps records with them).
+:class:`LoadProbe` reads, before and after a timed region, the load average and the CPU time
+*other* processes took meanwhile on this process's CPUs: in a container whose cgroup sets a CPU
+quota (``/proc/stat`` there counts the whole host), the cgroup's CPU time minus this process's
+and its children's (:mod:`helpers.core.cgroup`); otherwise the busy time ``/proc/stat`` gives for
+the CPUs of the affinity mask minus the same, plus steal time on a VM. :class:`MachineLoad` holds
+the result and applies :data:`CONTENDED_SHARE`; :func:`measured_loads` lists every load this
+process measured (the ledger stamps records with them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -36,13 +28,11 @@ __all__ = [
     "measured_loads",
 ]
 
-# A measurement is *contended* when other processes (or, on a VM, the hypervisor's other guests:
-# steal time) took more CPU time during it than this share of one core over its wall time, beyond
-# what /proc/stat's tick resolution can tell apart. The same 10% as SPREAD_WARNING, for the same
-# reason: a program that loses 10% of one core's time to others can be slowed by up to about 10%,
-# which is already a difference this module calls noise; below it, the others' work cannot make a
-# difference we would report. Interleaving does not protect a ratio from it: runtimes that use
-# more cores, or more memory bandwidth, suffer unequally from the same neighbour.
+# Contended: others (or, on a VM, the hypervisor's other guests: steal) took more CPU time than
+# this share of one core over the wall time, beyond /proc/stat's tick resolution. The same 10% as
+# SPREAD_WARNING: losing 10% of one core's time can slow a program by up to about 10%, which is
+# already noise; below it, others cannot make a difference we would report. Interleaving does not
+# protect a ratio: runtimes that use more cores or memory bandwidth suffer unequally.
 CONTENDED_SHARE = 0.10
 
 
@@ -50,12 +40,10 @@ def read_proc_stat(
     text: str | None = None, cpus: Collection[int] | None = None
 ) -> tuple[int, int] | None:
     """(busy ticks, steal ticks) from ``/proc/stat``: its aggregate ``cpu`` line, or with ``cpus``
-    the sum of those CPUs' own lines (``cpu0``, ``cpu1`` ...).
+    the sum of those CPUs' lines (``cpu0`` ...); None where it cannot be read (not Linux).
 
-    Busy is user + nice + system + irq + softirq (guest time is already inside user); idle and
-    iowait are not busy; steal is time the hypervisor ran other guests on our virtual CPUs. Ticks
-    are ``os.sysconf("SC_CLK_TCK")`` per second. ``text`` replaces the file (for tests); None when
-    the file is missing (not Linux) or unreadable.
+    Guest time is already inside user; steal is time the hypervisor ran other guests on our
+    virtual CPUs. ``text`` replaces the file (tests).
     """
     if text is None:
         try:
@@ -63,26 +51,16 @@ def read_proc_stat(
                 text = f.read()
         except OSError:
             return None
-    wanted = None if cpus is None else {f"cpu{n}" for n in cpus}
-    busy = steal = 0
-    found = 0
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields or not fields[0].startswith("cpu"):
-            continue
-        if (wanted is None and fields[0] != "cpu") or (
-            wanted is not None and fields[0] not in wanted
-        ):
-            continue
-        v = [int(x) for x in fields[1:]] + [0] * 10
-        user, nice, system, _idle, _iowait, irq, softirq, st = v[:8]
-        busy += user + nice + system + irq + softirq
-        steal += st
-        found += 1
-    if wanted is None and not found:
+    wanted = ["cpu"] if cpus is None else [f"cpu{n}" for n in sorted(set(cpus))]
+    rows = [line.split() for line in text.splitlines()]
+    rows = [[int(x) for x in r[1:]] + [0] * 10 for r in rows if r and r[0] in wanted]
+    if cpus is None and not rows:
         raise ValueError("/proc/stat has no aggregate 'cpu' line")
-    if wanted is not None and found != len(wanted):
-        raise ValueError(f"/proc/stat lists {found} of the CPUs {sorted(cpus or ())}")
+    if len(rows) != len(wanted):
+        raise ValueError(f"/proc/stat lists {len(rows)} of the CPUs {wanted}")
+    # user + nice + system + irq + softirq; idle (3) and iowait (4) are not busy; 7 is steal
+    busy = sum(r[0] + r[1] + r[2] + r[5] + r[6] for r in rows)
+    steal = sum(r[7] for r in rows)
     return busy, steal
 
 
@@ -102,38 +80,28 @@ def _own_cpus_stat() -> tuple[int, int] | None:
 
 
 @lru_cache(maxsize=1)
-def _quota_cgroup() -> cgroup.Cgroup | None:
-    """This process's cgroup when it sets a CPU quota (read once), else None."""
-    found = cgroup.find()
-    return found if cgroup.cpu_quota(found) is not None else None
+def _own_cgroup() -> cgroup.Cgroup | None:
+    return cgroup.find()
 
 
 def container_cpu_s(cg: cgroup.Cgroup | None = None) -> float | None:
-    """CPU seconds used so far by every process of this container, when its cgroup sets a CPU
-    quota; None otherwise (then ``/proc/stat`` over the affinity mask is the container's view).
-    ``cg``: a cgroup to read instead of this process's (the tests' fake tree)."""
-    found = _quota_cgroup() if cg is None else cg
-    if found is None or cgroup.cpu_quota(found) is None:
-        return None
-    return cgroup.cpu_usage_s(found)
+    """CPU seconds used so far by every process of this container (``cg``: another cgroup, the
+    tests' fake tree), where its cgroup sets a CPU quota; None otherwise (then ``/proc/stat``
+    over the affinity mask is the container's view)."""
+    found = _own_cgroup() if cg is None else cg
+    return cgroup.cpu_usage_s(found) if cgroup.cpu_quota(found) is not None else None
 
 
 def _family_cpu_s() -> float:
     """CPU seconds of this process and its children (live ones through psutil, waited ones too)."""
-    own = time.process_time()
-    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own + waited.ru_utime + waited.ru_stime
-    try:
-        import psutil
+    import psutil
 
-        for child in psutil.Process().children(recursive=True):
-            try:
-                t = child.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:  # it ended between the listing and the read
-                pass
-    except ImportError:
-        pass
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = time.process_time() + waited.ru_utime + waited.ru_stime
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # it ended between the listing and the read
+            t = child.cpu_times()
+            total += t.user + t.system
     return total
 
 
@@ -165,13 +133,9 @@ READERS = _Readers()
 class MachineLoad:
     """The machine's load over one timed region, and whether it was contended.
 
-    ``others_cpu_s`` is the CPU time other processes took meanwhile on this process's CPUs: the
-    busy time of the CPUs in its affinity mask (``/proc/stat``) minus this process's and its
-    children's, plus steal time; in a container with a CPU quota, the container's CPU time
-    (its cgroup) minus this process's and its children's (``scope`` says which).
-    ``contended`` applies :data:`CONTENDED_SHARE`: others took more than that share of one core
-    over ``wall_s``, beyond ``resolution_s`` (``/proc/stat`` counts whole ticks, about two per CPU
-    per interval). None where neither can be read: unknown, not quiet.
+    ``others_cpu_s``: CPU time other processes took meanwhile on this process's CPUs (``scope``
+    says where it was read); ``resolution_s``: ``/proc/stat`` counts whole ticks, about two per
+    CPU per interval. ``contended`` is None where neither can be read: unknown, not quiet.
     """
 
     wall_s: float
