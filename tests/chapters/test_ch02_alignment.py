@@ -235,7 +235,10 @@ def test_perturb_weights(torch_mod):
             dict(smoothed_bound=1.0, max_accuracy_gap=float("nan")),
             "max_accuracy_gap must be a finite number",
         ),
-        (dict(smoothed_bound=1.0, max_accuracy_gap=1.5), "max_accuracy_gap must be a fraction"),
+        (
+            dict(smoothed_bound=1.0, max_accuracy_gap=1.5),
+            "max_accuracy_gap must be a finite number >= 0.0 <= 1.0",
+        ),
         (dict(smoothed_bound=-1.0), "bounds must be positive, got smoothed_bound=-1.0"),
     ],
 )

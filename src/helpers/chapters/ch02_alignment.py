@@ -17,6 +17,7 @@ to their own port.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from helpers.core.checks import check_number
+from helpers.core.comparison import NAN_BOUND
 from helpers.measure.timer import synchronize
-from helpers.porting.alignment import NAN_BOUND, as_float_batch, check_fraction
+from helpers.porting.alignment import as_float_batch
 from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.data import batch_order
 from helpers.workload.models import (
@@ -42,8 +44,8 @@ from helpers.workload.predict import model_device, predict_classes
 __all__ = ["make_train_step", "train_aligned"]
 
 
-def _bound(label: str, value: Any) -> float:
-    return check_number(label, value, why=NAN_BOUND)
+def _bound(label: str, value: Any, **limits: float) -> float:
+    return check_number(label, value, why=NAN_BOUND, **limits)
 
 
 OPTIMIZERS = ("sgd", "adam")
@@ -271,7 +273,7 @@ class TrainingAlignment(ShowsAsTable):
             smoothed_bound
         )
         if max_accuracy_gap is not None:
-            check_fraction("max_accuracy_gap", max_accuracy_gap)
+            _bound("max_accuracy_gap", max_accuracy_gap, minimum=0.0, maximum=1.0)
             if self.reference.accuracy is None or self.candidate.accuracy is None:
                 raise ValueError("accuracies were not measured (pass val= to train_aligned)")
             gap = abs(self.reference.accuracy - self.candidate.accuracy)
@@ -475,16 +477,7 @@ def train_aligned(
         candidate, x, y, order, name=names[1], use_graph=use_graph[1], **{**common, **changes}
     )
     cand_curve.settings = settings
-    if ref_curve.name != names[0]:
-        ref_curve = TrainingCurve(
-            names[0],
-            ref_curve.losses,
-            ref_curve.accuracy,
-            ref_curve.predictions,
-            ref_curve.seconds,
-            ref_curve.settings,
-        )
-    return TrainingAlignment(ref_curve, cand_curve, order)
+    return TrainingAlignment(dataclasses.replace(ref_curve, name=names[0]), cand_curve, order)
 
 
 _CHANGEABLE = ("lr", "momentum", "weight_decay", "eps")
