@@ -193,20 +193,15 @@ class TrainingAlignment(ShowsAsTable):
         bound: float | None = None,
         floor: TrainingAlignment | None = None,
         title: str = "",
-        window: int | None = None,
+        window: int = 10,
     ) -> Any:
-        """Both loss curves on one chart, and |loss difference| per step (log scale).
-
-        ``floor`` (another :class:`TrainingAlignment`, e.g. a run against itself with weights nudged
-        by 1e-6) is drawn beside the differences for scale. With ``window``, a third panel shows
-        the difference of the ``window``-step moving averages, with ``bound`` (what
-        :meth:`assert_within` checks); without it, ``bound`` is drawn on the per-step panel.
+        """Both loss curves, |loss difference| per step (log scale) and the difference of the
+        ``window``-step moving averages with ``bound`` (what :meth:`assert_within` checks).
+        ``floor`` (e.g. a run against itself with weights nudged by 1e-6) is drawn beside for scale.
         """
         import matplotlib.pyplot as plt
 
-        panels = 3 if window else 2
-        fig, axes = plt.subplots(1, panels, figsize=(11, 3.4))
-        a1, a2 = axes[0], axes[1]
+        fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(11, 3.4))
         steps = np.arange(1, len(self.reference.losses) + 1)
         a1.plot(steps, self.reference.losses, lw=2.2, alpha=0.8, label=self.reference.name)
         a1.plot(steps, self.candidate.losses, lw=1.1, ls="--", label=self.candidate.name)
@@ -228,21 +223,17 @@ class TrainingAlignment(ShowsAsTable):
         a2.set_xlabel("step")
         a2.set_ylabel("|loss difference|")
         a2.set_title("per step (1e-9 = equal)", fontsize=9)
-        target = a2
-        if window:
-            a3 = axes[2]
-            for run, _, color in runs:
-                sm = np.abs(run.smoothed_differences(window))
-                a3.plot(np.arange(window, window + len(sm)), sm, color=color)
-            a3.set_xlabel("step")
-            a3.set_ylabel("|difference of the means|")
-            a3.set_title(f"moving averages over {window} steps", fontsize=9)
-            target = a3
+        for run, _, color in runs:
+            sm = np.abs(run.smoothed_differences(window))
+            a3.plot(np.arange(window, window + len(sm)), sm, color=color)
+        a3.set_xlabel("step")
+        a3.set_ylabel("|difference of the means|")
+        a3.set_title(f"moving averages over {window} steps", fontsize=9)
         if bound is not None:
-            target.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
-        for ax in axes[1:]:
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+            a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
+        a2.legend(fontsize=7)
+        if bound is not None:
+            a3.legend(fontsize=7)
         fig.tight_layout()
         return fig
 
@@ -260,27 +251,21 @@ class TrainingAlignment(ShowsAsTable):
         a value above 1 fails. Bounds must be finite numbers (``ValueError`` otherwise: a NaN
         bound would never be exceeded); an accuracy gap needs both accuracies.
         """
-        bounds = {"smoothed_bound": smoothed_bound}
-        if first_step is not None:
-            bounds["first_step"] = first_step
-        for label, value in bounds.items():
-            if _bound(label, value) <= 0:
+        for label, value in (("smoothed_bound", smoothed_bound), ("first_step", first_step)):
+            if value is not None and _bound(label, value) <= 0:
                 raise ValueError(f"bounds must be positive, got {label}={value!r}")
         out = {}
         if first_step is not None:
             out["first step"] = abs(float(self.differences[0])) / first_step
-        out["moving averages"] = float(np.abs(self.smoothed_differences(window)).max()) / (
-            smoothed_bound
-        )
+        sm = np.abs(self.smoothed_differences(window))
+        out["moving averages"] = float(sm.max()) / smoothed_bound
         if max_accuracy_gap is not None:
             _bound("max_accuracy_gap", max_accuracy_gap, minimum=0.0, maximum=1.0)
             if self.reference.accuracy is None or self.candidate.accuracy is None:
                 raise ValueError("accuracies were not measured (pass val= to train_aligned)")
             gap = abs(self.reference.accuracy - self.candidate.accuracy)
-            if max_accuracy_gap > 0:
-                out["accuracy gap"] = gap / max_accuracy_gap
-            else:
-                out["accuracy gap"] = math.inf if gap > 0 else 0.0
+            zero = math.inf if gap > 0 else 0.0
+            out["accuracy gap"] = gap / max_accuracy_gap if max_accuracy_gap > 0 else zero
         return out
 
     def assert_within(self, **bounds: Any) -> dict[str, float]:

@@ -3,8 +3,8 @@
 :func:`alignment_report` runs a reference and candidates (PyTorch vs OneFlow, eager vs graph, fp32
 vs a float64 copy, ...) on the same inputs; its :class:`AlignmentReport` has ``.table()`` (max /
 mean abs error, max rel error, cosine, top-k agreement), ``.plot()`` (the distribution of the
-element-wise errors) and ``.assert_close(...)``. Chapter 2 teaches it; a reader applies it to
-their own model. Models: torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or
+element-wise errors); ``report[name].comparison`` holds the numbers to check (with the precision
+policy's bound, :func:`helpers.core.comparison.assert_outputs_close`, as chapter 2 does). Models: torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or
 callables taking and returning NumPy arrays; inputs go to each as float32 (float64 to a float64
 model, a good "exact" reference).
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.comparison import Comparison, check_bounds, compare, to_numpy
+from helpers.core.comparison import Comparison, compare, to_numpy
 from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.predict import predict_batched
 
@@ -109,48 +109,6 @@ class AlignmentReport(ShowsAsTable):
         ax.set_title(title or f"error distribution against {self.reference_name}")
         ax.legend(fontsize=8)
         return ax
-
-    def _checked_rows(self, names: Sequence[str] | str | None) -> list[AlignmentRow]:
-        """The rows ``names`` selects (all rows for ``None``); ``ValueError`` for unknown names."""
-        if names is None:
-            return list(self.rows)
-        wanted = [names] if isinstance(names, str) else list(names)
-        known = [r.name for r in self.rows]
-        if not wanted:
-            raise ValueError(f"names is empty: nothing would be checked; candidates: {known}")
-        unknown = [n for n in wanted if n not in known]
-        if unknown:
-            raise ValueError(
-                f"names {unknown} are not candidates of this report (a typo?); "
-                f"its candidates are {known}"
-            )
-        return [r for r in self.rows if r.name in wanted]
-
-    def assert_close(
-        self,
-        *,
-        atol: float,
-        rtol: float = 0.0,
-        min_cosine: float | None = None,
-        min_topk: Mapping[int, float] | None = None,
-        names: Sequence[str] | str | None = None,
-    ) -> None:
-        """Assert every candidate (or those in ``names``) is within ``atol + rtol * max|reference|``
-        everywhere and within the cosine and top-k bounds; bounds that could never fail (NaN, inf,
-        negative) and names that are not candidates (a typo would check nothing) raise ValueError.
-        """
-        check_bounds(atol, rtol, min_cosine, min_topk)
-        problems = []
-        for r in self._checked_rows(names):
-            c = r.comparison
-            if c.max_abs > atol + rtol * r.reference_scale:
-                problems.append(
-                    f"{r.name}: max abs error {c.max_abs:.3g} exceeds atol={atol:g} + "
-                    f"rtol={rtol:g}*max|ref|"
-                )
-            problems += [f"{r.name}: {p}" for p in c.shortfalls(min_cosine, min_topk)]
-        if problems:
-            raise AssertionError(f"not aligned with {self.reference_name}: " + "; ".join(problems))
 
 
 def alignment_report(
