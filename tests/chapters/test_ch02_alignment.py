@@ -82,7 +82,7 @@ def test_candidate_changes_plant_an_optimizer_bug(torch_mod, flow):
         ref, tiny_classifier("oneflow"), x, y, candidate_changes={"eps": 1e-6}, **kwargs
     )
     assert eps.candidate.losses[-1] != eps.reference.losses[-1]
-    with pytest.raises(ValueError, match="may change lr, momentum, weight_decay, eps; got betas"):
+    with pytest.raises(ValueError, match="may change lr, momentum, eps; got betas"):
         ch02.train_aligned(
             ref, tiny_classifier("oneflow"), x, y, candidate_changes={"betas": (0.8, 0.9)}, **kwargs
         )
@@ -253,7 +253,6 @@ def test_training_settings_reject_non_finite_values(torch_mod):
     for kwargs, label in [
         (dict(lr=float("inf")), "lr"),
         (dict(lr=0.1, momentum=float("nan")), "momentum"),
-        (dict(lr=0.1, weight_decay=float("nan")), "weight_decay"),
     ]:
         with pytest.raises(ValueError, match=f"{label} must be a finite number"):
             ch02.make_train_step(model, **kwargs)

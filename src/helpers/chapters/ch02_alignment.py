@@ -1,18 +1,11 @@
 """Chapter 2's aligned training: one model trained in two frameworks, step for step.
 
-- :func:`train_aligned` -- train the same model in two frameworks (or two execution modes) with
-  identical initial weights, data order, optimizer and hyper-parameters; returns a
-  :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
-  ``.plot()`` and ``.assert_within(...)``;
-- :func:`train_run`, :func:`make_train_step`, :func:`perturb_weights` -- its parts: one run over
-  a fixed batch order (:func:`helpers.workload.data.batch_order`), the eager (or OneFlow
-  ``nn.Graph``) SGD/Adam step and a float32-sized nudge of the weights (to measure how chaotic
-  training itself is). Chapter 2 writes the aligned loop itself on its page first; these run the
-  long versions. A model must beat guessing before its agreement with another means anything:
-  :func:`helpers.workload.training.assert_above_chance`.
-
-The inference side, :func:`helpers.porting.alignment.alignment_report`, is what a reader applies
-to their own port.
+:func:`train_aligned` trains it in two frameworks (or execution modes) from identical weights,
+with the same data order, optimizer and hyper-parameters, and returns a
+:class:`TrainingAlignment` (both loss curves, their difference, final accuracies, ``.plot()``,
+``.assert_within(...)``); :func:`train_run`, :func:`make_train_step` and :func:`perturb_weights`
+are its parts. The page writes the aligned loop itself first; these run the long versions. The
+inference side a reader applies to their own port is :mod:`helpers.porting.alignment`.
 """
 
 from __future__ import annotations
@@ -57,30 +50,21 @@ def make_train_step(
     optimizer: str = "sgd",
     lr: float,
     momentum: float = 0.9,
-    weight_decay: float = 0.0,
     eps: float = 1e-8,
     use_graph: bool = False,
 ) -> Callable[[np.ndarray, np.ndarray], float]:
-    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss`` (NumPy in, float out).
+    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss``.
 
-    ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"`` (default betas, ``eps`` 1e-8 as
-    in both frameworks' defaults). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward
-    and update compiled together, see :func:`helpers.compiling.graphs.make_train_graph`).
+    ``optimizer``: ``"sgd"`` (with ``momentum``) or ``"adam"`` (both frameworks' default betas and
+    ``eps``). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward and update
+    compiled together: :func:`helpers.compiling.graphs.make_train_graph`).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
-    for label, value in (
-        ("lr", lr),
-        ("momentum", momentum),
-        ("weight_decay", weight_decay),
-        ("eps", eps),
-    ):
+    for label, value in (("lr", lr), ("momentum", momentum), ("eps", eps)):
         _bound(label, value)
-    if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0 or not eps > 0:
-        raise ValueError(
-            f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0, eps > 0; got {lr}, {momentum}, "
-            f"{weight_decay}, {eps}"
-        )
+    if not lr > 0 or not 0 <= momentum < 1 or not eps > 0:
+        raise ValueError(f"need lr > 0, 0 <= momentum < 1, eps > 0; got {lr}, {momentum}, {eps}")
     fw = framework_of(model)
     if use_graph and fw != "oneflow":
         raise ValueError(
@@ -89,9 +73,9 @@ def make_train_step(
     mod, nn, F = nn_namespace(fw)
     device = model_device(model, fw)
     if optimizer == "sgd":
-        opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+        opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     else:
-        opt = mod.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, eps=eps)
+        opt = mod.optim.Adam(model.parameters(), lr=lr, eps=eps)
     model.train()
 
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
@@ -245,12 +229,9 @@ class TrainingAlignment(ShowsAsTable):
         first_step: float | None = None,
         max_accuracy_gap: float | None = None,
     ) -> dict[str, float]:
-        """How much of each bound of :meth:`assert_within` the two runs use: observed / bound.
-
-        Keys ``"first step"``, ``"moving averages"``, ``"accuracy gap"`` (those bounds given);
-        a value above 1 fails. Bounds must be finite numbers (``ValueError`` otherwise: a NaN
-        bound would never be exceeded); an accuracy gap needs both accuracies.
-        """
+        """How much of each bound of :meth:`assert_within` the runs use (observed / bound; above 1
+        fails): ``"first step"``, ``"moving averages"``, ``"accuracy gap"``, for the bounds given.
+        A NaN or infinite bound raises ValueError (it would never be exceeded)."""
         for label, value in (("smoothed_bound", smoothed_bound), ("first_step", first_step)):
             if value is not None and _bound(label, value) <= 0:
                 raise ValueError(f"bounds must be positive, got {label}={value!r}")
@@ -269,11 +250,10 @@ class TrainingAlignment(ShowsAsTable):
         return out
 
     def assert_within(self, **bounds: Any) -> dict[str, float]:
-        """Assert the runs agree within the bounds of :meth:`shares` (the same keywords): the
-        ``window``-step moving averages of the loss curves within ``smoothed_bound`` everywhere;
-        optionally the first step's losses within ``first_step`` and the final held-out
-        accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite numbers
-        (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns :meth:`shares`."""
+        """Assert the runs agree within the bounds of :meth:`shares` (same keywords): the
+        ``window``-step moving averages of the losses within ``smoothed_bound``; optionally the
+        first step's losses within ``first_step`` and the held-out accuracies within
+        ``max_accuracy_gap`` (a fraction). Returns :meth:`shares`."""
         try:
             used = self.shares(**bounds)
         except ValueError as err:  # a missing accuracy is a failed check, not a bad argument
@@ -334,19 +314,14 @@ def train_run(
     order: np.ndarray,
     *,
     name: str,
-    optimizer: str = "sgd",
-    lr: float = 0.05,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
-    eps: float = 1e-8,
     val: tuple[np.ndarray, np.ndarray] | None = None,
-    use_graph: bool = False,
     progress: bool = True,
+    **step_settings: Any,
 ) -> TrainingCurve:
-    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` and return its :class:`TrainingCurve`."""
+    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` (the step of
+    :func:`make_train_step` with ``step_settings``) and return its :class:`TrainingCurve`."""
     _check_no_dropout(model)
-    hyper = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    step = make_train_step(model, eps=eps, use_graph=use_graph, **hyper)
+    step = make_train_step(model, **step_settings)
     fw = framework_of(model)
     loop: Any = order
     if progress:
@@ -377,8 +352,6 @@ def train_aligned(
     batch_size: int,
     optimizer: str = "sgd",
     lr: float = 0.05,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
     seed: int = 0,
     val: tuple[np.ndarray, np.ndarray] | None = None,
     names: tuple[str, str] | None = None,
@@ -390,20 +363,15 @@ def train_aligned(
 ) -> TrainingAlignment:
     """Train ``reference`` and ``candidate`` identically and compare them step by step.
 
-    With ``copy_init`` the candidate first receives the reference's weights (identical
-    initialisation, checked bit for bit); ``perturb`` then nudges the candidate's weights by that
-    relative amount (to measure how chaotic training itself is). Both see the same batches in the
-    same order (a seeded shuffle per epoch) with the same optimizer settings. Dropout must be off
-    (``p=0``) or absent: the frameworks draw different random masks. ``val=(x, y)`` adds held-out
-    accuracy. The models train one after the other (their wall times are reported separately).
-
-    ``reference`` may also be the :class:`TrainingCurve` of an earlier run with the same data and
-    settings (e.g. ``earlier.reference``): it is reused instead of training again; the candidate
-    must then already hold the same initial weights (``copy_init=False``).
+    ``copy_init`` first copies the reference's weights into the candidate (checked bit for bit);
+    ``perturb`` then nudges them by that relative amount (how chaotic training itself is). Both
+    see the same batches in the same order with the same optimizer; dropout must be off (the
+    frameworks draw different masks). ``val=(x, y)`` adds held-out accuracy. ``reference`` may be
+    an earlier run's :class:`TrainingCurve` with the same data and settings, reused (then
+    ``copy_init=False``: the candidate already holds the same initial weights).
 
     ``candidate_changes`` plants a difference in the candidate's optimizer only (a bug on purpose,
-    to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``; keys among
-    ``lr``, ``momentum``, ``weight_decay``, ``eps``.
+    to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``, ``momentum``.
     """
     x = as_float_batch(x)
     y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
@@ -415,8 +383,6 @@ def train_aligned(
         "batch_size": batch_size,
         "optimizer": optimizer,
         "lr": lr,
-        "momentum": momentum,
-        "weight_decay": weight_decay,
         "seed": seed,
         "val": None if val is None else len(val[1]),
     }
@@ -449,8 +415,7 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    common |= dict(val=val, progress=progress)
+    common = dict(optimizer=optimizer, lr=lr, val=val, progress=progress)
     if reuse:
         ref_curve = reference
     else:
@@ -465,7 +430,7 @@ def train_aligned(
     return TrainingAlignment(dataclasses.replace(ref_curve, name=names[0]), cand_curve, order)
 
 
-_CHANGEABLE = ("lr", "momentum", "weight_decay", "eps")
+_CHANGEABLE = ("lr", "momentum", "eps")
 
 
 def _check_no_dropout(model: Any) -> None:
