@@ -93,8 +93,6 @@ def test_topk_agreement_bad_inputs():
         topk_agreement(np.zeros((2, 3)), np.zeros((2, 3)), k=4)
     with pytest.raises(ValueError, match="samples, classes"):
         topk_agreement(np.zeros(3), np.zeros(3))
-    with pytest.raises(ValueError, match="shape mismatch"):
-        topk_agreement(np.zeros((2, 3)), np.zeros((3, 3)))
 
 
 def test_assert_outputs_close_passes_and_returns_comparison():

@@ -113,9 +113,8 @@ class TrainingCurve:
     accuracy: float | None
     predictions: np.ndarray | None
     seconds: float
-    settings: dict[str, Any] = field(
-        default_factory=dict
-    )  # what must match for two curves to be comparable
+    # what must match for two curves to be comparable
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(repr=False)
@@ -150,17 +149,12 @@ class TrainingAlignment(ShowsAsTable):
 
     def table(self) -> Table:
         """Both runs (first loss, mean of the last 10, held-out accuracy, seconds) and how far apart."""
-        rows = []
-        for c in (self.reference, self.candidate):
-            rows.append(
-                {
-                    "run": c.name,
-                    "first_loss": c.losses[0],
-                    "last_10_mean": float(c.losses[-10:].mean()),
-                    "val_accuracy": None if c.accuracy is None else f"{c.accuracy:.1%}",
-                    "seconds": f"{c.seconds:.1f}",
-                }
-            )
+        rows = [
+            {"run": c.name, "first_loss": c.losses[0], "last_10_mean": float(c.losses[-10:].mean())}
+            | {"val_accuracy": None if c.accuracy is None else f"{c.accuracy:.1%}"}
+            | {"seconds": f"{c.seconds:.1f}"}
+            for c in (self.reference, self.candidate)
+        ]
         diff = np.abs(self.differences)
         notes = [
             f"per-step |loss difference|: step 1 {diff[0]:.2e}, "

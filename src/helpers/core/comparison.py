@@ -42,9 +42,7 @@ NAN_BOUND = "a NaN or infinite bound would let any values pass"
 
 def topk_agreement(a: Any, b: Any, k: int = 1) -> float:
     """Fraction of rows whose top-``k`` class sets are identical (rows = samples, columns = classes)."""
-    x, y = to_numpy(a), to_numpy(b)
-    if x.shape != y.shape:
-        raise ValueError(f"shape mismatch: {x.shape} vs {y.shape}")
+    x, y = to_numpy(a), to_numpy(b)  # of one shape (compare checked)
     if x.ndim != 2:
         raise ValueError(f"top-k agreement needs (samples, classes) logits, got shape {x.shape}")
     if not 1 <= k <= x.shape[1]:

@@ -140,13 +140,10 @@ def coarsest(*modes: str) -> str:
     return max(modes, key=lambda m: UNIT_ROUNDOFF[m])
 
 
-def _check_op(op: str) -> None:
+def _device_type_and_index(device: Any, op: str) -> tuple[str, int]:
+    """('cuda', 1) from 'cuda:1', torch.device or oneflow.device ('cuda': index 0); checks ``op``."""
     if op not in _OPS:
         raise ValueError(f"op must be one of {', '.join(_OPS)}, got {op!r}")
-
-
-def _device_type_and_index(device: Any) -> tuple[str, int]:
-    """('cuda', 0) from 'cuda', 'cuda:1', torch.device or oneflow.device; ('cpu', 0) for the CPU."""
     text = str(device if device is not None else "cpu")
     kind, _, index = text.partition(":")
     kind = kind.strip().lower()
@@ -190,10 +187,9 @@ def torch_math_mode(
     two: a ResNet on CUDA with default settings is 'tf32'). The mode is what the settings *allow*
     (a library may still pick an exact kernel), so a tolerance derived from it is never too tight.
     """
-    _check_op(op)
+    kind, index = _device_type_and_index(device, op)
     import torch
 
-    kind, index = _device_type_and_index(device)
     cast = _autocast_mode(torch, kind)
     if cast is not None:
         modes = {"conv": cast, "matmul": cast}
@@ -235,8 +231,7 @@ def oneflow_math_mode(
 
     ``amp=True`` (an ``nn.Graph`` with ``config.enable_amp(True)`` on CUDA): 'fp16'.
     """
-    _check_op(op)
-    kind, index = _device_type_and_index(device)
+    kind, index = _device_type_and_index(device, op)
     if kind == "cpu":
         return "fp32"
     if amp:

@@ -58,20 +58,13 @@ class AlignmentReport(ShowsAsTable):
         raise KeyError(f"no candidate named {name!r}; have {', '.join(r.name for r in self.rows)}")
 
     def table_rows(self) -> list[dict[str, Any]]:
-        out = []
-        for r in self.rows:
-            c = r.comparison
-            row: dict[str, Any] = {
-                "candidate": r.name,
-                "max_abs": c.max_abs,
-                "mean_abs": c.mean_abs,
-                "max_rel": c.max_rel,
-                "cosine": f"{c.cosine:.9f}",
-            }
-            for k, v in c.topk.items():
-                row[f"top{k}_agree"] = f"{v:.0%}"
-            out.append(row)
-        return out
+        return [
+            {"candidate": r.name, "max_abs": c.max_abs, "mean_abs": c.mean_abs}
+            | {"max_rel": c.max_rel, "cosine": f"{c.cosine:.9f}"}
+            | {f"top{k}_agree": f"{v:.0%}" for k, v in c.topk.items()}
+            for r in self.rows
+            for c in [r.comparison]
+        ]
 
     def table(self) -> Table:
         """One row per candidate: errors against the reference, cosine, top-k agreement."""
