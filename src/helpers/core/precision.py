@@ -197,7 +197,7 @@ def torch_math_mode(
         modes = _torch_cpu_fp32(torch)
     else:
         allowed = gpu_tf32_capable(index, tf32_capable) and not nvidia_tf32_overridden()
-        tf32 = {op: allowed and torch_tf32_allowed(torch, op) for op in ("conv", "matmul")}
+        tf32 = {k: allowed and torch_tf32_allowed(torch, k) for k in ("conv", "matmul")}
         tf32["conv"] = tf32["conv"] and bool(torch.backends.cudnn.enabled)
         modes = {k: "tf32" if v else "fp32" for k, v in tf32.items()}
     return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
