@@ -258,10 +258,10 @@ def emulate_tf32(module: Any, *, rounding: str = "nearest") -> Iterator[Any]:
     """Run ``module``'s convolutions and linear layers as TF32 tensor cores would, on any device.
 
     Inside the block every ``Conv*``, ``ConvTranspose*`` and ``Linear`` sees its float32 input and
-    weight rounded to a 10-bit mantissa (:func:`round_mantissa` with ``rounding``) and accumulates in float32, which
-    is what TF32 does. Weights are rounded in place and restored bit for bit on exit, the hooks
-    removed. Gradients flow through the rounding unchanged (the backward pass is float32);
-    ``torch.matmul`` / ``@`` written in a ``forward`` are not covered. Yields ``module``.
+    weight rounded to a 10-bit mantissa (:func:`round_mantissa` with ``rounding``) and accumulates
+    in float32, which is what TF32 does. Weights are rounded in place and restored bit for bit on
+    exit, the hooks removed. Gradients flow through the rounding unchanged (the backward pass is
+    float32); ``torch.matmul`` / ``@`` written in a ``forward`` are not covered. Yields ``module``.
     """
     import torch
 

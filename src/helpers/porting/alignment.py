@@ -4,9 +4,10 @@
 vs a float64 copy, ...) on the same inputs; its :class:`AlignmentReport` has ``.table()`` (max /
 mean abs error, max rel error, cosine, top-k agreement), ``.plot()`` (the distribution of the
 element-wise errors); ``report[name].comparison`` holds the numbers to check (with the precision
-policy's bound, :func:`helpers.core.comparison.assert_outputs_close`, as chapter 2 does). Models: torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or
-callables taking and returning NumPy arrays; inputs go to each as float32 (float64 to a float64
-model, a good "exact" reference).
+policy's bound, :func:`helpers.core.comparison.assert_outputs_close`, as chapter 2 does). Models:
+torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or callables taking and
+returning NumPy arrays; inputs go to each as float32 (float64 to a float64 model, a good "exact"
+reference).
 """
 
 from __future__ import annotations
