@@ -183,29 +183,19 @@ class TrainingAlignment(ShowsAsTable):
         steps = np.arange(1, len(self.reference.losses) + 1)
         a1.plot(steps, self.reference.losses, lw=2.2, alpha=0.8, label=self.reference.name)
         a1.plot(steps, self.candidate.losses, lw=1.1, ls="--", label=self.candidate.name)
-        a1.set_xlabel("step")
-        a1.set_ylabel("training loss")
+        a1.set(xlabel="step", ylabel="training loss")
         a1.set_title(title or "loss curves: same init, data order, optimizer", fontsize=9)
         a1.legend(fontsize=7)
-        runs = [(self, "o-", f"C{0}")] + ([(floor, "s-", "grey")] if floor is not None else [])
+        runs = [(self, "o-", "C0")] + ([(floor, "s-", "grey")] if floor is not None else [])
         for run, style, color in runs:
-            a2.semilogy(
-                np.arange(1, len(run.differences) + 1),
-                np.maximum(np.abs(run.differences), 1e-9),
-                style,
-                ms=2,
-                lw=0.8,
-                color=color,
-                label=f"{run.candidate.name} vs {run.reference.name}",
-            )
-        a2.set_xlabel("step")
-        a2.set_ylabel("|loss difference|")
-        a2.set_title("per step (1e-9 = equal)", fontsize=9)
-        for run, _, color in runs:
+            d = np.maximum(np.abs(run.differences), 1e-9)
+            name = f"{run.candidate.name} vs {run.reference.name}"
+            a2.semilogy(np.arange(1, len(d) + 1), d, style, ms=2, lw=0.8, color=color, label=name)
             sm = np.abs(run.smoothed_differences(window))
             a3.plot(np.arange(window, window + len(sm)), sm, color=color)
-        a3.set_xlabel("step")
-        a3.set_ylabel("|difference of the means|")
+        a2.set(xlabel="step", ylabel="|loss difference|")
+        a2.set_title("per step (1e-9 = equal)", fontsize=9)
+        a3.set(xlabel="step", ylabel="|difference of the means|")
         a3.set_title(f"moving averages over {window} steps", fontsize=9)
         if bound is not None:
             a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")

@@ -440,15 +440,7 @@ def assert_classifier_logits(
                 f"{name} fail the task-level check: held-out accuracy {drop:.2f} points below "
                 f"the reference (at most {100 * max_drop:g} allowed)"
             )
-    check = assert_task_level(
-        candidate,
-        reference,
-        mode=mode,
-        logits=True,
-        by_class=True,
-        decided_only=True,
-        network=network,
-        name=name,
-    )
+    rule = dict(logits=True, by_class=True, decided_only=True)
+    check = assert_task_level(candidate, reference, mode=mode, network=network, name=name, **rule)
     check.accuracy_drop = drop
     return check

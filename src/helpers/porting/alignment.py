@@ -85,11 +85,8 @@ class AlignmentReport(ShowsAsTable):
         for i, r in enumerate(self.rows):
             nz = r.abs_errors[r.abs_errors > 0]
             zeros = r.abs_errors.size - nz.size
-            label = (
-                f"{r.name} (max {r.comparison.max_abs:.1e}"
-                + (f", {zeros} exactly equal" if zeros else "")
-                + ")"
-            )
+            equal = f", {zeros} exactly equal" if zeros else ""
+            label = f"{r.name} (max {r.comparison.max_abs:.1e}{equal})"
             if nz.size:
                 ax.hist(
                     np.log10(np.maximum(nz, floor)), bins=40, alpha=0.55, color=f"C{i}", label=label
