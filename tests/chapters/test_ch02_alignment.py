@@ -62,8 +62,6 @@ def test_train_aligned_torch_vs_oneflow(torch_mod, flow, optimizer):
     run.assert_within(first_step=1e-5, smoothed_bound=1e-3, window=3, max_accuracy_gap=0.2)
     assert run.prediction_agreement is not None and 0 <= run.prediction_agreement <= 1
     assert "per-step |loss difference|" in str(run.table()) and "<table" in run._repr_html_()
-    fig = run.plot(bound=1e-3, floor=run)
-    assert len(fig.axes) == 2
     assert len(run.plot(bound=1e-3, floor=run, window=3).axes) == 3
 
 
@@ -84,7 +82,7 @@ def test_candidate_changes_plant_an_optimizer_bug(torch_mod, flow):
         ref, tiny_classifier("oneflow"), x, y, candidate_changes={"eps": 1e-6}, **kwargs
     )
     assert eps.candidate.losses[-1] != eps.reference.losses[-1]
-    with pytest.raises(ValueError, match="may change lr, momentum, weight_decay, eps; got betas"):
+    with pytest.raises(ValueError, match="may change lr, momentum, eps; got betas"):
         ch02.train_aligned(
             ref, tiny_classifier("oneflow"), x, y, candidate_changes={"betas": (0.8, 0.9)}, **kwargs
         )
@@ -235,7 +233,10 @@ def test_perturb_weights(torch_mod):
             dict(smoothed_bound=1.0, max_accuracy_gap=float("nan")),
             "max_accuracy_gap must be a finite number",
         ),
-        (dict(smoothed_bound=1.0, max_accuracy_gap=1.5), "max_accuracy_gap must be a fraction"),
+        (
+            dict(smoothed_bound=1.0, max_accuracy_gap=1.5),
+            "max_accuracy_gap must be a finite number >= 0.0 <= 1.0",
+        ),
         (dict(smoothed_bound=-1.0), "bounds must be positive, got smoothed_bound=-1.0"),
     ],
 )
@@ -252,7 +253,6 @@ def test_training_settings_reject_non_finite_values(torch_mod):
     for kwargs, label in [
         (dict(lr=float("inf")), "lr"),
         (dict(lr=0.1, momentum=float("nan")), "momentum"),
-        (dict(lr=0.1, weight_decay=float("nan")), "weight_decay"),
     ]:
         with pytest.raises(ValueError, match=f"{label} must be a finite number"):
             ch02.make_train_step(model, **kwargs)

@@ -38,7 +38,6 @@ def test_compare_identical_outputs():
     flat = " ".join(str(c).split())  # wrapped to the book's 88 columns
     assert "shape (4, 5)" in flat and "top-1 agreement 100.0%" in flat
     assert max(len(line) for line in str(c).splitlines()) <= 88
-    assert c.as_dict()["top3_agreement"] == 1.0
 
 
 def test_compare_finds_worst_element():
@@ -94,8 +93,6 @@ def test_topk_agreement_bad_inputs():
         topk_agreement(np.zeros((2, 3)), np.zeros((2, 3)), k=4)
     with pytest.raises(ValueError, match="samples, classes"):
         topk_agreement(np.zeros(3), np.zeros(3))
-    with pytest.raises(ValueError, match="shape mismatch"):
-        topk_agreement(np.zeros((2, 3)), np.zeros((3, 3)))
 
 
 def test_assert_outputs_close_passes_and_returns_comparison():
@@ -127,7 +124,7 @@ def test_assert_outputs_close_cosine_topk_and_bad_tolerance():
         assert_outputs_close(a, b, atol=10.0, min_topk={1: 1.0})
     with pytest.raises(AssertionError, match="cosine"):
         assert_outputs_close(a, b, atol=10.0, min_cosine=0.99)
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="atol must be a finite number >= 0"):
         assert_outputs_close(a, a, atol=-1.0)
 
 

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.core import precision, tf32_emulation
+from helpers.core import precision, tf32
 from helpers.core.comparison import assert_outputs_close, compare
 
 
 def round_to_tf32(x, rounding="nearest"):
-    """TF32's rounding: ``round_mantissa`` with TF32's 10 mantissa bits."""
-    return tf32_emulation.round_mantissa(x, tf32_emulation.MANTISSA_BITS["tf32"], rounding)
+    """TF32's rounding (``round_mantissa``, 10 bits) of a tensor, or of a NumPy array via torch."""
+    if isinstance(x, torch.Tensor):
+        return tf32.round_mantissa(x, rounding=rounding)
+    return tf32.round_mantissa(torch.from_numpy(np.array(x)), rounding=rounding).numpy()
 
 
 U32 = 2.0**-24
@@ -37,7 +39,7 @@ def test_unit_roundoffs():
     assert precision.unit_roundoff("bf16") == 2.0**-8
     assert precision.unit_roundoff("fp16") == 2.0**-11
     assert precision.unit_roundoff("int8") == pytest.approx(1 / 254)
-    for mode, stored in tf32_emulation.MANTISSA_BITS.items():
+    for mode, stored in {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10}.items():
         assert precision.unit_roundoff(mode) == 2.0 ** -(stored + 1)
     assert set(precision.UNIT_ROUNDOFF) == set(precision.MODES)
     with pytest.raises(ValueError, match="unknown math mode"):
@@ -70,17 +72,6 @@ HAND = np.array(
     ],
     dtype=np.float32,
 )
-NEAREST = [
-    0x3F800000,
-    0x3F800000,
-    0x3F804000,
-    0x3F802000,
-    0xBF802000,
-    0x7F800000,
-    0xFF800000,
-    0x7F800000,
-    0x0,
-]
 TRUNCATE = [
     0x3F800000,
     0x3F800000,
@@ -92,11 +83,21 @@ TRUNCATE = [
     0x7F7FE000,
     0x0,
 ]
+NEAREST = [
+    0x3F800000,
+    0x3F800000,
+    0x3F804000,
+    0x3F802000,
+    0xBF802000,
+    0x7F800000,
+    0xFF800000,
+    0x7F800000,
+    0x0,
+]
 
 
 @pytest.mark.parametrize("rounding, expected", [("nearest", NEAREST), ("truncate", TRUNCATE)])
 def test_round_to_tf32_hand_computed_bit_patterns(rounding, expected):
-    assert bits(round_to_tf32(HAND, rounding)) == expected
     as_tensor = round_to_tf32(torch.from_numpy(HAND.copy()), rounding)
     assert isinstance(as_tensor, torch.Tensor) and as_tensor.dtype == torch.float32
     assert bits(as_tensor.numpy()) == expected
@@ -106,20 +107,16 @@ def test_round_to_tf32_keeps_nan_and_signed_zero_and_rejects_other_dtypes():
     # NaNs whose payload would carry into the sign or vanish under rounding, then -0.0
     special = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001, 0x80000000], dtype=np.uint32)
     for rounding in ("nearest", "truncate"):
-        for out in (
-            round_to_tf32(special.view(np.float32), rounding),
-            round_to_tf32(torch.from_numpy(special.view(np.float32).copy()), rounding),
-        ):
-            out = np.asarray(out)
-            assert np.isnan(out[:3]).all() and bits(out[3:]) == [0x80000000]
+        out = round_to_tf32(special.view(np.float32), rounding)
+        assert np.isnan(out[:3]).all() and bits(out[3:]) == [0x80000000]
     with pytest.raises(TypeError, match="float32"):
-        round_to_tf32(np.ones(3))
+        tf32.round_mantissa(np.ones(3, dtype=np.float32))  # a tensor is needed
     with pytest.raises(TypeError, match="float32"):
         round_to_tf32(torch.ones(3, dtype=torch.float64))
     with pytest.raises(ValueError, match="rounding"):
-        round_to_tf32(np.ones(3, dtype=np.float32), "stochastic")
+        round_to_tf32(torch.ones(3), "stochastic")
     with pytest.raises(ValueError, match="bits"):
-        tf32_emulation.round_mantissa(np.ones(3, dtype=np.float32), 0)
+        tf32.round_mantissa(torch.ones(3), 0)
 
 
 @pytest.mark.parametrize("rounding", ["nearest", "truncate"])
@@ -141,7 +138,7 @@ def test_round_to_tf32_keeps_ten_bits_is_idempotent_and_within_its_roundoff(roun
 def test_seven_bits_is_bfloat16_round_to_nearest_even():
     """With 7 bits the same rounding is bfloat16's: checked against PyTorch's own conversion."""
     x = torch.randn(50000, generator=torch.Generator().manual_seed(1)) * 100
-    ours = tf32_emulation.round_mantissa(x, tf32_emulation.MANTISSA_BITS["bf16"])
+    ours = tf32.round_mantissa(x, 7)
     assert torch.equal(ours, x.to(torch.bfloat16).float())
 
 
@@ -366,10 +363,10 @@ def test_emulate_tf32_rounds_inside_and_restores_everything():
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(144, 5))
     originals = [p.detach().clone() for p in net.parameters()]
     conv, lin = net[0], net[2]
-    with precision.emulate_tf32(net, linear=False) as same:
+    with precision.emulate_tf32(net) as same:
         assert same is net
-        assert (conv.weight.detach().numpy().view(np.uint32) & 0x1FFF == 0).all()
-        assert torch.equal(lin.weight, originals[2])  # linear layers left alone
+        for layer in (conv, lin):
+            assert (layer.weight.detach().numpy().view(np.uint32) & 0x1FFF == 0).all()
         assert torch.equal(conv.bias, originals[1])  # biases are added in float32
     for p, o in zip(net.parameters(), originals):
         assert torch.equal(p, o)  # restored bit for bit
@@ -382,22 +379,18 @@ def test_emulate_tf32_rounds_inside_and_restores_everything():
 
 
 def test_emulate_tf32_is_exact_tf32_arithmetic_for_a_linear_layer():
-    """Forward: rounded input times rounded weight; backward with grads=True: the gradient rounded too."""
+    """Forward: rounded input times rounded weight; the gradient passes through the rounding."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 8, bias=False).double().float()
     x = torch.randn(5, 64, requires_grad=True)
     g = torch.randn(5, 8)
     r = round_to_tf32
     w = lin.weight.detach()
-    with precision.emulate_tf32(lin, grads=True):
+    with precision.emulate_tf32(lin):
         y = lin(x)
         y.backward(g)
     expected = r(x.detach()).double() @ r(w).double().T
     assert torch.allclose(y.double(), expected, rtol=0, atol=1e-5)
-    assert torch.allclose(x.grad.double(), r(g).double() @ r(w).double(), rtol=0, atol=1e-5)
-    x.grad = None
-    with precision.emulate_tf32(lin):  # grads=False: gradients pass through the rounding unchanged
-        lin(x).backward(g)
     assert torch.allclose(x.grad.double(), g.double() @ r(w).double(), rtol=0, atol=1e-5)
     with torch.inference_mode(), precision.emulate_tf32(lin):
         assert torch.allclose(lin(x).double(), expected, rtol=0, atol=1e-5)
@@ -430,10 +423,9 @@ def emulated(model, x, **kwargs):
     "kwargs",
     [
         {},  # every conv and linear layer in TF32 (OneFlow's defaults on Ampere+)
-        {"linear": False},  # PyTorch's defaults: cuDNN TF32 on, matmul TF32 off
         {"rounding": "truncate"},  # tensor cores fed unrounded float32 registers
     ],
-    ids=["all-layers", "torch-defaults", "truncating"],
+    ids=["all-layers", "truncating"],
 )
 def test_tf32_passes_the_policy_and_breaks_float32_literals(resnet, kwargs):
     model, x, ref = resnet

@@ -1,22 +1,16 @@
 """Chapter 2's aligned training: one model trained in two frameworks, step for step.
 
-- :func:`train_aligned` -- train the same model in two frameworks (or two execution modes) with
-  identical initial weights, data order, optimizer and hyper-parameters; returns a
-  :class:`TrainingAlignment` with both loss curves, their per-step difference, final accuracies,
-  ``.plot()`` and ``.assert_within(...)``;
-- :func:`train_run`, :func:`make_train_step`, :func:`perturb_weights` -- its parts: one run over
-  a fixed batch order (:func:`helpers.workload.data.batch_order`), the eager (or OneFlow
-  ``nn.Graph``) SGD/Adam step and a float32-sized nudge of the weights (to measure how chaotic
-  training itself is). Chapter 2 writes the aligned loop itself on its page first; these run the
-  long versions. A model must beat guessing before its agreement with another means anything:
-  :func:`helpers.workload.training.assert_above_chance`.
-
-The inference side, :func:`helpers.porting.alignment.alignment_report`, is what a reader applies
-to their own port.
+:func:`train_aligned` trains it in two frameworks (or execution modes) from identical weights,
+with the same data order, optimizer and hyper-parameters, and returns a
+:class:`TrainingAlignment` (both loss curves, their difference, final accuracies, ``.plot()``,
+``.assert_within(...)``); :func:`train_run`, :func:`make_train_step` and :func:`perturb_weights`
+are its parts. The page writes the aligned loop itself first; these run the long versions. The
+inference side a reader applies to their own port is :mod:`helpers.porting.alignment`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from helpers.core.checks import check_number
+from helpers.core.comparison import NAN_BOUND
 from helpers.measure.timer import synchronize
-from helpers.porting.alignment import NAN_BOUND, as_float_batch, check_fraction
+from helpers.porting.alignment import as_float_batch
 from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.data import batch_order
 from helpers.workload.models import (
@@ -42,8 +37,8 @@ from helpers.workload.predict import model_device, predict_classes
 __all__ = ["make_train_step", "train_aligned"]
 
 
-def _bound(label: str, value: Any) -> float:
-    return check_number(label, value, why=NAN_BOUND)
+def _bound(label: str, value: Any, **limits: float) -> float:
+    return check_number(label, value, why=NAN_BOUND, **limits)
 
 
 OPTIMIZERS = ("sgd", "adam")
@@ -55,30 +50,21 @@ def make_train_step(
     optimizer: str = "sgd",
     lr: float,
     momentum: float = 0.9,
-    weight_decay: float = 0.0,
     eps: float = 1e-8,
     use_graph: bool = False,
 ) -> Callable[[np.ndarray, np.ndarray], float]:
-    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss`` (NumPy in, float out).
+    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss``.
 
-    ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"`` (default betas, ``eps`` 1e-8 as
-    in both frameworks' defaults). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward
-    and update compiled together, see :func:`helpers.compiling.graphs.make_train_graph`).
+    ``optimizer``: ``"sgd"`` (with ``momentum``) or ``"adam"`` (both frameworks' default betas and
+    ``eps``). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward and update
+    compiled together: :func:`helpers.compiling.graphs.make_train_graph`).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
-    for label, value in (
-        ("lr", lr),
-        ("momentum", momentum),
-        ("weight_decay", weight_decay),
-        ("eps", eps),
-    ):
+    for label, value in (("lr", lr), ("momentum", momentum), ("eps", eps)):
         _bound(label, value)
-    if not lr > 0 or not 0 <= momentum < 1 or weight_decay < 0 or not eps > 0:
-        raise ValueError(
-            f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0, eps > 0; got {lr}, {momentum}, "
-            f"{weight_decay}, {eps}"
-        )
+    if not lr > 0 or not 0 <= momentum < 1 or not eps > 0:
+        raise ValueError(f"need lr > 0, 0 <= momentum < 1, eps > 0; got {lr}, {momentum}, {eps}")
     fw = framework_of(model)
     if use_graph and fw != "oneflow":
         raise ValueError(
@@ -87,9 +73,9 @@ def make_train_step(
     mod, nn, F = nn_namespace(fw)
     device = model_device(model, fw)
     if optimizer == "sgd":
-        opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+        opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     else:
-        opt = mod.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, eps=eps)
+        opt = mod.optim.Adam(model.parameters(), lr=lr, eps=eps)
     model.train()
 
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
@@ -127,9 +113,8 @@ class TrainingCurve:
     accuracy: float | None
     predictions: np.ndarray | None
     seconds: float
-    settings: dict[str, Any] = field(
-        default_factory=dict
-    )  # what must match for two curves to be comparable
+    # what must match for two curves to be comparable
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(repr=False)
@@ -164,17 +149,12 @@ class TrainingAlignment(ShowsAsTable):
 
     def table(self) -> Table:
         """Both runs (first loss, mean of the last 10, held-out accuracy, seconds) and how far apart."""
-        rows = []
-        for c in (self.reference, self.candidate):
-            rows.append(
-                {
-                    "run": c.name,
-                    "first_loss": c.losses[0],
-                    "last_10_mean": float(c.losses[-10:].mean()),
-                    "val_accuracy": None if c.accuracy is None else f"{c.accuracy:.1%}",
-                    "seconds": f"{c.seconds:.1f}",
-                }
-            )
+        rows = [
+            {"run": c.name, "first_loss": c.losses[0], "last_10_mean": float(c.losses[-10:].mean())}
+            | {"val_accuracy": None if c.accuracy is None else f"{c.accuracy:.1%}"}
+            | {"seconds": f"{c.seconds:.1f}"}
+            for c in (self.reference, self.candidate)
+        ]
         diff = np.abs(self.differences)
         notes = [
             f"per-step |loss difference|: step 1 {diff[0]:.2e}, "
@@ -191,56 +171,37 @@ class TrainingAlignment(ShowsAsTable):
         bound: float | None = None,
         floor: TrainingAlignment | None = None,
         title: str = "",
-        window: int | None = None,
+        window: int = 10,
     ) -> Any:
-        """Both loss curves on one chart, and |loss difference| per step (log scale).
-
-        ``floor`` (another :class:`TrainingAlignment`, e.g. a run against itself with weights nudged
-        by 1e-6) is drawn beside the differences for scale. With ``window``, a third panel shows
-        the difference of the ``window``-step moving averages, with ``bound`` (what
-        :meth:`assert_within` checks); without it, ``bound`` is drawn on the per-step panel.
+        """Both loss curves, |loss difference| per step (log scale) and the difference of the
+        ``window``-step moving averages with ``bound`` (what :meth:`assert_within` checks).
+        ``floor`` (e.g. a run against itself with weights nudged by 1e-6) is drawn beside for scale.
         """
         import matplotlib.pyplot as plt
 
-        panels = 3 if window else 2
-        fig, axes = plt.subplots(1, panels, figsize=(11, 3.4))
-        a1, a2 = axes[0], axes[1]
+        fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(11, 3.4))
         steps = np.arange(1, len(self.reference.losses) + 1)
         a1.plot(steps, self.reference.losses, lw=2.2, alpha=0.8, label=self.reference.name)
         a1.plot(steps, self.candidate.losses, lw=1.1, ls="--", label=self.candidate.name)
-        a1.set_xlabel("step")
-        a1.set_ylabel("training loss")
+        a1.set(xlabel="step", ylabel="training loss")
         a1.set_title(title or "loss curves: same init, data order, optimizer", fontsize=9)
         a1.legend(fontsize=7)
-        runs = [(self, "o-", f"C{0}")] + ([(floor, "s-", "grey")] if floor is not None else [])
+        runs = [(self, "o-", "C0")] + ([(floor, "s-", "grey")] if floor is not None else [])
         for run, style, color in runs:
-            a2.semilogy(
-                np.arange(1, len(run.differences) + 1),
-                np.maximum(np.abs(run.differences), 1e-9),
-                style,
-                ms=2,
-                lw=0.8,
-                color=color,
-                label=f"{run.candidate.name} vs {run.reference.name}",
-            )
-        a2.set_xlabel("step")
-        a2.set_ylabel("|loss difference|")
+            d = np.maximum(np.abs(run.differences), 1e-9)
+            name = f"{run.candidate.name} vs {run.reference.name}"
+            a2.semilogy(np.arange(1, len(d) + 1), d, style, ms=2, lw=0.8, color=color, label=name)
+            sm = np.abs(run.smoothed_differences(window))
+            a3.plot(np.arange(window, window + len(sm)), sm, color=color)
+        a2.set(xlabel="step", ylabel="|loss difference|")
         a2.set_title("per step (1e-9 = equal)", fontsize=9)
-        target = a2
-        if window:
-            a3 = axes[2]
-            for run, _, color in runs:
-                sm = np.abs(run.smoothed_differences(window))
-                a3.plot(np.arange(window, window + len(sm)), sm, color=color)
-            a3.set_xlabel("step")
-            a3.set_ylabel("|difference of the means|")
-            a3.set_title(f"moving averages over {window} steps", fontsize=9)
-            target = a3
+        a3.set(xlabel="step", ylabel="|difference of the means|")
+        a3.set_title(f"moving averages over {window} steps", fontsize=9)
         if bound is not None:
-            target.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
-        for ax in axes[1:]:
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+            a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
+        a2.legend(fontsize=7)
+        if bound is not None:
+            a3.legend(fontsize=7)
         fig.tight_layout()
         return fig
 
@@ -252,41 +213,31 @@ class TrainingAlignment(ShowsAsTable):
         first_step: float | None = None,
         max_accuracy_gap: float | None = None,
     ) -> dict[str, float]:
-        """How much of each bound of :meth:`assert_within` the two runs use: observed / bound.
-
-        Keys ``"first step"``, ``"moving averages"``, ``"accuracy gap"`` (those bounds given);
-        a value above 1 fails. Bounds must be finite numbers (``ValueError`` otherwise: a NaN
-        bound would never be exceeded); an accuracy gap needs both accuracies.
-        """
-        bounds = {"smoothed_bound": smoothed_bound}
-        if first_step is not None:
-            bounds["first_step"] = first_step
-        for label, value in bounds.items():
-            if _bound(label, value) <= 0:
+        """How much of each bound of :meth:`assert_within` the runs use (observed / bound; above 1
+        fails): ``"first step"``, ``"moving averages"``, ``"accuracy gap"``, for the bounds given.
+        A NaN or infinite bound raises ValueError (it would never be exceeded)."""
+        for label, value in (("smoothed_bound", smoothed_bound), ("first_step", first_step)):
+            if value is not None and _bound(label, value) <= 0:
                 raise ValueError(f"bounds must be positive, got {label}={value!r}")
         out = {}
         if first_step is not None:
             out["first step"] = abs(float(self.differences[0])) / first_step
-        out["moving averages"] = float(np.abs(self.smoothed_differences(window)).max()) / (
-            smoothed_bound
-        )
+        sm = np.abs(self.smoothed_differences(window))
+        out["moving averages"] = float(sm.max()) / smoothed_bound
         if max_accuracy_gap is not None:
-            check_fraction("max_accuracy_gap", max_accuracy_gap)
+            _bound("max_accuracy_gap", max_accuracy_gap, minimum=0.0, maximum=1.0)
             if self.reference.accuracy is None or self.candidate.accuracy is None:
                 raise ValueError("accuracies were not measured (pass val= to train_aligned)")
             gap = abs(self.reference.accuracy - self.candidate.accuracy)
-            if max_accuracy_gap > 0:
-                out["accuracy gap"] = gap / max_accuracy_gap
-            else:
-                out["accuracy gap"] = math.inf if gap > 0 else 0.0
+            zero = math.inf if gap > 0 else 0.0
+            out["accuracy gap"] = gap / max_accuracy_gap if max_accuracy_gap > 0 else zero
         return out
 
     def assert_within(self, **bounds: Any) -> dict[str, float]:
-        """Assert the runs agree within the bounds of :meth:`shares` (the same keywords): the
-        ``window``-step moving averages of the loss curves within ``smoothed_bound`` everywhere;
-        optionally the first step's losses within ``first_step`` and the final held-out
-        accuracies within ``max_accuracy_gap`` (a fraction). Bounds must be finite numbers
-        (``ValueError`` otherwise: a NaN bound would never be exceeded). Returns :meth:`shares`."""
+        """Assert the runs agree within the bounds of :meth:`shares` (same keywords): the
+        ``window``-step moving averages of the losses within ``smoothed_bound``; optionally the
+        first step's losses within ``first_step`` and the held-out accuracies within
+        ``max_accuracy_gap`` (a fraction). Returns :meth:`shares`."""
         try:
             used = self.shares(**bounds)
         except ValueError as err:  # a missing accuracy is a failed check, not a bad argument
@@ -347,19 +298,14 @@ def train_run(
     order: np.ndarray,
     *,
     name: str,
-    optimizer: str = "sgd",
-    lr: float = 0.05,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
-    eps: float = 1e-8,
     val: tuple[np.ndarray, np.ndarray] | None = None,
-    use_graph: bool = False,
     progress: bool = True,
+    **step_settings: Any,
 ) -> TrainingCurve:
-    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` and return its :class:`TrainingCurve`."""
+    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` (the step of
+    :func:`make_train_step` with ``step_settings``) and return its :class:`TrainingCurve`."""
     _check_no_dropout(model)
-    hyper = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    step = make_train_step(model, eps=eps, use_graph=use_graph, **hyper)
+    step = make_train_step(model, **step_settings)
     fw = framework_of(model)
     loop: Any = order
     if progress:
@@ -390,8 +336,6 @@ def train_aligned(
     batch_size: int,
     optimizer: str = "sgd",
     lr: float = 0.05,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
     seed: int = 0,
     val: tuple[np.ndarray, np.ndarray] | None = None,
     names: tuple[str, str] | None = None,
@@ -403,20 +347,15 @@ def train_aligned(
 ) -> TrainingAlignment:
     """Train ``reference`` and ``candidate`` identically and compare them step by step.
 
-    With ``copy_init`` the candidate first receives the reference's weights (identical
-    initialisation, checked bit for bit); ``perturb`` then nudges the candidate's weights by that
-    relative amount (to measure how chaotic training itself is). Both see the same batches in the
-    same order (a seeded shuffle per epoch) with the same optimizer settings. Dropout must be off
-    (``p=0``) or absent: the frameworks draw different random masks. ``val=(x, y)`` adds held-out
-    accuracy. The models train one after the other (their wall times are reported separately).
-
-    ``reference`` may also be the :class:`TrainingCurve` of an earlier run with the same data and
-    settings (e.g. ``earlier.reference``): it is reused instead of training again; the candidate
-    must then already hold the same initial weights (``copy_init=False``).
+    ``copy_init`` first copies the reference's weights into the candidate (checked bit for bit);
+    ``perturb`` then nudges them by that relative amount (how chaotic training itself is). Both
+    see the same batches in the same order with the same optimizer; dropout must be off (the
+    frameworks draw different masks). ``val=(x, y)`` adds held-out accuracy. ``reference`` may be
+    an earlier run's :class:`TrainingCurve` with the same data and settings, reused (then
+    ``copy_init=False``: the candidate already holds the same initial weights).
 
     ``candidate_changes`` plants a difference in the candidate's optimizer only (a bug on purpose,
-    to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``; keys among
-    ``lr``, ``momentum``, ``weight_decay``, ``eps``.
+    to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``, ``momentum``.
     """
     x = as_float_batch(x)
     y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
@@ -428,8 +367,6 @@ def train_aligned(
         "batch_size": batch_size,
         "optimizer": optimizer,
         "lr": lr,
-        "momentum": momentum,
-        "weight_decay": weight_decay,
         "seed": seed,
         "val": None if val is None else len(val[1]),
     }
@@ -462,8 +399,7 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    common |= dict(val=val, progress=progress)
+    common = dict(optimizer=optimizer, lr=lr, val=val, progress=progress)
     if reuse:
         ref_curve = reference
     else:
@@ -475,19 +411,10 @@ def train_aligned(
         candidate, x, y, order, name=names[1], use_graph=use_graph[1], **{**common, **changes}
     )
     cand_curve.settings = settings
-    if ref_curve.name != names[0]:
-        ref_curve = TrainingCurve(
-            names[0],
-            ref_curve.losses,
-            ref_curve.accuracy,
-            ref_curve.predictions,
-            ref_curve.seconds,
-            ref_curve.settings,
-        )
-    return TrainingAlignment(ref_curve, cand_curve, order)
+    return TrainingAlignment(dataclasses.replace(ref_curve, name=names[0]), cand_curve, order)
 
 
-_CHANGEABLE = ("lr", "momentum", "weight_decay", "eps")
+_CHANGEABLE = ("lr", "momentum", "eps")
 
 
 def _check_no_dropout(model: Any) -> None:

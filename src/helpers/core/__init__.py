@@ -10,8 +10,7 @@
 - :mod:`~helpers.core.arrays` -- any framework's tensor as a float64 NumPy array
 - :mod:`~helpers.core.comparison` -- elementwise and task-level comparison of outputs, with controls
 - :mod:`~helpers.core.precision` -- the math mode in effect (fp32, TF32, bf16, fp16, int8) and the tolerance it implies
-- :mod:`~helpers.core.tf32_switch` -- TF32 switched off in PyTorch and OneFlow, and put back
-- :mod:`~helpers.core.tf32_emulation` -- TF32 on a CPU: float32 rounded to a 10-bit mantissa
+- :mod:`~helpers.core.tf32` -- TF32 switched off in PyTorch and OneFlow and put back, and emulated on a CPU
 - :mod:`~helpers.core.oneflow_fix` -- a fix for OneFlow 0.9.0's nn.Graph launch race, loaded before OneFlow
 - :mod:`~helpers.core.process_memory` -- the peak memory of a process tree, sampled in a thread
 - :mod:`~helpers.core.processes` -- child processes (servers, proxies) that are always stopped

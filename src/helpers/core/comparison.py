@@ -1,16 +1,10 @@
 """Numerical comparison of outputs across frameworks (PyTorch, OneFlow, NumPy, ...).
 
-``compare(a, b)`` measures how far two outputs are apart. Two assertions turn that into a check
-that can fail:
-
-- :func:`assert_outputs_close`: elementwise, with the bound of the precision policy (strict
-  float32 for equality claims: ``mode="fp32"``), reporting how much of the bound was used;
-- :func:`assert_task_level`: for reduced precision (TF32, bf16, fp16, int8), where an
-  elementwise bound on a whole network is as large as its outputs: each row nearest its own
-  reference, decisions the precision cannot flip kept, and two controls that must fail;
-- :func:`assert_classifier_logits`: the course's one rule for a classifier's reduced-precision
-  logits (chapters 8 and 10, ``tools/bench_cpu_deploy.py``): the task level by class, plus
-  held-out accuracy within a stated drop.
+``compare(a, b)`` measures how far two outputs are apart; three assertions make it a check that
+can fail: :func:`assert_outputs_close` (elementwise, with the precision policy's bound, strict
+float32 for equality claims), :func:`assert_task_level` (reduced precision: each row nearest its
+own reference, decisions kept, two controls that must fail) and :func:`assert_classifier_logits`
+(the course's rule for a classifier's reduced-precision logits, chapters 8 and 10).
 """
 
 from __future__ import annotations
@@ -24,10 +18,12 @@ import numpy as np
 
 from helpers.core import precision
 from helpers.core.arrays import to_numpy
+from helpers.core.checks import check_number
 from helpers.core.environment import PAGE_COLUMNS
 
 __all__ = [
     "to_numpy",
+    "NAN_BOUND",
     "Comparison",
     "compare",
     "assert_outputs_close",
@@ -40,12 +36,13 @@ __all__ = [
     "max_cross_cosine",
 ]
 
+# Every bound is used as ``error > bound``: NaN compares False with everything, inf never fails.
+NAN_BOUND = "a NaN or infinite bound would let any values pass"
+
 
 def topk_agreement(a: Any, b: Any, k: int = 1) -> float:
     """Fraction of rows whose top-``k`` class sets are identical (rows = samples, columns = classes)."""
-    x, y = to_numpy(a), to_numpy(b)
-    if x.shape != y.shape:
-        raise ValueError(f"shape mismatch: {x.shape} vs {y.shape}")
+    x, y = to_numpy(a), to_numpy(b)  # of one shape (compare checked)
     if x.ndim != 2:
         raise ValueError(f"top-k agreement needs (samples, classes) logits, got shape {x.shape}")
     if not 1 <= k <= x.shape[1]:
@@ -69,10 +66,6 @@ class Comparison:
     topk: dict[int, float] = field(default_factory=dict)
     used: float | None = None  # the largest |error| / its bound (atol + rtol |ref|), once checked
     tolerance: Any = None  # the precision.Tolerance checked against, when a mode gave it
-
-    def as_dict(self) -> dict[str, Any]:
-        fields = {k: getattr(self, k) for k in ("max_abs", "mean_abs", "max_rel", "cosine")}
-        return {**fields, **{f"top{k}_agreement": v for k, v in self.topk.items()}}
 
     def __str__(self) -> str:
         topk = ", ".join(f"top-{k} agreement {v:.1%}" for k, v in self.topk.items())
@@ -124,6 +117,27 @@ def compare(a: Any, b: Any, topk: Sequence[int] = (), rel_floor: float = 1e-6) -
 REDUCED = ("tf32", "bf16", "fp16", "int8")
 
 
+def _policy_bound(
+    mode: str, network: str | None, accumulation: float | str, expected: Any
+) -> precision.Tolerance:
+    """The precision policy's elementwise bound, refused for a whole network in a reduced mode."""
+    if mode in REDUCED and accumulation == "network":
+        raise ValueError(
+            f"an elementwise {mode} bound on a whole network is as large as its outputs and "
+            "cannot fail on a real bug: compare at task level (assert_task_level), or compare "
+            "in strict float32"
+        )
+    scale = precision.output_scale(expected)
+    return precision.tolerance(mode, accumulation=accumulation, network=network, scale=scale)
+
+
+def _used(x: np.ndarray, y: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    """|x - y| / (atol + rtol |y|) per element: above 1 fails (0 / 0 counts as 0)."""
+    err = np.abs(x - y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(err == 0, 0.0, err / (atol + rtol * np.abs(y)))
+
+
 def assert_outputs_close(
     actual: Any,
     expected: Any,
@@ -137,70 +151,48 @@ def assert_outputs_close(
     min_topk: dict[int, float] | None = None,
     name: str = "outputs",
 ) -> Comparison:
-    """Assert ``|actual - expected| <= atol + rtol * |expected|`` everywhere (plus optional cosine/top-k bounds).
+    """Assert ``|actual - expected| <= atol + rtol * |expected|`` everywhere (plus optional
+    cosine/top-k bounds), the bound given as ``atol``/``rtol`` or as the math ``mode``
+    (:func:`helpers.core.precision.tolerance` with ``network``, ``accumulation`` and the scale of
+    ``expected``). Refused for a whole network in a reduced mode: that bound is as large as the
+    outputs and passes real bugs (use :func:`assert_task_level`).
 
-    Give the bound either as ``atol``/``rtol`` or as the math ``mode`` the results were computed
-    in: the precision policy then derives it (:func:`helpers.core.precision.tolerance` with
-    ``network``, ``accumulation`` and the scale of ``expected``). An elementwise bound on a whole
-    network's outputs is refused for a reduced mode (TF32, bf16, fp16, int8): it comes out as
-    large as the outputs themselves and passes real bugs; use :func:`assert_task_level`.
-
-    Returns the :class:`Comparison`, whose ``used`` is the largest error as a fraction of its
-    bound (printed: how close the check came to failing). On failure the ``AssertionError`` names
-    how many elements failed, the worst one and the bound.
+    Returns the :class:`Comparison`; its ``used`` is the largest error as a fraction of its bound.
     """
     tol = None
     if mode is not None:
         if atol is not None:
             raise ValueError("give the bound as a mode or as atol/rtol, not both")
-        if mode in REDUCED and accumulation == "network":
-            raise ValueError(
-                f"an elementwise {mode} bound on a whole network is as large as its outputs and "
-                "cannot fail on a real bug: compare at task level (assert_task_level), or compare "
-                "in strict float32"
-            )
-        tol = precision.tolerance(
-            mode,
-            accumulation=accumulation,
-            network=network,
-            scale=precision.output_scale(expected),
-        )
-        atol, rtol = tol.atol, tol.rtol
+        tol = _policy_bound(mode, network, accumulation, expected)
+        atol, rtol = tol
     if atol is None:
         raise ValueError("give the bound: atol (and rtol), or the math mode")
-    for label, value in (("atol", atol), ("rtol", rtol), ("min_cosine", min_cosine)):
-        if value is not None and not (isinstance(value, (int, float)) and np.isfinite(value)):
-            # NaN compares False with everything, so a NaN bound would make every check pass
-            raise ValueError(f"{label} must be a finite number, got {value!r}")
-    if atol < 0 or rtol < 0:
-        raise ValueError("tolerances must be non-negative")
-    if min_cosine is not None and not -1.0 <= min_cosine <= 1.0:
-        raise ValueError(f"min_cosine must lie in [-1, 1], got {min_cosine}")
+    check_number("atol", atol, minimum=0.0, why=NAN_BOUND)
+    check_number("rtol", rtol, minimum=0.0, why=NAN_BOUND)
+    if min_cosine is not None:
+        check_number("min_cosine", min_cosine, minimum=-1.0, maximum=1.0, why=NAN_BOUND)
     for k, need in (min_topk or {}).items():
-        if not (isinstance(need, (int, float)) and 0.0 <= need <= 1.0):
-            raise ValueError(f"min_topk[{k}] must be a fraction in [0, 1], got {need!r}")
+        check_number(f"min_topk[{k}]", need, minimum=0.0, maximum=1.0, why=NAN_BOUND)
     cmp = compare(actual, expected, topk=tuple(min_topk or ()))
     x, y = to_numpy(actual), to_numpy(expected)
-    bound = atol + rtol * np.abs(y)
-    err = np.abs(x - y)
-    bad = err > bound
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(
-            bound > 0, err / np.where(bound > 0, bound, 1.0), np.where(err > 0, np.inf, 0.0)
-        )
-    cmp.used, cmp.tolerance = float(ratio.max()), tol
+    used = _used(x, y, atol, rtol)
+    cmp.used, cmp.tolerance = float(used.max()), tol
     problems = []
+    bad = np.abs(x - y) > atol + rtol * np.abs(y)
     if bad.any():
-        i = cmp.worst_index
+        i, (a, b) = cmp.worst_index, cmp.worst_values
         problems.append(
-            f"{int(bad.sum())} of {bad.size} elements differ by more than atol={atol:g} + rtol={rtol:g}*|expected|; "
-            f"worst at index {i}: {cmp.worst_values[0]:.6g} vs {cmp.worst_values[1]:.6g} (abs err {cmp.max_abs:.3g})"
+            f"{int(bad.sum())} of {bad.size} elements differ by more than atol={atol:g} + "
+            f"rtol={rtol:g}*|expected|; worst at index {i}: {a:.6g} vs {b:.6g} "
+            f"(abs err {cmp.max_abs:.3g})"
         )
     if min_cosine is not None and cmp.cosine < min_cosine:
-        problems.append(f"cosine similarity {cmp.cosine:.8f} is below {min_cosine}")
-    for k, need in (min_topk or {}).items():
-        if cmp.topk[k] < need:
-            problems.append(f"top-{k} agreement {cmp.topk[k]:.1%} is below {need:.1%}")
+        problems.append(f"cosine {cmp.cosine:.9f} below {min_cosine}")
+    problems += [
+        f"top-{k} agreement {cmp.topk[k]:.1%} below {need:.1%}"
+        for k, need in (min_topk or {}).items()
+        if cmp.topk[k] < need
+    ]
     if problems:
         raise AssertionError(f"{name} are not close: " + "; ".join(problems))
     return cmp
@@ -214,26 +206,17 @@ def bound_used(
     network: str | None = None,
     accumulation: float | str = "network",
 ) -> float:
-    """How much of the precision policy's elementwise bound ``actual`` uses: the largest
-    ``|actual - expected| / (atol + rtol * |expected|)``, the ``used`` that
-    :func:`assert_outputs_close` reports with the same ``mode``; above 1 that check fails.
-
-    For tables of checks and planted bugs, where a failure is a result to show rather than an
-    error. The same refusal as :func:`assert_outputs_close`: no elementwise bound on a whole
-    network in a reduced mode.
-    """
-    if mode in REDUCED and accumulation == "network":
-        raise ValueError(
-            f"an elementwise {mode} bound on a whole network is as large as its outputs and "
-            "cannot fail on a real bug: compare at task level (assert_task_level)"
-        )
+    """The ``used`` that :func:`assert_outputs_close` reports with the same ``mode`` (above 1 it
+    fails), without raising: for tables of checks and planted bugs, where a failure is a result."""
     x, y = to_numpy(actual), to_numpy(expected)
     if x.shape != y.shape:
         raise ValueError(f"cannot compare outputs of different shapes: {x.shape} vs {y.shape}")
-    tol = precision.tolerance(
-        mode, accumulation=accumulation, network=network, scale=precision.output_scale(y)
-    )
-    return float(np.max(np.abs(x - y) / (tol.atol + tol.rtol * np.abs(y))))
+    tol = _policy_bound(mode, network, accumulation, y)
+    return float(_used(x, y, tol.atol, tol.rtol).max())
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def rowwise_cosine(a: Any, b: Any) -> np.ndarray:
@@ -249,19 +232,28 @@ def rowwise_cosine(a: Any, b: Any) -> np.ndarray:
     return np.sum(x * y, axis=1) / (nx * ny)
 
 
-def nearest_neighbour_agreement(candidate: Any, reference: Any) -> float:
-    """Fraction of rows of ``candidate`` whose most similar ``reference`` row (by cosine) is the same row.
+def _nearest_own(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+) -> float:
+    # The fraction of rows of x whose nearest row of y (by cosine) is their own, or with
+    # ``groups`` one of their own group (a trained classifier's class); with ``rows`` (a
+    # boolean mask), the fraction over those rows only.
+    nearest = (_unit_rows(x) @ _unit_rows(y).T).argmax(axis=1)
+    hit = nearest == np.arange(len(x)) if groups is None else groups[nearest] == groups
+    return float(np.mean(hit if rows is None else hit[rows]))
 
-    For embeddings this is what a matching service needs: an image's embedding from a faster runtime
-    must still be closest to *its own* reference embedding, not to another image's.
-    """
+
+def nearest_neighbour_agreement(candidate: Any, reference: Any) -> float:
+    """Fraction of rows of ``candidate`` whose most similar ``reference`` row (by cosine) is the
+    same row: what a matching service needs of a faster runtime's embeddings."""
     x, y = to_numpy(candidate), to_numpy(reference)
     rowwise_cosine(x, y)  # validates shapes and norms
     if len(x) < 2:
         raise ValueError("need at least two rows to find a nearest neighbour")
-    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
-    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
-    return float(np.mean((xn @ yn.T).argmax(axis=1) == np.arange(len(x))))
+    return _nearest_own(x, y)
 
 
 def max_cross_cosine(reference: Any) -> float:
@@ -272,8 +264,7 @@ def max_cross_cosine(reference: Any) -> float:
     y = to_numpy(reference)
     if y.ndim != 2 or len(y) < 2:
         raise ValueError(f"need a (samples >= 2, dim) array, got shape {y.shape}")
-    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
-    sim = yn @ yn.T
+    sim = _unit_rows(y) @ _unit_rows(y).T
     return float(sim[~np.eye(len(y), dtype=bool)].max())
 
 
@@ -316,22 +307,6 @@ class TaskCheck:
         return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
-def _nearest_own(
-    x: np.ndarray,
-    y: np.ndarray,
-    groups: np.ndarray | None = None,
-    rows: np.ndarray | None = None,
-) -> float:
-    # The fraction of rows of x whose nearest row of y (by cosine) is their own, or with
-    # ``groups`` one of their own group (a trained classifier's class); with ``rows`` (a
-    # boolean mask), the fraction over those rows only.
-    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
-    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
-    nearest = (xn @ yn.T).argmax(axis=1)
-    hit = nearest == np.arange(len(x)) if groups is None else groups[nearest] == groups
-    return float(np.mean(hit if rows is None else hit[rows]))
-
-
 def assert_task_level(
     candidate: Any,
     reference: Any,
@@ -346,25 +321,19 @@ def assert_task_level(
 ) -> TaskCheck:
     """Assert that a reduced-precision result still does the task its float32 reference does.
 
-    Rows are samples (images); each row is flattened (logits, embeddings, saliency maps alike).
+    Rows are samples, each flattened (logits, embeddings, saliency maps alike).
 
-    - **Each row nearest its own reference**: by cosine, every candidate row is closer to the
-      reference row of the same image than to any other image's (at least ``min_nearest_own`` of
-      the rows). Data-relative: no literal, and no bound larger than the signal.
-    - **Decisions the precision cannot flip stay** (``logits=True``): a row whose reference top-1
-      leads the runner-up by more than twice the mode's elementwise error bound
-      (:func:`helpers.core.precision.tolerance` for ``mode`` and ``network``) keeps its top-1.
-      Rows inside the bound are counted, not required: a model that learned nothing decides none.
-    - ``by_class`` (logits only): a row may instead be nearest any reference row of its own
-      reference class (top-1). A trained classifier gives the images of one class nearly the same
-      logits, so which of them a rounded row lands nearest says nothing about the task; which
-      class it lands in does. The controls then refuse a model that puts every image in one class.
-    - ``decided_only`` (with ``by_class``): nearest its own class is required of the rows whose
-      decision the precision cannot flip (the rows ``logits=True`` holds to their top-1), and
-      counted on the others: a row on a class boundary may land on either side of it.
-    - **Controls that must fail**: the same criteria on the candidate negated and on its rows
-      shifted by one (each image paired with another's reference) must fail, else the data cannot
-      tell a right answer from a wrong one and the check is refused.
+    - Each row nearest its own reference (by cosine; at least ``min_nearest_own`` of the rows):
+      data-relative, no literal, no bound larger than the signal.
+    - ``logits=True``: a row whose reference top-1 leads the runner-up by more than twice the
+      mode's elementwise bound (:func:`helpers.core.precision.tolerance`) keeps its top-1; rows
+      inside the bound are counted, not required (a model that learned nothing decides none).
+    - ``by_class``: nearest any reference row of its own reference class instead: a trained
+      classifier gives one class's images nearly the same logits, so which of them a rounded row
+      lands nearest is not the task. ``decided_only``: that is required of the decided rows only
+      (a row on a class boundary may land on either side).
+    - Controls that must fail: the candidate negated, and its rows shifted by one (each image
+      paired with another's reference); if either passes, the data cannot tell right from wrong.
     """
     precision.unit_roundoff(mode)  # validates the mode
     x, y = to_numpy(candidate), to_numpy(reference)
@@ -377,8 +346,7 @@ def assert_task_level(
     x, y = x.reshape(len(x), -1), y.reshape(len(y), -1)
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError(f"{name}: NaN or inf values")
-    if (np.linalg.norm(x, axis=1) == 0).any() or (np.linalg.norm(y, axis=1) == 0).any():
-        raise ValueError(f"{name}: a row has zero norm (cosine undefined)")
+    cos = rowwise_cosine(x, y)  # refuses a zero row: its cosine is undefined
     if not 0.0 < min_nearest_own <= 1.0:
         raise ValueError(f"min_nearest_own must be a fraction in (0, 1], got {min_nearest_own}")
     if by_class and not logits:
@@ -386,13 +354,11 @@ def assert_task_level(
     if decided_only and not by_class:
         raise ValueError("decided_only holds decided rows to their class: it needs by_class=True")
     groups = y.argmax(axis=1) if by_class else None
-    own_what = "a reference of their own class" if by_class else "their own reference"
     if _nearest_own(y, y) < min_nearest_own:
         raise AssertionError(
             f"{name}: the reference rows are too alike to identify themselves (duplicates, or a "
             "model that gives every sample the same output): use distinct samples or a trained model"
         )
-    cos = rowwise_cosine(x, y)
     decided = kept = top1 = required = None
     problems = []
     if logits:
@@ -406,18 +372,18 @@ def assert_task_level(
                 f"top-1 changed on {decided - kept} of {decided} rows whose reference decision is "
                 f"wider than twice the {mode} bound ({tol.atol:.3g})"
             )
-        if decided_only:
-            if not sure.any():
-                raise AssertionError(
-                    f"{name}: no row is decided beyond twice the {mode} bound, so no row can be "
-                    "held to its class (a model that learned nothing?)"
-                )
-            required = sure
+        if decided_only and not sure.any():
+            raise AssertionError(
+                f"{name}: no row is decided beyond twice the {mode} bound, so no row can be "
+                "held to its class (a model that learned nothing?)"
+            )
+        required = sure if decided_only else None
     own = _nearest_own(x, y, groups, required)
-    which = "the rows" if required is None else "the decided rows"
     if own < min_nearest_own:
         problems.append(
-            f"only {own:.0%} of {which} are nearest {own_what} (need {min_nearest_own:.0%})"
+            f"only {own:.0%} of {'the rows' if required is None else 'the decided rows'} are "
+            f"nearest {'a reference of their own class' if by_class else 'their own reference'} "
+            f"(need {min_nearest_own:.0%})"
         )
     if problems:
         raise AssertionError(f"{name} fail the task-level check: " + "; ".join(problems))
@@ -457,15 +423,10 @@ def assert_classifier_logits(
     max_drop: float = 0.02,
     name: str = "logits",
 ) -> TaskCheck:
-    """The course's one rule for a classifier's reduced-precision logits (INT8, bf16, TF32).
-
-    Used by chapters 8 and 10 and ``tools/bench_cpu_deploy.py``: :func:`assert_task_level` with
-    ``logits=True, by_class=True, decided_only=True`` (every row whose decision the precision
-    cannot flip keeps its top-1 and stays nearest a reference row of its own class, the negated
-    and shifted controls failing), and, where ``labels`` are given, held-out accuracy at most
-    ``max_drop`` (a fraction) below the reference's. By class, not by image: a trained
-    classifier gives the images of one class nearly the same logits, so which of them a rounded
-    row lands nearest is not the task; and a row on a class boundary may land on either side.
+    """The course's one rule for a classifier's reduced-precision logits (INT8, bf16, TF32;
+    chapters 8 and 10, ``tools/bench_cpu_deploy.py``): :func:`assert_task_level` with
+    ``logits=True, by_class=True, decided_only=True`` and, where ``labels`` are given, held-out
+    accuracy at most ``max_drop`` (a fraction) below the reference's.
     """
     drop = None
     if labels is not None:
@@ -479,15 +440,7 @@ def assert_classifier_logits(
                 f"{name} fail the task-level check: held-out accuracy {drop:.2f} points below "
                 f"the reference (at most {100 * max_drop:g} allowed)"
             )
-    check = assert_task_level(
-        candidate,
-        reference,
-        mode=mode,
-        logits=True,
-        by_class=True,
-        decided_only=True,
-        network=network,
-        name=name,
-    )
+    rule = dict(logits=True, by_class=True, decided_only=True)
+    check = assert_task_level(candidate, reference, mode=mode, network=network, name=name, **rule)
     check.accuracy_drop = drop
     return check

@@ -1,32 +1,19 @@
 """One precision policy: the math mode really in effect, and the tolerance it implies.
 
 A float32 model does not always compute in float32. On an Ampere-or-newer NVIDIA GPU (A100, A10,
-L4, RTX 30xx/40xx, H100/H200) convolutions and matrix products may run on tensor cores in
-**TF32**: each input is rounded to a 10-bit mantissa (unit roundoff 2^-11, like float16) and the
-products are summed in float32. PyTorch allows it for cuDNN convolutions by default
-(``torch.backends.cudnn.allow_tf32 = True``) but not for matmuls
-(``torch.backends.cuda.matmul.allow_tf32 = False``, i.e. ``float32_matmul_precision 'highest'``);
-OneFlow 0.9.0 allows it for both (see :func:`oneflow_math_mode`). A comparison written for
-float32 on a CPU (``atol=1e-4``) then fails on the GPU although nothing is wrong.
-
-This module names the math modes, reads the one in effect from each framework's own settings,
-and turns it into the tolerance every cross-framework, cross-device or cross-variant comparison
-takes::
-
-    from helpers.core import precision
-    from helpers.core.comparison import assert_outputs_close
+L4, RTX 30xx/40xx, H100/H200) convolutions and matmuls may run on tensor cores in **TF32**: each
+input rounded to a 10-bit mantissa (unit roundoff 2^-11, like float16), products summed in float32.
+PyTorch allows it for cuDNN convolutions by default (``torch.backends.cudnn.allow_tf32 = True``)
+but not for matmuls (``float32_matmul_precision 'highest'``); OneFlow 0.9.0 allows it for both
+(:func:`oneflow_math_mode`). A float32 comparison written on a CPU (``atol=1e-4``) then fails on
+the GPU although nothing is wrong. This module reads the mode in effect from each framework's own
+settings and turns it into the tolerance a comparison takes::
 
     mode = precision.coarsest(precision.torch_math_mode(device), precision.oneflow_math_mode(fdevice))
     tol = precision.tolerance(mode, scale=precision.output_scale(ref))
     assert_outputs_close(out, ref, **tol.as_kwargs(), name="OneFlow vs PyTorch")
 
-- :data:`UNIT_ROUNDOFF` -- fp32 2^-24, tf32 2^-11, bf16 2^-8, fp16 2^-11, int8 1/254 (see there)
-- :func:`torch_math_mode` / :func:`oneflow_math_mode` -- the mode in effect on a device
-- :func:`tolerance` -- ``(atol, rtol)`` for a mode: unit roundoff times a stated accumulation factor
-- :func:`deterministic` -- deterministic algorithms for exactness proofs
-- ``strict_fp32`` / ``set_tf32`` / ``oneflow_strict_fp32_env`` -- TF32 off
-  (:mod:`helpers.core.tf32_switch`), and ``emulate_tf32`` -- TF32 on a CPU
-  (:mod:`helpers.core.tf32_emulation`), reachable here as ``precision.strict_fp32`` etc.
+The TF32 switches and ``emulate_tf32`` live in :mod:`helpers.core.tf32`; the pages reach them here.
 """
 
 from __future__ import annotations
@@ -38,13 +25,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-# The switches and the emulation live in their own modules; the pages reach them here, with the
-# policy they serve (the switches' environment variable names too).
-from helpers.core.tf32_emulation import emulate_tf32
-from helpers.core.tf32_switch import (
+from helpers.core.checks import check_int, check_number
+from helpers.core.tf32 import (
     NVIDIA_TF32_ENV,
     ONEFLOW_TF32_ENV,
     backend_fp32_precision,
+    emulate_tf32,
     gpu_tf32_capable,
     nvidia_tf32_overridden,
     oneflow_strict_fp32_env,
@@ -154,13 +140,10 @@ def coarsest(*modes: str) -> str:
     return max(modes, key=lambda m: UNIT_ROUNDOFF[m])
 
 
-def _check_op(op: str) -> None:
+def _device_type_and_index(device: Any, op: str) -> tuple[str, int]:
+    """('cuda', 1) from 'cuda:1', torch.device or oneflow.device ('cuda': index 0); checks ``op``."""
     if op not in _OPS:
         raise ValueError(f"op must be one of {', '.join(_OPS)}, got {op!r}")
-
-
-def _device_type_and_index(device: Any) -> tuple[str, int]:
-    """('cuda', 0) from 'cuda', 'cuda:1', torch.device or oneflow.device; ('cpu', 0) for the CPU."""
     text = str(device if device is not None else "cpu")
     kind, _, index = text.partition(":")
     kind = kind.strip().lower()
@@ -169,44 +152,25 @@ def _device_type_and_index(device: Any) -> tuple[str, int]:
     return kind, int(index) if index.strip().isdigit() else 0
 
 
-def _torch_cuda_tf32(torch: Any) -> dict[str, bool]:
-    """PyTorch's own TF32 switches for cuDNN convolutions and cuBLAS matmuls."""
-    conv = torch_tf32_allowed(torch, "conv") and bool(torch.backends.cudnn.enabled)
-    return {"conv": conv, "matmul": torch_tf32_allowed(torch, "matmul")}
-
-
 def _torch_cpu_fp32(torch: Any) -> dict[str, str]:
     """What oneDNN may do with float32 on the CPU (PyTorch >= 2.9 can allow bf16 or tf32 there)."""
     mk = getattr(torch.backends, "mkldnn", None)
-    modes = {}
-    for op, attr in (("conv", "conv"), ("matmul", "matmul")):
-        value = (
-            backend_fp32_precision(getattr(mk, attr, None), mk, torch.backends)
-            if mk is not None
-            else None
+    if mk is None:
+        return {"conv": "fp32", "matmul": "fp32"}
+    modes = {"bf16": "bf16", "tf32": "tf32"}
+    return {
+        op: modes.get(
+            str(backend_fp32_precision(getattr(mk, op, None), mk, torch.backends)), "fp32"
         )
-        modes[op] = {"bf16": "bf16", "tf32": "tf32"}.get(str(value), "fp32")
-    return modes
+        for op in ("conv", "matmul")
+    }
 
 
 def _autocast_mode(torch: Any, device_type: str) -> str | None:
     """'bf16' / 'fp16' when autocast is on for ``device_type`` in this thread, else None."""
-    try:
-        enabled = torch.is_autocast_enabled(device_type)
-    except TypeError:  # PyTorch < 2.4: no device argument
-        enabled = (
-            torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
-        )
-    if not enabled:
+    if not torch.is_autocast_enabled(device_type):
         return None
-    try:
-        dtype = torch.get_autocast_dtype(device_type)
-    except AttributeError:  # PyTorch < 2.4
-        dtype = (
-            torch.get_autocast_cpu_dtype()
-            if device_type == "cpu"
-            else torch.get_autocast_gpu_dtype()
-        )
+    dtype = torch.get_autocast_dtype(device_type)
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
 
 
@@ -215,32 +179,27 @@ def torch_math_mode(
 ) -> str:
     """The math mode PyTorch's float32 convolutions / matmuls run in on ``device``, right now.
 
-    Read from PyTorch's own settings: autocast for the device (``torch.is_autocast_enabled`` and
-    ``torch.get_autocast_dtype``: 'bf16' or 'fp16'), then on CUDA ``torch.backends.cudnn.allow_tf32``
-    (convolutions, on by default) and ``torch.backends.cuda.matmul.allow_tf32`` /
-    ``torch.get_float32_matmul_precision()`` (matmuls, 'highest' = off by default; 'high' and
-    'medium' allow TF32), on the CPU oneDNN's ``fp32_precision`` (float32 unless set to bf16/tf32).
-    TF32 needs compute capability 8.0+ (see ``tf32_capable``) and is off for every library when
-    ``NVIDIA_TF32_OVERRIDE=0``.
-
-    ``op``: 'conv', 'matmul', or 'model' (default): the coarser of the two, the mode that bounds a
-    network containing both -- a ResNet on CUDA with default settings is 'tf32'.
-    The mode is what the settings *allow*; a library may still pick an exact kernel, so a tolerance
-    derived from it is safe, never too tight.
+    From PyTorch's own settings: autocast for the device ('bf16' / 'fp16'), then on CUDA
+    ``cudnn.allow_tf32`` (convolutions, on by default) and the float32 matmul precision ('highest'
+    = off by default; 'high' and 'medium' allow TF32), on the CPU oneDNN's ``fp32_precision``.
+    TF32 needs compute capability 8.0+ (``tf32_capable`` overrides) and is off for every library
+    under ``NVIDIA_TF32_OVERRIDE=0``. ``op``: 'conv', 'matmul', or 'model' (the coarser of the
+    two: a ResNet on CUDA with default settings is 'tf32'). The mode is what the settings *allow*
+    (a library may still pick an exact kernel), so a tolerance derived from it is never too tight.
     """
-    _check_op(op)
+    kind, index = _device_type_and_index(device, op)
     import torch
 
-    kind, index = _device_type_and_index(device)
     cast = _autocast_mode(torch, kind)
     if cast is not None:
         modes = {"conv": cast, "matmul": cast}
     elif kind == "cpu":
         modes = _torch_cpu_fp32(torch)
     else:
-        tf32 = _torch_cuda_tf32(torch)
         allowed = gpu_tf32_capable(index, tf32_capable) and not nvidia_tf32_overridden()
-        modes = {k: "tf32" if (v and allowed) else "fp32" for k, v in tf32.items()}
+        tf32 = {k: allowed and torch_tf32_allowed(torch, k) for k in ("conv", "matmul")}
+        tf32["conv"] = tf32["conv"] and bool(torch.backends.cudnn.enabled)
+        modes = {k: "tf32" if v else "fp32" for k, v in tf32.items()}
     return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
 
 
@@ -259,27 +218,20 @@ def oneflow_math_mode(
     amp: bool = False,
     tf32_capable: bool | None = None,
 ) -> str:
-    """The math mode OneFlow 0.9.0's float32 convolutions / matmuls run in on ``device``.
+    """The math mode OneFlow 0.9.0's float32 convolutions / matmuls run in on ``device``, read
+    from the environment as OneFlow reads it (without importing OneFlow). CPU: 'fp32'.
 
-    Read from the environment, without importing OneFlow (what OneFlow itself reads):
+    - CUDA matmuls (cuBLAS, the fused MLP kernel too): 'tf32' unless
+      ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION`` is false; it defaults to **true**
+      (``oneflow/core/ep/cuda/cuda_stream.cpp`` sets ``CUBLAS_TF32_TENSOR_OP_MATH`` when it
+      creates a device's CUDA stream: set it before ``import oneflow``).
+    - CUDA convolutions (cuDNN): 'tf32' even when that variable is 0: OneFlow never reads it for
+      convolutions, which take cuDNN's ``CUDNN_DEFAULT_MATH`` (TF32 on Ampere and newer;
+      ``oneflow/core/device/cudnn_conv_util.cpp``). Only ``NVIDIA_TF32_OVERRIDE=0`` turns it off.
 
-    - CPU: 'fp32'.
-    - CUDA matmuls (cuBLAS, also the fused MLP kernel): 'tf32' unless
-      ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION`` is false. Its default is **true**: OneFlow
-      v0.9.0's ``oneflow/core/ep/cuda/cuda_stream.cpp`` calls ``cublasSetMathMode(handle,
-      CUBLAS_TF32_TENSOR_OP_MATH)`` when ``ParseBooleanFromEnv("ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION",
-      true)``, when it creates a device's CUDA stream (so set it before ``import oneflow``).
-    - CUDA convolutions (cuDNN): 'tf32' even when that variable is 0. OneFlow 0.9.0 never reads it
-      for convolutions: a float32 convolution takes the math type of the algorithm cuDNN proposes,
-      ``CUDNN_DEFAULT_MATH``, which permits TF32 on Ampere and newer
-      (``oneflow/core/device/cudnn_conv_util.cpp``, ``user/kernels/conv_cudnn_kernels.cpp``). Only
-      NVIDIA's own ``NVIDIA_TF32_OVERRIDE=0`` turns it off (see :func:`oneflow_strict_fp32_env`).
-
-    ``amp=True``: an ``nn.Graph`` with ``config.enable_amp(True)`` on CUDA, 'fp16'.
-    ``op`` and ``tf32_capable`` as in :func:`torch_math_mode`.
+    ``amp=True`` (an ``nn.Graph`` with ``config.enable_amp(True)`` on CUDA): 'fp16'.
     """
-    _check_op(op)
-    kind, index = _device_type_and_index(device)
+    kind, index = _device_type_and_index(device, op)
     if kind == "cpu":
         return "fp32"
     if amp:
@@ -327,25 +279,22 @@ def tolerance(
     reduction: int = REDUCTION,
     network: str | None = None,
 ) -> Tolerance:
-    """The tolerance a comparison of results computed in ``mode`` takes (against float32 or each other).
+    """The tolerance a comparison of results computed in ``mode`` takes (against float32 or each
+    other): ``rel = accumulation * (u + log2(reduction) * u_fp32)``, ``atol = rel * scale``,
+    ``rtol = rel``.
 
-    ``rel = accumulation * (u + log2(reduction) * u_fp32)``, ``atol = rel * scale``, ``rtol = rel``.
-
-    - ``u`` = :func:`unit_roundoff` of ``mode``: rounding the inputs of a convolution or matmul moves
-      each product by up to ``2u`` relative; summed in float32, the relative error of the dot
-      product stays of order ``u``.
-    - ``log2(reduction) * u_fp32``: two float32 kernels sum a dot product of ``reduction`` terms in
-      different orders (blocked / tree sums), which differ by about ``log2(K)`` roundings of
-      float32; this term is what makes float32 variants, devices and frameworks disagree.
-    - ``accumulation``: how much a deep network amplifies these per-layer errors, relative to its
-      output's scale: 'network' (a whole model's outputs: :func:`accumulation_for` ``network``,
-      e.g. ``"resnet18"``: the course's measured table, or your own network measured with
-      :func:`measure_accumulation`; 512, the deepest one's, when ``network`` is None), 'op'
-      (8, one layer), or a number of your own. A number or 'op' wins over ``network``.
-    - ``scale``: the size of the outputs compared, e.g. :func:`output_scale` of the reference.
+    - ``u`` (:func:`unit_roundoff`): rounding a dot product's inputs moves each product by up to
+      ``2u`` relative; summed in float32, the dot product's relative error stays of order ``u``.
+    - ``log2(reduction) * u_fp32``: two float32 kernels sum ``reduction`` terms in different orders
+      (blocked / tree sums), about ``log2(K)`` float32 roundings apart: what makes float32
+      variants, devices and frameworks disagree.
+    - ``accumulation``: how much a deep network amplifies them, relative to its output's scale:
+      'network' (:func:`accumulation_for` ``network``; 512 when ``network`` is None), 'op' (8, one
+      layer) or a number (a number or 'op' wins over ``network``).
+    - ``scale``: the size of the outputs compared (:func:`output_scale` of the reference).
 
     For a whole network, bf16 and int8 bounds come out at or above the output's own scale:
-    elementwise agreement says nothing there; check top-k agreement or cosine (task level).
+    elementwise agreement says nothing there (compare at task level).
     """
     u = unit_roundoff(mode)
     if accumulation == "network" and network is not None:
@@ -359,18 +308,9 @@ def tolerance(
             f"accumulation must be a number or one of {', '.join(ACCUMULATION)}, got {accumulation!r}"
         )
     for label, value in (("accumulation", factor), ("scale", scale)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            raise ValueError(f"{label} must be a finite number, got {value!r}")
-        if value <= 0:
+        if check_number(label, value) <= 0:
             raise ValueError(f"{label} must be positive, got {value!r}")
-    if isinstance(reduction, bool) or not isinstance(reduction, int) or reduction < 1:
-        raise ValueError(
-            f"reduction must be a positive int (the length of a dot product), got {reduction!r}"
-        )
+    check_int("reduction", reduction, why="the length of a dot product")
     rel = float(factor) * (u + math.log2(max(reduction, 2)) * UNIT_ROUNDOFF["fp32"])
     return Tolerance(
         mode=mode,
@@ -426,7 +366,6 @@ def accumulation_for(network: str) -> float:
 
 # The ways of computing a network that measure_accumulation sets against its float32 output.
 _WAYS = ("float64", "fp32 channels_last", "tf32", "bf16", "fp16")
-_MODE_OF = {"tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
 
 
 @dataclass(frozen=True)
@@ -442,15 +381,10 @@ class AccumulationMeasurement:
     factor: float
     inputs: tuple[int, ...]
 
-    @property
-    def largest(self) -> tuple[str, float]:
-        """The way that moved the output most, and by how many units."""
-        way = max(self.units, key=lambda k: self.units[k])
-        return way, self.units[way]
-
     def __str__(self) -> str:
         ways = ", ".join(f"{k} {v:.3g}" for k, v in self.units.items())
-        way, most = self.largest
+        way = max(self.units, key=lambda k: self.units[k])
+        most = self.units[way]
         return (
             f"{self.name} on {'x'.join(map(str, self.inputs))} inputs, error in units of each "
             f"way's rounding: {ways}; accumulation {self.factor:g} (the power of two nearest "
@@ -463,14 +397,12 @@ def measure_accumulation(
 ) -> AccumulationMeasurement:
     """Measure how much ``model`` amplifies rounding, on inputs ``x``; keep it under ``name``.
 
-    The method of the course's own table (``tools/measure_precision.py`` runs it on the course's
-    networks): ``model`` (a PyTorch module in eval mode, with trained or calibrated BatchNorm
-    statistics, so that its outputs depend on its input) runs on ``x`` in float32, then in
-    float64, in float32 channels-last, with TF32 emulated (:func:`emulate_tf32`), under bf16
-    autocast and in float16; each one's largest difference from the float32 output, relative to
-    that output's scale and in units of its own rounding, is kept. The factor is the power of two
-    nearest twice the largest (never below it). With ``register`` the factor is kept for this
-    process: ``tolerance(..., network=name)`` uses it. The model itself is not changed.
+    The method of the course's table (``tools/measure_precision.py``): ``model`` (eval mode, with
+    trained or calibrated BatchNorm so its outputs depend on its input) runs on ``x`` in float32,
+    float64, float32 channels-last, emulated TF32, bf16 autocast and float16; each one's largest
+    difference from float32, relative to that output's scale, in units of its own rounding. The
+    factor is the power of two nearest twice the largest. With ``register``,
+    ``tolerance(..., network=name)`` uses it for this process. The model is not changed.
     """
     import copy
 
@@ -504,7 +436,7 @@ def measure_accumulation(
     units = {
         way: float((outs[way].float() - ref).abs().max())
         / scale
-        / (UNIT_ROUNDOFF[_MODE_OF.get(way, "fp32")] + math.log2(REDUCTION) * fp32)
+        / (UNIT_ROUNDOFF.get(way, fp32) + math.log2(REDUCTION) * fp32)
         for way in _WAYS
         if way in outs
     }
@@ -518,20 +450,15 @@ def measure_accumulation(
 
 @contextmanager
 def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> Iterator[None]:
-    """Deterministic PyTorch algorithms inside the block, for exactness proofs; settings restored after.
+    """Deterministic PyTorch algorithms inside the block, for exactness proofs; settings restored.
 
-    ``torch.use_deterministic_algorithms(True, warn_only=False)`` (an op without a deterministic
-    implementation raises instead of silently varying), ``cudnn.deterministic = True`` (e.g. no
-    atomics-based backward-data convolutions) and ``cudnn.benchmark = False`` (the same algorithm
-    every run). cuBLAS is deterministic only with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (or
-    ``:16:8``); PyTorch raises without it. With ``cublas_workspace`` the block sets it when unset;
-    cuBLAS reads it when PyTorch first sizes its workspace, so on a GPU set it before the first
-    CUDA matmul of the process (e.g. at the top of the notebook) for it to take effect.
-
-    On CUDA, PyTorch raises for the backward pass of ``AdaptiveAvgPool2d`` (every torchvision
-    ResNet's last pooling; ``adaptive_avg_pool2d_backward_cuda`` has no deterministic flag), so an
-    input gradient through a ResNet fails here. ``warn_only=True`` turns such errors into warnings:
-    then prove exactness by comparing repeated runs bit for bit.
+    ``use_deterministic_algorithms(True)`` (an op without a deterministic implementation raises),
+    ``cudnn.deterministic = True``, ``cudnn.benchmark = False``. cuBLAS is deterministic only with
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (PyTorch raises without it): with ``cublas_workspace`` the
+    block sets it when unset, but cuBLAS reads it when PyTorch first sizes its workspace, so on a
+    GPU set it before the process's first CUDA matmul. On CUDA the backward pass of
+    ``AdaptiveAvgPool2d`` (every ResNet's last pooling) has no deterministic kernel and raises:
+    ``warn_only=True`` warns instead; then compare repeated runs bit for bit.
     """
     import torch
 

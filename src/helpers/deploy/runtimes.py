@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from helpers.core.checks import check_int
-from helpers.core.tf32_switch import gpu_tf32_capable, nvidia_tf32_overridden
+from helpers.core.tf32 import gpu_tf32_capable, nvidia_tf32_overridden
 from helpers.core.threads import available_cores, threads_spin
 from helpers.deploy.runner import Runner
 from helpers.show.text import say

@@ -1,47 +1,28 @@
 """Precision alignment of two implementations of one model: your port against its original.
 
-:func:`alignment_report` runs a reference and one or more candidates (PyTorch vs OneFlow, eager
-vs graph, fp32 vs a float64 copy, ...) on the same inputs and returns an
-:class:`AlignmentReport`: ``.table()``, ``.plot()`` and ``.assert_close(...)`` with max / mean /
-p99 absolute error, max relative error, cosine similarity, top-k agreement and the distribution
-of the element-wise errors. Chapter 2 teaches it; a reader applies it to their own model.
-
-Models may be torch or OneFlow modules, OneFlow ``nn.Graph`` objects, TorchScript or compiled
-modules; plain Python callables receive NumPy arrays and must return an array or a tensor.
-Inputs are float batches (first axis = samples); they are fed to every model as float32, or as
-float64 to a float64 model (a float64 copy makes a good "exact" reference).
+:func:`alignment_report` runs a reference and candidates (PyTorch vs OneFlow, eager vs graph, fp32
+vs a float64 copy, ...) on the same inputs; its :class:`AlignmentReport` has ``.table()`` (max /
+mean abs error, max rel error, cosine, top-k agreement), ``.plot()`` (the distribution of the
+element-wise errors); ``report[name].comparison`` holds the numbers to check (with the precision
+policy's bound, :func:`helpers.core.comparison.assert_outputs_close`, as chapter 2 does). Models:
+torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or callables taking and
+returning NumPy arrays; inputs go to each as float32 (float64 to a float64 model, a good "exact"
+reference).
 """
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from helpers.core.checks import check_number
 from helpers.core.comparison import Comparison, compare, to_numpy
 from helpers.show.table import ShowsAsTable, Table
 from helpers.workload.predict import predict_batched
 
-__all__ = ["NAN_BOUND", "as_float_batch", "check_fraction", "alignment_report"]
-
-# Every bound of an alignment check is used as ``error > bound``: NaN or inf would never fail it.
-NAN_BOUND = "a NaN or infinite bound would let any values pass"
-
-
-def _check_number(label: str, value: Any) -> float:
-    """``value`` as a float; every bound here is used as ``error > bound``, so NaN or inf is refused."""
-    return check_number(label, value, why=NAN_BOUND)
-
-
-def check_fraction(label: str, value: Any) -> float:
-    value = _check_number(label, value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{label} must be a fraction in [0, 1], got {value!r}")
-    return value
+__all__ = ["as_float_batch", "alignment_report"]
 
 
 def as_float_batch(inputs: Any) -> np.ndarray:
@@ -78,20 +59,13 @@ class AlignmentReport(ShowsAsTable):
         raise KeyError(f"no candidate named {name!r}; have {', '.join(r.name for r in self.rows)}")
 
     def table_rows(self) -> list[dict[str, Any]]:
-        out = []
-        for r in self.rows:
-            c = r.comparison
-            row: dict[str, Any] = {
-                "candidate": r.name,
-                "max_abs": c.max_abs,
-                "mean_abs": c.mean_abs,
-                "max_rel": c.max_rel,
-                "cosine": f"{c.cosine:.9f}",
-            }
-            for k, v in c.topk.items():
-                row[f"top{k}_agree"] = f"{v:.0%}"
-            out.append(row)
-        return out
+        return [
+            {"candidate": r.name, "max_abs": c.max_abs, "mean_abs": c.mean_abs}
+            | {"max_rel": c.max_rel, "cosine": f"{c.cosine:.9f}"}
+            | {f"top{k}_agree": f"{v:.0%}" for k, v in c.topk.items()}
+            for r in self.rows
+            for c in [r.comparison]
+        ]
 
     def table(self) -> Table:
         """One row per candidate: errors against the reference, cosine, top-k agreement."""
@@ -111,11 +85,8 @@ class AlignmentReport(ShowsAsTable):
         for i, r in enumerate(self.rows):
             nz = r.abs_errors[r.abs_errors > 0]
             zeros = r.abs_errors.size - nz.size
-            label = (
-                f"{r.name} (max {r.comparison.max_abs:.1e}"
-                + (f", {zeros} exactly equal" if zeros else "")
-                + ")"
-            )
+            equal = f", {zeros} exactly equal" if zeros else ""
+            label = f"{r.name} (max {r.comparison.max_abs:.1e}{equal})"
             if nz.size:
                 ax.hist(
                     np.log10(np.maximum(nz, floor)), bins=40, alpha=0.55, color=f"C{i}", label=label
@@ -129,66 +100,6 @@ class AlignmentReport(ShowsAsTable):
         ax.set_title(title or f"error distribution against {self.reference_name}")
         ax.legend(fontsize=8)
         return ax
-
-    def _checked_rows(self, names: Sequence[str] | str | None) -> list[AlignmentRow]:
-        """The rows ``names`` selects (all rows for ``None``); ``ValueError`` for unknown names."""
-        if names is None:
-            return list(self.rows)
-        wanted = [names] if isinstance(names, str) else list(names)
-        known = [r.name for r in self.rows]
-        if not wanted:
-            raise ValueError(f"names is empty: nothing would be checked; candidates: {known}")
-        unknown = [n for n in wanted if n not in known]
-        if unknown:
-            raise ValueError(
-                f"names {unknown} are not candidates of this report (a typo?); "
-                f"its candidates are {known}"
-            )
-        return [r for r in self.rows if r.name in wanted]
-
-    def assert_close(
-        self,
-        *,
-        atol: float,
-        rtol: float = 0.0,
-        min_cosine: float | None = None,
-        min_topk: Mapping[int, float] | None = None,
-        names: Sequence[str] | str | None = None,
-    ) -> None:
-        """Assert every candidate (or those in ``names``) is within ``atol + rtol * max|reference|`` everywhere
-        (``rtol`` scales with the largest reference output), and within the cosine and top-k bounds.
-
-        Bounds must be finite numbers (``ValueError`` otherwise); ``names`` (a list of candidate
-        names, or one name) must name candidates of this report: a misspelt name raises
-        ``ValueError`` rather than silently checking nothing.
-        """
-        if _check_number("atol", atol) < 0 or _check_number("rtol", rtol) < 0:
-            raise ValueError(f"tolerances must be non-negative, got atol={atol!r}, rtol={rtol!r}")
-        if min_cosine is not None and not -1.0 <= _check_number("min_cosine", min_cosine) <= 1.0:
-            raise ValueError(f"min_cosine must lie in [-1, 1], got {min_cosine!r}")
-        for k, need in (min_topk or {}).items():
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-                raise ValueError(f"min_topk keys must be positive ints (the k of top-k), got {k!r}")
-            check_fraction(f"min_topk[{k}]", need)
-        checked = self._checked_rows(names)
-        problems = []
-        for r in checked:
-            c = r.comparison
-            if c.max_abs > atol + rtol * r.reference_scale:
-                problems.append(
-                    f"{r.name}: max abs error {c.max_abs:.3g} exceeds atol={atol:g} + rtol={rtol:g}*max|ref|"
-                )
-            if min_cosine is not None and c.cosine < min_cosine:
-                problems.append(f"{r.name}: cosine {c.cosine:.9f} below {min_cosine}")
-            for k, need in (min_topk or {}).items():
-                if k not in c.topk:
-                    problems.append(
-                        f"{r.name}: top-{k} agreement was not measured (outputs have fewer classes?)"
-                    )
-                elif c.topk[k] < need:
-                    problems.append(f"{r.name}: top-{k} agreement {c.topk[k]:.1%} below {need:.1%}")
-        if problems:
-            raise AssertionError(f"not aligned with {self.reference_name}: " + "; ".join(problems))
 
 
 def alignment_report(

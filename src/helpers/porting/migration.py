@@ -1,18 +1,10 @@
 """Running PyTorch code on OneFlow without editing it, and finding what will not carry over.
 
-Chapter 1 edits a file's import lines itself, on the page (``import oneflow as torch``, a text
-edit and a ``difflib`` diff); this module holds the two tools that chapters 1-3 reuse:
-
-- :func:`mock_torch` / :func:`import_with_mock_torch` -- the ``oneflow.mock_torch`` route: an
-  *unchanged* file imported while ``import torch`` yields OneFlow (``torchvision`` aliased to
-  ``flowvision``, which ``mock_torch`` itself does not do); chapters 2 and 3 import the team's
-  model this way;
-- :func:`api_usage` / :func:`missing_apis` / :func:`resolve` -- which ``torch.*`` /
-  ``torchvision.*`` names a file uses, and whether OneFlow (``oneflow.*`` / ``flowvision.*``) has
-  each of them: the APIs that will *not* carry over.
-
-Only module-level names can be checked statically: tensor methods (``x.dim()``) and names built
-at run time (``getattr(torchvision.models, arch)``) are not; run the migrated code to check those.
+:func:`mock_torch` / :func:`import_with_mock_torch` import an *unchanged* file while ``import
+torch`` yields OneFlow (``torchvision`` aliased to ``flowvision`` too, which ``oneflow.mock_torch``
+does not do); :func:`api_usage` / :func:`missing_apis` / :func:`resolve` say which ``torch.*`` /
+``torchvision.*`` names a file uses and whether OneFlow has each. Only module-level names can be
+checked statically: tensor methods and names built at run time need the migrated code to run.
 """
 
 from __future__ import annotations
@@ -73,11 +65,9 @@ def _source_file(module_or_path: ModuleType | str | Path) -> Path:
 
 @contextmanager
 def mock_torch(alias_torchvision: bool = True) -> Iterator[Any]:
-    """Inside this context ``import torch`` gives OneFlow (``oneflow.mock_torch``); yields ``oneflow``.
-
-    ``oneflow.mock_torch`` swaps ``torch`` and its submodules only; with ``alias_torchvision``
-    ``import torchvision`` gives ``flowvision`` too. Everything is restored on exit, so modules
-    imported *inside* keep OneFlow while the rest of the program keeps the real PyTorch.
+    """Inside this context ``import torch`` gives OneFlow (``oneflow.mock_torch``), and with
+    ``alias_torchvision`` ``import torchvision`` gives ``flowvision``; yields ``oneflow``. Restored
+    on exit: modules imported inside keep OneFlow, the rest of the program the real PyTorch.
     """
     flow = import_oneflow()
     import flowvision  # imported for real before the swap (it imports oneflow, never torch)
@@ -187,22 +177,14 @@ def resolve(name: str) -> tuple[bool, str]:
 
 def _is_path(source_or_path: Any) -> bool:
     """A ``Path``, or text of one line that ends in ``.py``: a file to read, not source to scan."""
-    if isinstance(source_or_path, Path):
-        return True
-    return (
-        isinstance(source_or_path, str)
-        and "\n" not in source_or_path.strip()
-        and source_or_path.strip().endswith(".py")
-    )
+    text = source_or_path.strip() if isinstance(source_or_path, str) else ""
+    return isinstance(source_or_path, Path) or ("\n" not in text and text.endswith(".py"))
 
 
 def api_usage(source_or_module: str | Path | ModuleType) -> list[dict[str, Any]]:
-    """Every ``torch.*`` / ``torchvision.*`` name the code uses, with its OneFlow counterpart and whether it exists.
-
-    ``source_or_module`` is Python source text, an imported module, or the path of a ``.py`` file
-    (a ``Path``, or one line of text ending in ``.py``: ``api_usage("my_model.py")``). One row per
-    name: ``api``, ``oneflow`` (the name it maps to), ``available`` (bool), ``uses`` and
-    ``first_line``. Sorted with the missing names first.
+    """One row per ``torch.*`` / ``torchvision.*`` name the code uses (``api``, ``oneflow``,
+    ``available``, ``uses``, ``first_line``), the missing ones first. ``source_or_module``: source
+    text, an imported module, or a ``.py`` file's path (a ``Path`` or one line ending in ``.py``).
     """
     if isinstance(source_or_module, ModuleType):
         source = inspect.getsource(source_or_module)
@@ -227,15 +209,9 @@ def api_usage(source_or_module: str | Path | ModuleType) -> list[dict[str, Any]]
     rows = []
     for name in longest:
         ok, target = resolve(name)
-        lines = sorted(found[name])
+        lines = found[name]
         rows.append(
-            {
-                "api": name,
-                "oneflow": target,
-                "available": ok,
-                "uses": len(lines),
-                "first_line": lines[0],
-            }
+            dict(api=name, oneflow=target, available=ok, uses=len(lines), first_line=min(lines))
         )
     rows.sort(key=lambda r: (r["available"], r["first_line"]))
     return rows

@@ -1,11 +1,12 @@
-"""TF32 switched off: PyTorch's and OneFlow's TF32 settings, read and set, and put back.
+"""TF32: PyTorch's and OneFlow's switches for it, and TF32 emulated on a CPU.
 
 On an Ampere-or-newer GPU, float32 convolutions and matmuls may run in TF32 (a 10-bit mantissa).
-:func:`strict_fp32` runs a block in IEEE float32 in PyTorch (:func:`set_tf32` and
-:func:`restore_tf32` underneath, across PyTorch's two APIs for it); OneFlow reads its settings
-from the environment when it creates its CUDA handles, so :func:`oneflow_strict_fp32_env` gives
-the variables to set before ``import oneflow``. :func:`torch_tf32_allowed` and
-:func:`gpu_tf32_capable` are what :func:`helpers.core.precision.torch_math_mode` reads.
+:func:`strict_fp32` runs a block in IEEE float32 in PyTorch (:func:`set_tf32` / :func:`restore_tf32`
+underneath, across PyTorch's two APIs for it); OneFlow reads its settings from the environment
+when it creates its CUDA handles: :func:`oneflow_strict_fp32_env` gives the variables to set before
+``import oneflow``. :func:`emulate_tf32` computes a module's convolutions and linear layers as TF32
+tensor cores do, on any device, to prove tolerances without a GPU (chapter 6,
+``tools/measure_precision.py``). :mod:`helpers.core.precision` re-exports what the pages call.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ __all__ = [
     "restore_tf32",
     "strict_fp32",
     "oneflow_strict_fp32_env",
+    "emulate_tf32",
 ]
 
 # Environment variables that must be set before the library they govern creates its CUDA handles.
 ONEFLOW_TF32_ENV = "ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION"
-
-
 NVIDIA_TF32_ENV = "NVIDIA_TF32_OVERRIDE"
 
 
@@ -188,3 +188,104 @@ def oneflow_strict_fp32_env() -> dict[str, str]:
     sets it cannot show TF32 (run the TF32 measurement in another process).
     """
     return {ONEFLOW_TF32_ENV: "0", NVIDIA_TF32_ENV: "0"}
+
+
+# --------------------------------------------------------------------------------- TF32 on a CPU
+ROUNDINGS = ("nearest", "truncate")
+
+
+def _check_rounding(rounding: str) -> None:
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+
+
+def round_mantissa(x: Any, bits: int = 10, rounding: str = "nearest") -> Any:
+    """A float32 tensor rounded to ``bits`` stored mantissa bits (10: TF32, 7: bf16), kept in
+    float32, on any device.
+
+    On the bit pattern: 'nearest' (ties to even) adds ``2^(drop-1) - 1`` plus the lowest kept bit,
+    then clears the ``drop`` low bits; 'truncate' only clears them (toward zero: what a tensor core
+    does with a float32 register it was not given rounded). Integer arithmetic wraps modulo 2^32,
+    so the sign rides along, inf stays inf and a value rounded past the largest finite number
+    becomes inf, as in hardware; NaN (whose payload could carry into the sign) passes unchanged.
+    """
+    import torch
+
+    _check_rounding(rounding)
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 23:
+        raise ValueError(f"bits must be an int in 1..23 (float32 stores 23), got {bits!r}")
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        raise TypeError(f"round_mantissa needs a float32 tensor, got {getattr(x, 'dtype', x)!r}")
+    drop = 23 - bits
+    b = x.detach().view(torch.int32)
+    r = b.clone()
+    if rounding == "nearest":
+        r += (b >> drop) & 1  # the lowest kept bit: ties go to even
+        r += (1 << (drop - 1)) - 1
+    r &= (0xFFFFFFFF ^ ((1 << drop) - 1)) - (1 << 32)  # the mask as a signed int32
+    return torch.where(torch.isnan(x), x.detach(), r.view(torch.float32))
+
+
+_STRAIGHT_THROUGH: Any = None
+
+
+def _round_tensor(t: Any, rounding: str) -> Any:
+    """A float32 tensor rounded to TF32, its gradient passed straight through; others unchanged."""
+    global _STRAIGHT_THROUGH
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        return t
+    if not (t.requires_grad and torch.is_grad_enabled()):
+        return round_mantissa(t, rounding=rounding)
+    if _STRAIGHT_THROUGH is None:
+
+        class RoundMantissa(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, x: Any, rounding: str) -> Any:  # noqa: ARG004
+                return round_mantissa(x, rounding=rounding)
+
+            @staticmethod
+            def backward(ctx: Any, grad: Any) -> tuple[Any, None]:  # noqa: ARG004
+                return grad, None
+
+        _STRAIGHT_THROUGH = RoundMantissa
+    return _STRAIGHT_THROUGH.apply(t, rounding)
+
+
+@contextmanager
+def emulate_tf32(module: Any, *, rounding: str = "nearest") -> Iterator[Any]:
+    """Run ``module``'s convolutions and linear layers as TF32 tensor cores would, on any device.
+
+    Inside the block every ``Conv*``, ``ConvTranspose*`` and ``Linear`` sees its float32 input and
+    weight rounded to a 10-bit mantissa (:func:`round_mantissa` with ``rounding``) and accumulates
+    in float32, which is what TF32 does. Weights are rounded in place and restored bit for bit on
+    exit, the hooks removed. Gradients flow through the rounding unchanged (the backward pass is
+    float32); ``torch.matmul`` / ``@`` written in a ``forward`` are not covered. Yields ``module``.
+    """
+    import torch
+
+    _check_rounding(rounding)
+    kinds = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)
+    layers = [m for m in module.modules() if isinstance(m, kinds)]
+    saved: dict[int, tuple[Any, Any]] = {}
+    handles: list[Any] = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                w = layer.weight
+                if w.dtype == torch.float32 and id(w) not in saved:
+                    saved[id(w)] = (w, w.detach().clone())
+                    w.copy_(round_mantissa(w.detach(), rounding=rounding))
+        for layer in layers:
+            hook = layer.register_forward_pre_hook(
+                lambda _m, args: tuple(_round_tensor(a, rounding) for a in args)
+            )
+            handles.append(hook)
+        yield module
+    finally:
+        for h in handles:
+            h.remove()
+        with torch.no_grad():
+            for w, original in saved.values():
+                w.copy_(original)
