@@ -95,23 +95,6 @@ def keep_rule(ratio: RatioSummary) -> bool:
     return ratio.p25 > 1.0
 
 
-def drop_reason(ratio: RatioSummary, later: bool = False) -> str:
-    """Why a rung with this factor was not built on, from its numbers."""
-    if later:
-        return "measured, not built on: the ladder applies it again further up"
-    if ratio.p75 < 1.0:
-        return (
-            f"slower: {ratio.median:.2f}x, its per-round interval "
-            f"{ratio.p25:.2f}-{ratio.p75:.2f} lies below 1"
-        )
-    if ratio.p25 > 1.0:
-        return f"faster ({ratio.median:.2f}x), but the page's keep rule refused it"
-    return (
-        f"inconclusive: {ratio.median:.2f}x, its per-round interval "
-        f"{ratio.p25:.2f}-{ratio.p75:.2f} holds 1"
-    )
-
-
 def chain(ratios: Sequence[RatioSummary]) -> RatioSummary:
     """The product of factors measured in separate runs: medians and quartiles multiplied.
 
@@ -293,6 +276,7 @@ def climb(
             level = level_of[base] + ([ratio] if kept and not r.task_change else [])
             case = r.reported if r.reported is not None else (reported or {}).get(r.key)
             cum_r = cum_r_of[base] * (case if kept and case else 1.0)
+            verdict, why = _verdict(ratio, kept, r.later)
             row = {
                 "rung": r.label,
                 "key": r.key,
@@ -306,7 +290,7 @@ def climb(
                 "kept": kept,
                 "verdict": "not kept (fails its check)"
                 if pick in failed
-                else ("a different task" if r.task_change else _verdict(ratio, kept, r.later)),
+                else ("a different task" if r.task_change else verdict),
                 "reason": "",
                 "level": chain(level),
                 "cumulative": chain(level).median,
@@ -321,11 +305,7 @@ def climb(
             if not kept:
                 own = r.why(row) if r.why is not None and pick not in failed else ""
                 others = [f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick]
-                first = (
-                    f"fails its check: {failed[pick]}"
-                    if pick in failed
-                    else drop_reason(ratio, r.later)
-                )
+                first = f"fails its check: {failed[pick]}" if pick in failed else why
                 parts = [first, ", ".join(others), own, "; ".join(wrong)]
                 row["reason"] = "; ".join(part for part in parts if part)
             elif wrong:
@@ -348,12 +328,21 @@ def climb(
     return Ladder(rows, paths, timed, stages, naive_label, task, e2e, final_stage, failed)
 
 
-def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> str:
+def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> tuple[str, str]:
+    """A rung's verdict, and why it was not built on, from its numbers."""
     if kept:
-        return "kept"
+        return "kept", ""
     if later:
-        return "measured, not built on"
-    return "not kept (slower)" if ratio.p75 < 1.0 else "not kept (inconclusive)"
+        why = "measured, not built on: the ladder applies it again further up"
+        return "measured, not built on", why
+    span = f"{ratio.median:.2f}x, its per-round interval {ratio.p25:.2f}-{ratio.p75:.2f}"
+    if ratio.reading == "slower":
+        return "not kept (slower)", f"slower: {span} lies below 1"
+    if ratio.reading == "faster":
+        return "not kept (inconclusive)", (
+            f"faster ({ratio.median:.2f}x), but the page's keep rule refused it"
+        )
+    return "not kept (inconclusive)", f"inconclusive: {span} holds 1"
 
 
 def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:

@@ -18,16 +18,21 @@ from __future__ import annotations
 from typing import Any
 
 from helpers.core import environment, precision
+from helpers.core.checks import check_int
 from helpers.measure.timer import time_loop
 
 __all__ = [
     "DTYPES",
-    "has_int8_dot_product",
     "ceilings",
     "count_flops",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _check_sizes(n: int, repeats: int) -> None:
+    check_int("n", n, minimum=16)
+    check_int("repeats", repeats)
 
 
 def matmul_peak_gflops(
@@ -52,10 +57,7 @@ def matmul_peak_gflops(
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 16:
-        raise ValueError(f"n must be an int >= 16, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_sizes(n, repeats)
     dev = device if isinstance(device, torch.device) else torch_device(str(device))
     if dev.type == "cpu" and dtype == "float16":
         raise ValueError("float16 matmul is not a meaningful CPU peak; use bfloat16 on CPU")
@@ -87,10 +89,7 @@ def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5)
 
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 16:
-        raise ValueError(f"n must be an int >= 16, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_sizes(n, repeats)
     cl = torch.channels_last
     x = torch.randn(1, n, 64, 64).to(getattr(torch, dtype), memory_format=cl)
     w = torch.randn(n, n, 1, 1).to(getattr(torch, dtype), memory_format=cl)
@@ -100,11 +99,6 @@ def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5)
 
 
 INT8_KERNELS = ("onednn", "ort", "openvino")
-
-
-def has_int8_dot_product() -> bool:
-    """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX-INT8)."""
-    return environment.has_int8_dot_product()
 
 
 def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn") -> float:
@@ -124,10 +118,9 @@ def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn
 
     if kernel not in INT8_KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(INT8_KERNELS)}, got {kernel!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n % 8:
-        raise ValueError(f"n must be an int >= 16 and a multiple of 8, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_sizes(n, repeats)
+    if n % 8:
+        raise ValueError(f"n must be a multiple of 8, got {n!r}")
     gen = torch.Generator().manual_seed(0)
     if kernel == "onednn":
         a = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
@@ -242,7 +235,7 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
             matmul_peak_gflops("bfloat16", bf16_n, repeats, dev),
             conv1x1_peak_gflops("bfloat16", n, repeats),
         )
-        if has_int8_dot_product():
+        if environment.has_int8_dot_product():
             peaks["int8"] = max(int8_matmul_peak_gops(n, repeats, k) for k in INT8_KERNELS)
     return peaks
 

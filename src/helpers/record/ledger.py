@@ -1,17 +1,13 @@
 """The results ledger: JSON records of measurements, one file per chapter.
 
-Chapters call :func:`record`; the capstone and the book's reference tables call
-:func:`load`.  Records carry the machine, library versions, mode, the threads PyTorch
-used and (passed by the chapter) the device and precision, so a number is never
-separated from where and how it was measured.
-
-One record shape: ``value`` and ``unit``; a paired ratio (a
-:class:`~helpers.measure.measurement.RatioSummary`, passed as the value) adds its spread as
-``p25``/``p75`` and its ``rounds``; ``on=`` the measurements behind a figure adds where and under
-what load they ran (:func:`on_machine`). Older records spelt the spread ``spread=[p25, p75]`` or
-``iqr=[p25, p75]``; :func:`load` reads them as ``p25``/``p75``.  The folder is ``$COURSE_RESULTS_DIR``
-or ``results/local/<mode>`` at the repository root, so quick-mode and full-mode
-numbers never mix; committed reference runs live in ``results/reference/<machine>-<mode>/``.
+Chapters call :func:`record`; the capstone and the book's reference tables call :func:`load`.
+A record carries the machine, library versions, mode, threads and (passed by the chapter) the
+device and precision, so a number is never separated from where it was measured. One shape:
+``value`` and ``unit``; a paired ratio (a :class:`~helpers.measure.measurement.RatioSummary` passed
+as the value) adds ``p25``, ``p75`` and ``rounds``, the one spelling of its spread; ``on=`` the
+measurements behind it adds where and under what load they ran (:func:`on_machine`). The folder
+is ``$COURSE_RESULTS_DIR`` or ``results/local/<mode>``, so quick and full runs never mix;
+committed reference runs live in ``results/reference/<machine>-<mode>/``.
 """
 
 from __future__ import annotations
@@ -78,16 +74,13 @@ def machine_slug(features: bool = False) -> str:
     ``intel-r-xeon-r-processor-2core-avx512-vnni-bf16-amx-full``): for a CPU-only figure, where a
     virtual machine's model name alone ("Intel(R) Xeon(R) Processor") does not say what ran it.
     """
-    import re
-
     from helpers.core.environment import environment_report
 
     env = environment_report()
     base = env["gpu"].split("(")[0] if env["gpu"] else f"{env['cpu']} {env['cores']}core"
     if features and not env["gpu"]:
         base += " " + cpu_features_tag(env["flags"])
-    slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
-    return f"{slug}-{env['mode']}"
+    return f"{slug(base).replace('_', '-')}-{env['mode']}"
 
 
 def cpu_features_tag(flags: list[str] | set[str]) -> str:
@@ -150,14 +143,14 @@ def record(
     from helpers.record.ledger_names import check as check_listed
 
     check_listed(chapter, name)  # a course chapter's record names come from one table
+    if {"spread", "iqr"} & set(extra):
+        raise ValueError(f"record {name!r}: pass the RatioSummary as the value (p25/p75)")
     if isinstance(value, RatioSummary):
         fields = value.as_record()
         value, unit = fields.pop("value"), unit or fields.pop("unit")
-        fields.pop("unit", None)
-        extra = {**fields, **extra}
+        extra = {**fields, **extra, "unit": unit}
     if unit is None:
         raise ValueError(f"record {name!r} needs a unit")
-    extra = _one_spelling(extra)
     if on is not None:
         extra = {**on_machine(*(on if isinstance(on, (list, tuple)) else [on])), **extra}
     # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
@@ -187,19 +180,6 @@ def record(
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(records, indent=1, default=str))
     tmp.replace(path)
-    return rec
-
-
-def _one_spelling(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` with a ratio's spread as ``p25``/``p75`` (older records: ``spread`` or ``iqr``)."""
-    for old in ("spread", "iqr"):
-        pair = rec.get(old)
-        if isinstance(pair, (list, tuple)) and len(pair) == 2:
-            rec = {k: v for k, v in rec.items() if k != old}
-            rec.setdefault("p25", pair[0])
-            rec.setdefault("p75", pair[1])
-        elif old in rec and pair is None:  # no spread known: none stored
-            rec = {k: v for k, v in rec.items() if k != old}
     return rec
 
 
@@ -295,7 +275,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
         raise ValueError(f"ledger file {path} is not valid JSON: {exc}") from exc
     if not isinstance(data, list):
         raise ValueError(f"ledger file {path} must hold a list of records")
-    return [_one_spelling(r) for r in data]
+    return data
 
 
 def load(chapter: str | None = None, folder: Path | str | None = None) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helpers.measure.measurement import Measurement, paired_ratio, speedup
+from helpers.measure.measurement import Measurement, paired_ratio
 
 __all__ = ["CORES_BUSY", "Table", "ShowsAsTable", "compare_rows", "compare_table", "paired_table"]
 
@@ -159,12 +159,10 @@ class ShowsAsTable:
 def compare_rows(
     measurements: Sequence[Measurement], baseline: Measurement | None = None
 ) -> list[dict[str, Any]]:
-    """One dict per measurement: runs, p50/p99 ms, IQR (% of p50), items/s and speedup against ``baseline``.
+    """One dict per measurement: where it ran, p50/p99 ms, IQR (% of p50), items/s, speedup.
 
-    Each row also names its device and threads (from the measurement, else its ``meta``; '?' when
-    unknown), the cores it kept busy (:data:`CORES_BUSY`: computing or spinning), and ``machine``: 'CONTENDED' when other processes took
-    CPU time while it ran (:data:`CONTENDED_SHARE`), 'quiet', or '?'. ``baseline`` defaults to
-    the first measurement.
+    The speedup is the ratio of median throughputs against ``baseline`` (default: the first).
+    ``machine`` is 'CONTENDED' when other processes took CPU time while it ran, 'quiet', or '?'.
     """
     if not measurements:
         raise ValueError("nothing to compare: give at least one Measurement")
@@ -188,7 +186,7 @@ def compare_rows(
             "p99_ms": m.p99 * 1e3,
             "iqr_pct": 100 * m.relative_iqr,
             "items_per_s": m.throughput,
-            "speedup": speedup(base, m),
+            "speedup": m.throughput / base.throughput,
             "machine": flags[m.contended],
         }
         for m in measurements
