@@ -88,9 +88,8 @@ def test_benchmark_is_the_time_loop_plus_checks(monkeypatch):
 
     monkeypatch.setattr(timer, "time_loop", spy)
     benchmark(lambda: None, framework="none", warmup=2, repeats=4)
-    benchmark(lambda: None, framework="none", warmup=1, repeats=2, sync=False)
-    # the warm-up alone, then the timed calls (memory tracking starts in between)
-    assert seen == [(2, 0, False), (0, 4, False), (1, 0, True), (0, 2, True)]
+    # the warm-up alone, then one synchronised timed call at a time
+    assert seen == [(2, 0, False)] + [(0, 1, False)] * 4
     seen.clear()
     m = benchmark(lambda: None, framework="none", warmup=0, repeats=3, progress=True)
     assert len(m.times_s) == 3 and seen[1:] == [(0, 1, False)] * 3  # one call per bar step
@@ -156,10 +155,7 @@ def test_every_timer_waits_for_the_device_after_each_timed_call(fake_device):
     assert res["b"].times_s == pytest.approx([0.031] * 4)
     assert not dev.queued
     # the control: the stand-in device does tell; unsynchronised calls time the queueing only
-    # (benchmark still synchronises after the warm-up, so its work stays out of the first call)
-    lying = benchmark(dev.call(), framework=fw, warmup=2, repeats=3, sync=False)
-    assert lying.times_s == pytest.approx([0.001] * 3)
-    assert time_calls(dev.call(), 2, framework=fw, sync=False) == pytest.approx([0.001] * 2)
+    assert timer.time_loop(dev.call(), warmup=0, repeats=2, sync=None) == pytest.approx([0.001] * 2)
 
 
 def test_interleaved_rounds_synchronise_each_warm_up_and_each_call(fake_device):

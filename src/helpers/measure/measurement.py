@@ -72,10 +72,10 @@ class Measurement:
 
     @property
     def cores_used(self) -> float | None:
-        """CPU seconds / wall seconds while timed (None: unknown): cores busy computing *or spinning*.
+        """CPU seconds / wall seconds while timed: cores busy, computing *or spinning*.
 
-        A runtime that polls for work counts as busy, so it is not the parallelism achieved (on a
-        GPU, the host side only).
+        None when unknown. A runtime that polls for work counts as busy, so it is not the
+        parallelism achieved (on a GPU, the host side only).
         """
         return None if self.cpu_s is None or not self.wall_s else self.cpu_s / self.wall_s
 
@@ -107,7 +107,7 @@ class Measurement:
 
     @property
     def tail_ratio(self) -> float:
-        """p99 / p50: how much slower the worst calls are than the typical one (1 for a 0 median)."""
+        """p99 / p50: how much slower the worst calls are than the typical one (1 for median 0)."""
         return self.p99 / self.median if self.median > 0 else 1.0
 
     @property
@@ -121,7 +121,7 @@ class Measurement:
         return self.items / self.median if self.median > 0 else math.inf
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain numbers (seconds, items/s) for tables, the ledger and :func:`measurement_from_dict`."""
+        """Plain numbers (seconds, items/s) for tables, the ledger and a subprocess's answer."""
         stats = ("median", "p99", "iqr", "p90", "mean", "std", "min")
         return {
             "label": self.label,
@@ -138,7 +138,7 @@ class Measurement:
         }
 
     def warnings(self) -> list[str]:
-        """The warning lines of :meth:`__str__` (none for a steady measurement on a quiet machine)."""
+        """The warning lines of :meth:`__str__` (none when steady, on a quiet machine)."""
         out = []
         if self.noisy:
             out.append(
@@ -151,7 +151,7 @@ class Measurement:
         return out
 
     def where(self) -> str:
-        """One line: device, threads given, cores busy (computing or spinning), the machine's load."""
+        """One line: device, threads given, cores busy (computing or spinning), load."""
         cores = self.cores_used
         parts = [
             f"device {self.device or '?'}",

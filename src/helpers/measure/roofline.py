@@ -1,16 +1,11 @@
 """How close to the limit: this machine's matmul ceilings and a model's FLOPs (a roofline's two axes).
 
 The ceiling depends on the math mode (:mod:`helpers.core.precision`): a float32 model on an
-Ampere-or-newer GPU runs its convolutions in TF32 by default, on tensor cores, several times
-above the IEEE float32 peak. :func:`ceilings` measures one peak per mode this device offers
-(float32 with TF32 off), and "% of peak" divides by the ceiling of the mode the model runs in.
-
-On a CPU with 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX), :func:`ceilings` adds
-an ``int8`` ceiling, :func:`int8_matmul_peak_gops`: the best of three integer kernels that run
-those instructions, oneDNN's s8 x s8 -> s32 GEMM behind ``torch._int_mm``, ONNX Runtime's MLAS
-``MatMulInteger`` with u8 activations and s8 weights (the pair ``vpdpbusd`` multiplies; ORT's
-quantized convolutions use the same MLAS kernels) and OpenVINO's u8 x i8 1x1 convolution. Chapter 8 divides every INT8 runtime's
-operations per second by it, as it divides fp32 and bf16 ones by theirs.
+Ampere-or-newer GPU runs its convolutions in TF32 by default, several times above the IEEE
+float32 peak, so :func:`ceilings` measures one peak per mode and "% of peak" divides by the
+ceiling of the mode the model runs in. On a CPU with 8-bit dot products (VNNI, AMX) it adds an
+``int8`` ceiling, the best of three integer kernels (:func:`int8_matmul_peak_gops`), by which
+chapter 8 divides every INT8 runtime's operations per second.
 """
 
 from __future__ import annotations
@@ -43,13 +38,10 @@ def matmul_peak_gflops(
     *,
     tf32: bool = False,
 ) -> float:
-    """Best observed GFLOP/s of an ``n x n`` PyTorch matmul (``float32``, ``bfloat16`` or ``float16``).
+    """Best observed GFLOP/s of an ``n x n`` PyTorch matmul (the fastest of ``repeats`` calls).
 
-    One untimed warm-up call, then ``repeats`` synchronised calls; the fastest one counts.
-    ``float32`` runs in IEEE float32 (TF32 off, :func:`helpers.core.precision.strict_fp32`) unless
-    ``tf32=True``, which allows TF32 for the product (a CUDA GPU only; on one without TF32 tensor
-    cores, or with ``NVIDIA_TF32_OVERRIDE=0``, the product still runs in float32). PyTorch's TF32
-    settings are restored afterwards.
+    ``float32`` runs with TF32 off unless ``tf32=True`` (a CUDA GPU only; without TF32 tensor cores
+    or with ``NVIDIA_TF32_OVERRIDE=0`` it still runs in float32); the settings are restored.
     """
     import torch
 
@@ -77,12 +69,11 @@ def matmul_peak_gflops(
 
 
 def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
-    """Best observed GFLOP/s of a 1x1 convolution on the CPU: ``n`` to ``n`` channels, 64x64 pixels.
+    """Best observed GFLOP/s of a CPU 1x1 convolution, ``n`` to ``n`` channels on 64x64 pixels.
 
-    A GEMM of 4096 x ``n`` x ``n`` run by oneDNN in channels-last, the library PyTorch's and
-    OpenVINO's CPU convolutions use. On some CPUs (AMD EPYC among them) PyTorch's float32 matmul
-    goes to a BLAS that does not use the widest vector units, and a model's convolutions then run
-    faster than the "peak" matmul; :func:`ceilings` takes the better of the two.
+    A 4096 x ``n`` x ``n`` GEMM in oneDNN (channels-last), which PyTorch's and OpenVINO's CPU
+    convolutions use. On some CPUs (AMD EPYC) PyTorch's float32 matmul goes to a BLAS that skips
+    the widest vector units and convolutions beat the "peak" matmul: take the better of the two.
     """
     import torch
     import torch.nn.functional as F
@@ -104,15 +95,11 @@ INT8_KERNELS = ("onednn", "ort", "openvino")
 def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn") -> float:
     """Best observed integer GOP/s (multiply and add counted apart) of an 8-bit GEMM on the CPU.
 
-    ``kernel='onednn'``: ``torch._int_mm`` on ``n x n`` matrices (int8 x int8 -> int32), which
-    PyTorch hands to oneDNN's s8s8s32 GEMM (``ONEDNN_VERBOSE=1`` prints the ISA it dispatched to:
-    "AVX-512 with Intel DL Boost" is VNNI). ``kernel='ort'``: ONNX Runtime's ``MatMulInteger``
-    with uint8 activations and int8 weights, MLAS's U8S8 GEMM, which has VNNI kernels (its S8S8
-    GEMM does not on every CPU: measure both). ``kernel='openvino'``: a 1x1 convolution of ``n``
-    to ``n`` channels on 64x64 pixels (a GEMM of 4096 x ``n`` x ``n``) between
-    QuantizeLinear/DequantizeLinear nodes, which OpenVINO runs as a u8 x i8 oneDNN convolution
-    (checked: the compiled convolution's runtime precision must be 8-bit), the kernel its INT8
-    models use. Threads: PyTorch's ``torch.get_num_threads()`` for all three.
+    ``'onednn'``: ``torch._int_mm`` (s8 x s8 -> s32, oneDNN; ``ONEDNN_VERBOSE=1`` prints the ISA:
+    "AVX-512 with Intel DL Boost" is VNNI). ``'ort'``: ONNX Runtime's ``MatMulInteger``, u8
+    activations and s8 weights (MLAS's U8S8 GEMM has VNNI kernels; its S8S8 one not on every
+    CPU). ``'openvino'``: a Q/DQ 1x1 convolution (4096 x ``n`` x ``n``), checked to run as a
+    u8 x i8 oneDNN convolution, the kernel its INT8 models use. Threads: PyTorch's count.
     """
     import torch
 
@@ -199,15 +186,12 @@ def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
 
 
 def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str, float]:
-    """The matmul peak (GFLOP/s) of each math mode ``device`` offers, keyed by mode.
+    """The peak GFLOP/s of each math mode ``device`` offers, keyed by mode.
 
-    On a CPU: 'fp32' and 'bf16', each the better of a matmul and a oneDNN 1x1 convolution
-    (:func:`conv1x1_peak_gflops`; bf16's matmul at ``n`` <= 512 where the CPU emulates bf16), and 'int8' (GOP/s) where the CPU has 8-bit dot-product
-    instructions: the best of :func:`int8_matmul_peak_gops`'s kernels. On a CUDA GPU: 'fp32' (TF32 off), 'tf32' where the GPU has TF32
-    tensor cores and ``NVIDIA_TF32_OVERRIDE`` does not forbid them (read with
-    :func:`helpers.core.precision.torch_math_mode` while TF32 is allowed), 'bf16' where PyTorch
-    supports it on the GPU, and 'fp16'. Pick the ceiling of the mode a model runs in with
-    ``ceilings(...)[precision.torch_math_mode(device)]``.
+    CPU: 'fp32' and 'bf16', each the better of a matmul and a 1x1 convolution, and 'int8' (GOP/s)
+    where the CPU has 8-bit dot products. CUDA: 'fp32' (TF32 off), 'tf32' where TF32 is in effect
+    (:func:`helpers.core.precision.torch_math_mode` while allowed), 'bf16' where native, 'fp16'.
+    A model's ceiling: ``ceilings(...)[precision.torch_math_mode(device)]``.
     """
     import torch
 

@@ -54,18 +54,6 @@ def synchronize(framework: str) -> None:
             flow._oneflow_internal.eager.Sync()
 
 
-def _check_counts(repeats: int, warmup: int, items: int) -> None:
-    """Clear errors for impossible repetition, warm-up or item counts."""
-    check_int("repeats", repeats, why="at least one timed call is needed")
-    check_int("warmup", warmup, minimum=0)
-    check_int("items", items)
-
-
-def _waiter(framework: str, sync: bool) -> Callable[[], None] | None:
-    """The ``sync`` argument of :func:`time_loop` for ``framework`` (None: no synchronisation)."""
-    return (lambda: synchronize(framework)) if sync else None
-
-
 def benchmark(
     fn: Callable[[], Any],
     *,
@@ -74,58 +62,37 @@ def benchmark(
     warmup: int = 3,
     repeats: int = 10,
     items: int = 1,
-    sync: bool = True,
     progress: bool = False,
     threads: int | None = None,
     device: str | None = None,
 ) -> Measurement:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed calls, as a :class:`Measurement`.
 
-    Chapter 0's :func:`time_loop` plus argument checks, a progress bar and where the calls ran.
-    Each timed call is followed by :func:`synchronize` for ``framework`` unless ``sync=False``
-    (only to *show* why it matters); the warm-up is synchronised even then. ``items``: items one
-    call processes (for throughput). ``threads``: what the framework was given (default: read
-    with :func:`framework_threads`); ``device``: where it runs. The measurement also records this
+    :func:`benchmark_interleaved` with one variant: chapter 0's :func:`time_loop`, synchronised
+    for ``framework`` after the warm-up and after every call. ``items``: items one call processes
+    (for throughput); ``threads``: what the framework was given (default: read with
+    :func:`framework_threads`); ``device``: where it runs. The measurement also records this
     process's CPU time (``cores_used``) and the machine's load (``contended``).
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    _check_counts(repeats, warmup, items)
-    synchronize(framework)  # validates the name, and starts from an idle device
-    wait = _waiter(framework, sync)
-    time_loop(fn, warmup=warmup, repeats=0, sync=wait)  # the warm-up alone
-    synchronize(framework)  # even with sync=False: the warm-up's work stays out of the timed calls
-    probe = LoadProbe().start()
-    cpu0, wall0 = machine.READERS.process_cpu_s(), machine.READERS.wall_s()
-    if progress:  # one timed call per step: the bar moves between calls, off the clock
-        from tqdm.auto import tqdm
-
-        steps = tqdm(range(repeats), desc=label, leave=False)
-        times = [t for _ in steps for t in time_loop(fn, warmup=0, repeats=1, sync=wait)]
-    else:
-        times = time_loop(fn, warmup=0, repeats=repeats, sync=wait)
-    cpu_s, wall_s = machine.READERS.process_cpu_s() - cpu0, machine.READERS.wall_s() - wall0
-    return Measurement(
-        label=label,
-        times_s=times,
-        items=items,
+    return benchmark_interleaved(
+        {label: fn},
         framework=framework,
         warmup=warmup,
-        threads=framework_threads(framework) if threads is None else threads,
+        repeats=repeats,
+        items=items,
+        progress=progress,
+        threads=threads,
         device=device,
-        cpu_s=cpu_s,
-        wall_s=wall_s,
-        load=probe.stop(),
-    )
+    )[label]
 
 
-def time_calls(
-    fn: Callable[[], Any], n: int, *, framework: str = "torch", sync: bool = True
-) -> list[float]:
+def time_calls(fn: Callable[[], Any], n: int, *, framework: str = "torch") -> list[float]:
     """Seconds taken by each of ``n`` consecutive calls, with no warm-up (to *see* warm-up)."""
     check_int("n", n)
-    synchronize(framework)  # validates the framework name even when sync=False
-    return time_loop(fn, warmup=0, repeats=n, sync=_waiter(framework, sync))
+    synchronize(framework)
+    return time_loop(fn, warmup=0, repeats=n, sync=lambda: synchronize(framework))
 
 
 def _each(name: str, value: Any, labels: Sequence[str]) -> dict[str, Any]:
@@ -169,11 +136,13 @@ def benchmark_interleaved(
             raise TypeError(f"variant {label!r} is not callable ({type(fn).__name__})")
     n_items, fws = _each("items", items, list(fns)), _each("framework", framework, list(fns))
     given, devices = _each("threads", threads, list(fns)), _each("device", device, list(fns))
+    check_int("repeats", repeats, why="at least one timed call is needed")
+    check_int("warmup", warmup, minimum=0)
     for label in fns:
-        _check_counts(repeats, warmup, n_items[label])
+        check_int("items", n_items[label])
     for fw in set(fws.values()):
         synchronize(fw)  # validates every name before any work
-    waits = {label: _waiter(fws[label], True) for label in fns}
+    waits = {label: (lambda fw=fws[label]: synchronize(fw)) for label in fns}
     for label, fn in fns.items():
         time_loop(fn, warmup=warmup, repeats=0, sync=waits[label])  # warm-up, then synchronise
     times: dict[str, list[float]] = {label: [] for label in fns}
@@ -183,7 +152,7 @@ def benchmark_interleaved(
     if progress:
         from tqdm.auto import tqdm
 
-        orders = tqdm(orders, desc="interleaved rounds", leave=False)
+        orders = tqdm(orders, desc=", ".join(fns)[:40], leave=False)
     probe = LoadProbe().start()
     for order in orders:
         for label in order:

@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,6 @@ __all__ = [
     "load",
     "lookup",
     "on_machine",
-    "contended",
 ]
 
 RESULTS_ENV = "COURSE_RESULTS_DIR"
@@ -48,11 +48,8 @@ def slug(label: str) -> str:
 
 def repo_root() -> Path:
     """The course repository root (the folder holding ``_toc.yml``)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "_toc.yml").exists():
-            return parent
-    return Path.cwd()
+    found = (p for p in Path(__file__).resolve().parents if (p / "_toc.yml").exists())
+    return next(found, Path.cwd())
 
 
 def ledger_dir() -> Path:
@@ -111,12 +108,7 @@ def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, A
 
 
 def _check_name(kind: str, value: str) -> None:
-    if (
-        not isinstance(value, str)
-        or not value
-        or any(c in value for c in "/\\")
-        or value.startswith(".")
-    ):
+    if not isinstance(value, str) or not value or re.search(r"[/\\]|^\.", value):
         raise ValueError(f"{kind} must be a non-empty name without path separators, got {value!r}")
 
 
@@ -190,6 +182,10 @@ def _verdict(flags: list[bool | None]) -> bool | None:
     return False if flags and all(f is False for f in flags) else None
 
 
+def _max(values: Iterable[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
 def on_machine(*measurements: Any) -> dict[str, Any]:
     """Record fields for the measurements behind one figure: threads, cores used, load, contended.
 
@@ -213,14 +209,8 @@ def on_machine(*measurements: Any) -> dict[str, Any]:
         "load": {
             "scope": "the measurements behind this figure",
             "measurements": len(rows),
-            "others_cores_max": max(
-                (x["others_cores"] for x in loads if x.get("others_cores") is not None),
-                default=None,
-            ),
-            "loadavg_max": max(
-                (x["loadavg_after"] for x in loads if x.get("loadavg_after") is not None),
-                default=None,
-            ),
+            "others_cores_max": _max(x.get("others_cores") for x in loads),
+            "loadavg_max": _max(x.get("loadavg_after") for x in loads),
             "regions": loads,
         },
         "contended": _verdict([r.get("contended") for r in rows]),
@@ -240,29 +230,24 @@ def _process_load() -> dict[str, Any]:
             "contended": None,
         }
     flags = [x.contended for x in log]
-    cores = [x.others_cores for x in log if x.others_cores is not None]
     return {
         "load": {
             "scope": "every measurement of this process so far",
             "measurements": len(log),
             "contended_measurements": sum(f is True for f in flags),
-            "others_cores_max": max(cores) if cores else None,
+            "others_cores_max": _max(x.others_cores for x in log),
             "loadavg_at_record": now,
         },
         "contended": _verdict(flags),
     }
 
 
-def contended(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records measured while other processes took CPU time (``contended`` True)."""
-    return [r for r in records if r.get("contended") is True]
-
-
 def check_quiet(folder: Path | str) -> list[str]:
     """One line per contended record in ``folder`` (empty: every record was measured quiet or unknown)."""
     return [
         f"{r.get('chapter')}/{r.get('name')}: {json.dumps(r.get('load'), default=str)[:200]}"
-        for r in contended(load(folder=folder))
+        for r in load(folder=folder)
+        if r.get("contended") is True
     ]
 
 
@@ -298,23 +283,18 @@ def lookup(chapter: str, name: str, folder: Path | str | None = None) -> dict[st
     return None
 
 
-if (
-    __name__ == "__main__"
-):  # `python -m helpers.record.ledger slug` prints the machine slug (used by `make bench`)
-    import sys
-
-    if sys.argv[1:] == ["slug"]:
-        print(machine_slug())
-    elif sys.argv[1:] == ["slug", "--features"]:
-        print(machine_slug(features=True))
-    elif len(sys.argv) == 3 and sys.argv[1] == "check-quiet":
-        if not any(Path(sys.argv[2]).glob("*.json")):
-            raise SystemExit(f"check-quiet: no ledger files in {sys.argv[2]}")
-        bad = check_quiet(sys.argv[2])
+if __name__ == "__main__":  # `make bench`: the machine's folder name, and check-quiet DIR
+    args = sys.argv[1:]
+    if args in (["slug"], ["slug", "--features"]):
+        print(machine_slug(features=len(args) == 2))
+    elif len(args) == 2 and args[0] == "check-quiet":
+        if not any(Path(args[1]).glob("*.json")):
+            raise SystemExit(f"check-quiet: no ledger files in {args[1]}")
+        bad = check_quiet(args[1])
         if bad:
-            print(f"{len(bad)} contended record(s) in {sys.argv[2]}:", *bad, sep="\n  ")
+            print(f"{len(bad)} contended record(s) in {args[1]}:", *bad, sep="\n  ")
             raise SystemExit(1)
-        print(f"check-quiet: no contended record in {sys.argv[2]}")
+        print(f"check-quiet: no contended record in {args[1]}")
     else:
         raise SystemExit(
             "usage: python -m helpers.record.ledger slug [--features] | check-quiet DIR"

@@ -1,9 +1,4 @@
-"""Results as tables: one :class:`Table` that renders as HTML in the book and as text in a terminal.
-
-A notebook cell that ends with a ``Table`` shows an HTML table (Jupyter calls ``_repr_html_``);
-``print(table)`` writes aligned text. :func:`compare_table` builds one from measurements, with
-speedups against a baseline and where each ran.
-"""
+"""Results as tables: one :class:`Table`, HTML in the book and aligned text in a terminal."""
 
 from __future__ import annotations
 
@@ -19,19 +14,16 @@ __all__ = ["CORES_BUSY", "Table", "ShowsAsTable", "compare_rows", "compare_table
 # work as busy, so it says how many cores were busy, not how many computed.
 CORES_BUSY = "cores busy (computing or spinning)"
 
-# Below this many columns of text a table fits the book's code column (about 88 characters); the
-# HTML form wraps its headers and cells instead of scrolling sideways.
+# The HTML form wraps its headers and cells instead of scrolling sideways.
 _CSS = "border-collapse:collapse;font-size:0.85em;max-width:100%;font-variant-numeric:tabular-nums"
 
 
 class Table:
-    """Rows of results shown as a table: HTML in the book and in JupyterLab, aligned text in a terminal.
+    """Rows (dicts) shown as a table: HTML where a notebook renders it, aligned text when printed.
 
-    ``rows`` are dicts; the columns are the keys of the first row unless ``columns`` names them
-    (a row that lacks one is refused). Floats are written with ``floatfmt``, or per column with
-    ``formats`` (``{"speedup": ".2f", "p50_ms": ".1f"}``); None shows as ``-``. ``title`` goes
-    above the table, ``notes`` (lines) below it. End a notebook cell with the table to render it,
-    or ``print(table)`` for text.
+    The columns are the first row's keys unless ``columns`` names them (a row lacking one is
+    refused). Floats use ``floatfmt``, or per column ``formats`` (``{"p50_ms": ".1f"}``); None
+    shows as ``-``. ``title`` goes above, ``notes`` (lines) below.
     """
 
     def __init__(
@@ -167,20 +159,13 @@ def compare_rows(
     if not measurements:
         raise ValueError("nothing to compare: give at least one Measurement")
     base = baseline or measurements[0]
-
-    def cores(m: Measurement) -> str:
-        return "?" if m.cores_used is None else f"{m.cores_used:.2f}"
-
-    def threads(m: Measurement) -> Any:
-        return m.threads if m.threads is not None else m.meta.get("threads", "?")
-
     flags = {True: "CONTENDED", False: "quiet", None: "?"}
     return [
         {
             "label": m.label,
             "device": m.device or m.meta.get("device", "?"),
-            "threads": threads(m),
-            CORES_BUSY: cores(m),
+            "threads": m.threads if m.threads is not None else m.meta.get("threads", "?"),
+            CORES_BUSY: "?" if m.cores_used is None else f"{m.cores_used:.2f}",
             "runs": len(m.times_s),
             "p50_ms": m.median * 1e3,
             "p99_ms": m.p99 * 1e3,
@@ -208,13 +193,10 @@ def paired_table(
     title: str | None = None,
     notes: Sequence[str] = (),
 ) -> Table:
-    """One interleaved run as a :class:`Table`: per row its median ms and its paired speedup.
+    """One interleaved run as a :class:`Table`: median ms and paired speedup over ``baseline``.
 
-    One statistic per column: the median time per call; the speedup over ``baseline``, the median
-    of the per-round ratios (:func:`~helpers.measure.measurement.paired_ratio`: baseline time /
-    row time, per item); their interquartile range; and the reading: "faster" or "slower" when
-    the whole range lies on one side of 1, else "inconclusive". ``meta[label]`` adds columns
-    (precision, threads, ...) after the label.
+    The speedup is :func:`~helpers.measure.measurement.paired_ratio`'s median with its per-round
+    IQR and reading ("faster", "slower" or "inconclusive"); ``meta[label]`` adds columns.
     """
     if baseline not in runs:
         raise KeyError(f"baseline {baseline!r} is not one of the runs: {list(runs)}")
