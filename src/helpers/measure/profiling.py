@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 from helpers.measure.measurement import Measurement
@@ -102,19 +103,11 @@ def torch_peak_memory(
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted(
-        (
-            e
-            for e in prof.profiler.kineto_results.events()
-            if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
-        ),
-        key=lambda e: e.start_ns(),
-    )
-    current = peak = 0
-    for e in events:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return {"peak": peak, "retained": current, "method": "torch.profiler allocation events"}
+    cpu = torch.autograd.DeviceType.CPU
+    events = [e for e in prof.profiler.kineto_results.events() if e.device_type() == cpu]
+    events = sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    held = list(accumulate((e.nbytes() for e in events), initial=0))
+    return {"peak": max(held), "retained": held[-1], "method": "torch.profiler allocation events"}
 
 
 def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
@@ -128,9 +121,5 @@ def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
     module = getattr(task, "module", None)
     if not isinstance(module, torch.nn.Module):
         raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
-
-    def drop_grads() -> None:
-        for param in module.parameters():
-            param.grad = None
-
-    return torch_peak_memory(lambda: task(x), device=device, setup=drop_grads)
+    # zero_grad() sets every .grad to None (its default since PyTorch 2.0)
+    return torch_peak_memory(lambda: task(x), device=device, setup=module.zero_grad)

@@ -13,8 +13,6 @@ committed reference runs live in ``results/reference/<machine>-<mode>/``.
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 import re
 import sys
@@ -23,8 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from helpers.core.checks import check_number
 from helpers.measure.machine import measured_loads
 from helpers.measure.measurement import RatioSummary
+from helpers.record import ledger_names
 
 __all__ = [
     "slug",
@@ -132,28 +132,23 @@ def record(
 
     _check_name("chapter", chapter)
     _check_name("name", name)
-    from helpers.record.ledger_names import check as check_listed
-
-    check_listed(chapter, name)  # a course chapter's record names come from one table
+    ledger_names.check(chapter, name)  # a course chapter's record names come from one table
     if {"spread", "iqr"} & set(extra):
         raise ValueError(f"record {name!r}: pass the RatioSummary as the value (p25/p75)")
     if isinstance(value, RatioSummary):
-        fields = value.as_record()
-        value, unit = fields.pop("value"), unit or fields.pop("unit")
-        extra = {**fields, **extra, "unit": unit}
+        extra = {**value.as_record(), **({"unit": unit} if unit else {}), **extra}
+        value, unit = extra.pop("value"), extra.pop("unit")
     if unit is None:
         raise ValueError(f"record {name!r} needs a unit")
     if on is not None:
         extra = {**on_machine(*(on if isinstance(on, (list, tuple)) else [on])), **extra}
-    # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")
+    value = check_number(f"value of {name!r}", value)  # NumPy scalars too, not a bool
     env = environment_report()
     torch = sys.modules.get("torch")
     rec = {
         "chapter": chapter,
         "name": name,
-        "value": float(value),
+        "value": value,
         "unit": unit,
         "mode": env["mode"],
         # what the chapter passes wins; None says the chapter did not name it
@@ -175,11 +170,20 @@ def record(
     return rec
 
 
-def _verdict(flags: list[bool | None]) -> bool | None:
-    """Contended if any is; quiet if every one is known quiet; else unknown (None)."""
-    if any(f is True for f in flags):
-        return True
-    return False if flags and all(f is False for f in flags) else None
+def _stamp(scope: str, loads: list[dict[str, Any]], flags: list[bool | None], **more: Any) -> dict:
+    """The one shape of a record's ``load`` and ``contended``: contended if any measurement was,
+    quiet if every one is known quiet, else unknown (None)."""
+    quiet = bool(flags) and all(f is False for f in flags)
+    return {
+        "load": {
+            "scope": scope,
+            "measurements": len(flags),
+            "contended_measurements": sum(f is True for f in flags),
+            "others_cores_max": _max(x.get("others_cores") for x in loads),
+            **more,
+        },
+        "contended": True if any(f is True for f in flags) else False if quiet else None,
+    }
 
 
 def _max(values: Iterable[float | None]) -> float | None:
@@ -189,9 +193,8 @@ def _max(values: Iterable[float | None]) -> float | None:
 def on_machine(*measurements: Any) -> dict[str, Any]:
     """Record fields for the measurements behind one figure: threads, cores used, load, contended.
 
-    Takes :class:`helpers.measure.measurement.Measurement` objects or their ``as_dict()`` (what a
-    subprocess sends back). ``contended`` is True when any of them was. Use it as
-    ``ledger.record(chapter, name, value, unit, **ledger.on_machine(m1, m2), ...)``.
+    Takes :class:`~helpers.measure.measurement.Measurement` objects or their ``as_dict()`` (what a
+    subprocess sends back): ``ledger.record(..., **ledger.on_machine(m1, m2))``.
     """
     if not measurements:
         raise ValueError("on_machine needs at least one measurement")
@@ -206,14 +209,13 @@ def on_machine(*measurements: Any) -> dict[str, Any]:
     return {
         "threads_given": [r.get("threads") for r in rows],
         "cores_used": [r.get("cores_used") for r in rows],
-        "load": {
-            "scope": "the measurements behind this figure",
-            "measurements": len(rows),
-            "others_cores_max": _max(x.get("others_cores") for x in loads),
-            "loadavg_max": _max(x.get("loadavg_after") for x in loads),
-            "regions": loads,
-        },
-        "contended": _verdict([r.get("contended") for r in rows]),
+        **_stamp(
+            "the measurements behind this figure",
+            loads,
+            [r.get("contended") for r in rows],
+            loadavg_max=_max(x.get("loadavg_after") for x in loads),
+            regions=loads,
+        ),
     }
 
 
@@ -224,22 +226,9 @@ def _process_load() -> dict[str, Any]:
         now = os.getloadavg()[0]
     except OSError:
         now = None
-    if not log:
-        return {
-            "load": {"scope": "no measurement in this process", "loadavg_at_record": now},
-            "contended": None,
-        }
-    flags = [x.contended for x in log]
-    return {
-        "load": {
-            "scope": "every measurement of this process so far",
-            "measurements": len(log),
-            "contended_measurements": sum(f is True for f in flags),
-            "others_cores_max": _max(x.others_cores for x in log),
-            "loadavg_at_record": now,
-        },
-        "contended": _verdict(flags),
-    }
+    scope = "every measurement of this process so far" if log else "no measurement in this process"
+    loads = [x.as_dict() for x in log]
+    return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=now)
 
 
 def check_quiet(folder: Path | str) -> list[str]:
