@@ -137,33 +137,8 @@ class Measurement:
             **self.meta,
         }
 
-    def warnings(self) -> list[str]:
-        """The warning lines of :meth:`__str__` (none when steady, on a quiet machine)."""
-        out = []
-        if self.noisy:
-            out.append(
-                f"WARNING: the IQR is {self.relative_iqr:.0%} of the median "
-                f"(over {SPREAD_WARNING:.0%}): the calls did not take a steady time (a busy machine, "
-                "frequency scaling, too few runs); differences smaller than this spread are noise."
-            )
-        if self.contended:
-            out.append(f"WARNING: CONTENDED: {self.load.describe()}")  # type: ignore[union-attr]
-        return out
-
-    def where(self) -> str:
-        """One line: device, threads given, cores busy (computing or spinning), load."""
-        cores = self.cores_used
-        parts = [
-            f"device {self.device or '?'}",
-            f"{self.threads if self.threads is not None else '?'} thread(s) given",
-            "cores busy unknown"
-            if cores is None
-            else f"{cores:.2f} cores busy (computing or spinning)",
-        ]
-        return "; ".join(parts + ([self.load.describe()] if self.load is not None else []))
-
     def __str__(self) -> str:
-        ms = 1e3
+        ms, cores = 1e3, self.cores_used
         lines = [
             f"{self.label}: median {self.median * ms:.2f} ms, p99 {self.p99 * ms:.2f} ms per call "
             f"({self.runs} run{'s' if self.runs != 1 else ''} after {self.warmup} warm-up)",
@@ -172,8 +147,20 @@ class Measurement:
             f"{self.throughput:.1f} items/s at the median",
         ]
         if any(v is not None for v in (self.device, self.threads, self.cpu_s, self.load)):
-            lines.append(f"  ran on: {self.where()}")
-        lines += ["  " + w for w in self.warnings()]
+            busy = "cores busy unknown" if cores is None else f"{cores:.2f} cores busy"
+            threads = "?" if self.threads is None else self.threads
+            lines.append(
+                f"  ran on: device {self.device or '?'}; {threads} thread(s) given; {busy} "
+                "(computing or spinning)" + (f"; {self.load.describe()}" if self.load else "")
+            )
+        if self.noisy:
+            lines.append(
+                f"  WARNING: the IQR is {self.relative_iqr:.0%} of the median "
+                f"(over {SPREAD_WARNING:.0%}): the calls did not take a steady time (a busy machine, "
+                "frequency scaling, too few runs); differences smaller than this spread are noise."
+            )
+        if self.contended:
+            lines.append(f"  WARNING: CONTENDED: {self.load.describe()}")  # type: ignore[union-attr]
         # the book's column is PAGE_COLUMNS wide: wrap rather than scroll sideways
         return "\n".join(
             textwrap.fill(line, width=PAGE_COLUMNS, subsequent_indent="    ") for line in lines

@@ -58,6 +58,10 @@ def _names(*items: str | Name) -> tuple[Name, ...]:
     return tuple(i if isinstance(i, Name) else Name(i) for i in items)
 
 
+def _optional(when: str, *patterns: str) -> tuple[Name, ...]:
+    return tuple(Name(p, required=False, when=when) for p in patterns)
+
+
 GPU_ONLY = "on a GPU only"
 NUMBERS = {"b", "n"}  # placeholders that stand for a whole number (batch size, count)
 
@@ -111,7 +115,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "graph_ops_{variant}",
     ),
     "05_parallelism": _names(
-        Name("gpu_util_batch{b}", required=False, when=GPU_ONLY),
+        *_optional(GPU_ONLY, "gpu_util_batch{b}"),
         "batch_gain_torch",  # the pruned task, as the case study's 2.55x
         "batch_gain_torch_forward_only",  # forward-only inference: the contrast
         "batch_gain_oneflow_graph",
@@ -144,7 +148,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "{route}_compile_s",  # each torch.compile mode from an empty Inductor cache
         "torch_compile_second_start_first_call_s",  # a fresh process on a filled cache
         "model_val_accuracy",  # the checked model learned its task
-        Name("tensorrt_fp16_vs_amp_nhwc_speedup", required=False, when=GPU_ONLY),
+        *_optional(GPU_ONLY, "tensorrt_fp16_vs_amp_nhwc_speedup"),
     ),
     "07_onnx_runtimes": _names(
         "eager_fps_batch1",
@@ -173,10 +177,8 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "cpu_ceiling_{mode}",
         "fps_{runtime}_batch{b}",
         "training_seconds",
-        Name(  # the int8 ceiling is measured only where the CPU has 8-bit dot products
-            "resnet101_b16_int8_ceiling_bound",
-            required=False,
-            when="the CPU has 8-bit dot-product instructions (VNNI, AMX)",
+        *_optional(
+            "the CPU has 8-bit dot products (VNNI, AMX)", "resnet101_b16_int8_ceiling_bound"
         ),
         "embedder_fps_{runtime}_batch{b}",
         "embedder_ablation_calib{n}_{weights}",
@@ -184,32 +186,24 @@ NAMES: dict[str, tuple[Name, ...]] = {
     "09_triton_serving": _names(
         "server_startup_s",
         "in_process_batch1_p50_ms",
-        Name("served_batch1_p50_ms", required=False, when="perf_analyzer can run"),
-        Name("throughput_{setup}", required=False, when="perf_analyzer can run"),
-        Name("p50_ms_{setup}", required=False, when="perf_analyzer can run"),
-        Name("p99_ms_{setup}", required=False, when="perf_analyzer can run"),
-        Name("queue_ms_{setup}", required=False, when="perf_analyzer can run"),
-        Name("compute_ms_per_image_{setup}", required=False, when="perf_analyzer can run"),
-        Name("compute_ms_{setup}", required=False, when="perf_analyzer can run"),
         "throughput_1_instance_dynamic_batching",  # read by the capstone
-        Name("dynamic_batching_avg_batch", required=False, when="perf_analyzer can run"),
+        *_optional(
+            "perf_analyzer can run",
+            *("served_batch1_p50_ms", "throughput_{setup}", "p50_ms_{setup}", "p99_ms_{setup}"),
+            *("queue_ms_{setup}", "compute_ms_per_image_{setup}", "compute_ms_{setup}"),
+            "dynamic_batching_avg_batch",
+        ),
     ),
-    "09b_production_front": _names(
-        Name("front_overhead_ratio", required=False, when="nginx is installed"),
-        Name("failover_{count}", required=False, when="nginx is installed"),
-        Name("front_oversized_status", required=False, when="nginx is installed"),
-        Name("front_rate_limited_{count}", required=False, when="nginx is installed"),
-        Name("admin_requests_{outcome}", required=False, when="nginx is installed"),
+    "09b_production_front": _optional(
+        "nginx is installed",
+        *("front_overhead_ratio", "failover_{count}", "front_oversized_status"),
+        *("front_rate_limited_{count}", "admin_requests_{outcome}"),
     ),
     "10_capstone": _names(
         "end_to_end_speedup",
         "naive_ms_per_image",
         "optimised_ms_per_image",
-        Name(
-            "cumulative_measured",
-            required=False,
-            when="chapters 3-6 ran in the same results folder (their journey steps)",
-        ),
+        *_optional("chapters 3-6 ran in the same results folder", "cumulative_measured"),
         "ladder_{rung}_factor",
         "served_requests_per_s",
         "served_p99_ms",

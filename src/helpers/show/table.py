@@ -96,39 +96,27 @@ class Table:
 
     def _repr_html_(self) -> str:
         head, *body = self.cells()
+        numeric = [all(isinstance(r[k], (int, float, type(None))) for r in self.rows) for k in head]
+        align = ["right" if j and numeric[j] else "left" for j in range(len(head))]
 
-        def numeric(col: int) -> bool:
-            return all(
-                isinstance(r[self.columns[col]], (int, float)) or r[self.columns[col]] is None
-                for r in self.rows
+        def row(tag: str, cells: list[str]) -> str:
+            style = 'style="text-align:{};padding:2px 6px"'
+            tds = (
+                f"<{tag} {style.format(a)}>{html.escape(c)}</{tag}>" for c, a in zip(cells, align)
             )
+            return f"<tr>{''.join(tds)}</tr>"
 
-        align = ["right" if j and numeric(j) else "left" for j in range(len(head))]
         # headers break at their underscores (p50_ms -> "p50 ms"), so many columns still fit
-        th = "".join(
-            f'<th style="text-align:{a};padding:2px 6px">{html.escape(h.replace("_", " "))}</th>'
-            for h, a in zip(head, align)
-        )
-        trs = "".join(
-            "<tr>"
-            + "".join(
-                f'<td style="text-align:{a};padding:2px 6px">{html.escape(c)}</td>'
-                for c, a in zip(row, align)
-            )
-            + "</tr>"
-            for row in body
-        )
-        caption = (
+        th = row("th", [h.replace("_", " ") for h in head])
+        caption = self.title and (
             f'<caption style="caption-side:top;text-align:left">{html.escape(self.title)}</caption>'
-            if self.title
-            else ""
         )
         notes = "".join(
             f'<p style="font-size:0.85em;margin:2px 0">{html.escape(n)}</p>' for n in self.notes
         )
         return (
-            f'<table class="course-table" style="{_CSS}">{caption}'
-            f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>{notes}"
+            f'<table class="course-table" style="{_CSS}">{caption or ""}<thead>{th}</thead>'
+            f"<tbody>{''.join(row('td', r) for r in body)}</tbody></table>{notes}"
         )
 
 
