@@ -223,12 +223,11 @@ class RatioSummary:
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
-    """How many times faster ``other`` ran than ``baseline``, round by round.
+    """How many times faster ``other`` ran than ``baseline`` (per item), round by round.
 
-    For two measurements of one :func:`benchmark_interleaved` run: round *i*'s ratio is
-    baseline time *i* / other time *i* (the two calls ran side by side, under the same load), so
-    the spread of these ratios is the spread of the *speedup* itself, which the two measurements'
-    own spreads overstate. Per item, so different batch sizes compare fairly.
+    Round *i*'s ratio is baseline time *i* / other time *i* of one interleaved run (side by side,
+    under the same load), so their spread is the *speedup's*, which the two measurements' own
+    spreads overstate.
     """
     if len(baseline.times_s) != len(other.times_s):
         raise ValueError(

@@ -1,11 +1,8 @@
 """Honest timing of a callable: warm-up, synchronisation, repetitions, interleaved rounds.
 
-Chapter 0 writes the timing loop itself on its page (:func:`time_loop`, copied here by
-``tools/save_cells.py``); :func:`benchmark` and :func:`benchmark_interleaved` wrap it with argument
-checks, progress bars and the record of where the calls ran, for any framework::
-
-    m = benchmark(lambda: model(x), label="eager", framework="torch", items=len(x))
-    m                       # a Measurement: median and p99 first, runs, spread, warnings
+Chapter 0 writes the timing loop on its page (:func:`time_loop`, copied by ``tools/save_cells.py``);
+:func:`benchmark_interleaved` wraps it with checks, progress bars and where the calls ran, and
+returns a :class:`~helpers.measure.measurement.Measurement` per variant.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ FRAMEWORKS = ("torch", "oneflow", "onnxruntime", "openvino", "numpy", "triton", 
 def synchronize(framework: str) -> None:
     """Wait until all work queued by ``framework`` has finished.
 
-    PyTorch on CUDA and OneFlow (even on CPU) return before the work is done; a
-    clock read without this call measures only how fast work is *queued*.
-    ONNX Runtime, OpenVINO and NumPy calls are synchronous: nothing to wait for.
+    PyTorch on CUDA and OneFlow (even on CPU) return before the work is done: a clock read
+    without this measures how fast work is *queued*. ONNX Runtime, OpenVINO, NumPy: synchronous.
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; use one of {', '.join(FRAMEWORKS)}")

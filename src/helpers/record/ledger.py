@@ -65,11 +65,10 @@ def ledger_dir() -> Path:
 
 
 def machine_slug(features: bool = False) -> str:
-    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full`` or ``amd-epyc-2core-quick``.
+    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full``.
 
-    ``features=True`` adds the CPU's vector and matrix extensions the report lists (e.g.
-    ``intel-r-xeon-r-processor-2core-avx512-vnni-bf16-amx-full``): for a CPU-only figure, where a
-    virtual machine's model name alone ("Intel(R) Xeon(R) Processor") does not say what ran it.
+    ``features=True`` adds the CPU's extensions (``...-2core-avx512-vnni-bf16-amx-full``): a
+    virtual machine's model name ("Intel(R) Xeon(R) Processor") does not say what ran a CPU figure.
     """
     from helpers.core.environment import environment_report
 
@@ -93,10 +92,8 @@ def cpu_features_tag(flags: list[str] | set[str]) -> str:
 
 
 def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``.
-
-    ``*-full-cpu`` folders (``make fullcpu``: how long each chapter ran, not what it measured)
-    hold no ledger and are left out."""
+    """Committed reference ledgers, ``{machine folder: records}`` (``*-full-cpu`` folders hold
+    chapter times, not a ledger)."""
     base = Path(root) if root is not None else repo_root() / "results" / "reference"
     if not base.is_dir():
         return {}
