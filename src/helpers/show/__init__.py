@@ -1,5 +1,5 @@
-"""Results shown: :class:`~helpers.show.table.Table` (HTML in the book, text in a terminal),
-generated sentences (:func:`~helpers.show.text.say`) and :mod:`~helpers.show.plots`."""
+"""Results shown: :mod:`~helpers.show.table` (HTML in the book, text in a terminal),
+:mod:`~helpers.show.text` (generated sentences) and :mod:`~helpers.show.plots` (figures)."""
 
 from helpers.show.table import *  # noqa: F403
 from helpers.show.table import __all__ as _table
