@@ -17,7 +17,7 @@ __all__ = ["sweep_rows", "GpuUtilisation", "fastest_thread_count"]
 
 
 def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
-    """Rows ``batch, ms_per_call, images_per_s, ms_per_image, speedup_vs_first`` from ``{batch: Measurement}``."""
+    """Rows of ``{batch: Measurement}``: ms per call and per image, images/s, gain over the first."""
     if not measurements:
         raise ValueError("no measurements: run the sweep first")
     bad = [b for b in measurements if not isinstance(b, int) or b < 1]

@@ -272,17 +272,16 @@ def climb(
                 "forward_only": r.forward_only,
                 "stage": measured,
             }
-            wrong = [
+            # why it was not kept, and every other candidate that failed its check
+            parts = [
                 f"{c} fails its check: {failed[c]}" for c in ratios if c in failed and c != pick
             ]
             if not kept:
                 own = r.why(row) if r.why is not None and pick not in failed else ""
-                others = [f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick]
+                others = ", ".join(f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick)
                 first = f"fails its check: {failed[pick]}" if pick in failed else why
-                parts = [first, ", ".join(others), own, "; ".join(wrong)]
-                row["reason"] = "; ".join(part for part in parts if part)
-            elif wrong:
-                row["reason"] = "; ".join(wrong)  # kept another candidate
+                parts = [first, others, own, *parts]
+            row["reason"] = "; ".join(part for part in parts if part)
             rows.append(row)
             if kept:
                 level_of[pick] = level

@@ -10,6 +10,7 @@ chapter 8 divides every INT8 runtime's operations per second.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from helpers.core import environment, precision
@@ -23,6 +24,11 @@ __all__ = [
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _peak(fn: Callable[[], Any], ops: float, repeats: int, sync: Any = None) -> float:
+    """Giga-operations per second of the fastest of ``repeats`` calls: the peak, not the typical."""
+    return ops / min(time_loop(fn, warmup=1, repeats=repeats, sync=sync)) / 1e9
 
 
 def _check_sizes(n: int, repeats: int) -> None:
@@ -61,11 +67,9 @@ def matmul_peak_gflops(
     before = precision.set_tf32(tf32)
     try:
         with torch.inference_mode():
-            times = time_loop(lambda: a @ b, warmup=1, repeats=repeats, sync=sync)
+            return _peak(lambda: a @ b, 2 * n**3, repeats, sync)
     finally:
         precision.restore_tf32(before)
-    best = min(times)  # the peak: the best call, not the typical one
-    return 2 * n**3 / best / 1e9
 
 
 def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
@@ -85,8 +89,7 @@ def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5)
     x = torch.randn(1, n, 64, 64).to(getattr(torch, dtype), memory_format=cl)
     w = torch.randn(n, n, 1, 1).to(getattr(torch, dtype), memory_format=cl)
     with torch.inference_mode():
-        times = time_loop(lambda: F.conv2d(x, w), warmup=1, repeats=repeats, sync=None)
-    return 2 * 4096 * n * n / min(times) / 1e9
+        return _peak(lambda: F.conv2d(x, w), 2 * 4096 * n * n, repeats)
 
 
 INT8_KERNELS = ("onednn", "ort", "openvino")
@@ -113,7 +116,7 @@ def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn
         a = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
         b = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
         with torch.inference_mode():
-            times = time_loop(lambda: torch._int_mm(a, b), warmup=1, repeats=repeats, sync=None)
+            return _peak(lambda: torch._int_mm(a, b), 2 * n**3, repeats)
     elif kernel == "openvino":
         return _openvino_int8_conv_gops(n, repeats, torch.get_num_threads())
     else:
@@ -135,8 +138,7 @@ def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn
             model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
         )
         a = torch.randint(0, 256, (n, n), dtype=torch.uint8, generator=gen).numpy()
-        times = time_loop(lambda: session.run(None, {"A": a}), warmup=1, repeats=repeats, sync=None)
-    return 2 * n**3 / min(times) / 1e9
+        return _peak(lambda: session.run(None, {"A": a}), 2 * n**3, repeats)
 
 
 def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
@@ -181,8 +183,7 @@ def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
         raise RuntimeError(f"OpenVINO ran the int8 peak convolution in {conv_precisions}, not int8")
     request = compiled.create_infer_request()
     x = rng.standard_normal(shape, dtype=np.float32)
-    times = time_loop(lambda: request.infer({0: x}), warmup=1, repeats=repeats, sync=None)
-    return 2 * 4096 * n * n / min(times) / 1e9
+    return _peak(lambda: request.infer({0: x}), 2 * 4096 * n * n, repeats)
 
 
 def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str, float]:

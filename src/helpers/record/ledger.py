@@ -255,18 +255,12 @@ def load(chapter: str | None = None, folder: Path | str | None = None) -> list[d
     if chapter is not None:
         _check_name("chapter", chapter)
         return _read(root / f"{chapter}.json")
-    out: list[dict[str, Any]] = []
-    for path in sorted(root.glob("*.json")):
-        out.extend(_read(path))
-    return out
+    return [rec for path in sorted(root.glob("*.json")) for rec in _read(path)]
 
 
 def lookup(chapter: str, name: str, folder: Path | str | None = None) -> dict[str, Any] | None:
     """The record ``name`` of ``chapter``, or None if it was never measured."""
-    for rec in load(chapter, folder):
-        if rec["name"] == name:
-            return rec
-    return None
+    return next((rec for rec in load(chapter, folder) if rec["name"] == name), None)
 
 
 if __name__ == "__main__":  # `make bench`: the machine's folder name, and check-quiet DIR

@@ -41,8 +41,7 @@ def plot_latency_distribution(
         ax.hist(t, bins=min(40, max(5, len(t) // 2)), alpha=0.55, color=f"C{i}", label=m.label)
         ax.axvline(m.median * scale, color=f"C{i}", ls="-", lw=1.5)
         ax.axvline(m.p99 * scale, color=f"C{i}", ls=":", lw=1.5)
-    ax.set_xlabel(f"latency per call ({unit}); solid line p50, dotted p99")
-    ax.set_ylabel("calls")
+    ax.set(xlabel=f"latency per call ({unit}); solid line p50, dotted p99", ylabel="calls")
     ax.legend(fontsize=8)
     return ax
 
@@ -73,8 +72,7 @@ def plot_speedups(
         ax.bar_label(rb, labels=[f"{r:.2f}x" if r else "" for r in rep], fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(idx, labels, rotation=15, ha="right")
-    ax.set_ylabel("speedup (x)")
-    ax.set_title(title)
+    ax.set(ylabel="speedup (x)", title=title)
     ax.legend(fontsize=8)
     return ax
 
@@ -99,8 +97,7 @@ def plot_sweep(
         if len(ys) != len(x):
             raise ValueError(f"series {name!r} has {len(ys)} points for {len(x)} x values")
         ax.plot(x, ys, "o-", color=f"C{i}", label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(x), [str(v) for v in x])
@@ -113,7 +110,6 @@ def plot_sweep(
         l2, n2 = ax2.get_legend_handles_labels()
         lines, names = lines + l2, names + n2
     ax.legend(lines, names, fontsize=8)
-    ax.set_title(title)
     return ax
 
 
@@ -129,9 +125,7 @@ def plot_stage_breakdown(
     for i, (name, sec) in enumerate(stages.items()):
         ax.barh([0], [sec * 1e3], left=left, color=f"C{i}", label=f"{name} ({sec / total:.0%})")
         left += sec * 1e3
-    ax.set_yticks([])
-    ax.set_xlabel("milliseconds per image batch")
-    ax.set_title(title)
+    ax.set(yticks=[], xlabel="milliseconds per image batch", title=title)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(stages))
     return ax
 
@@ -169,7 +163,7 @@ def plot_timeline(
         )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
+    ax.set(xlabel="time (ms)", title=title)
     from matplotlib.patches import Patch
 
     ax.legend(
@@ -177,7 +171,6 @@ def plot_timeline(
         fontsize=8,
         loc="lower right",
     )
-    ax.set_title(title)
     return ax
 
 
@@ -213,8 +206,7 @@ def plot_grouped_bars(
         ax.axhline(reference, color="black", ls="--", lw=1, label=reference_label)
     many = len(groups) > 5
     ax.set_xticks(idx, list(groups), rotation=30 if many else 0, ha="right" if many else "center")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set(ylabel=ylabel, title=title)
     ax.legend(fontsize=7, ncol=2)
     return ax
 
@@ -256,8 +248,6 @@ def plot_speed_accuracy(
     ax.set_ylim(lo - pad, hi + pad)
     if logx:
         ax.set_xscale("log")
-    ax.set_xlabel(xlabel + (" (log scale)" if logx else ""))
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel=xlabel + (" (log scale)" if logx else ""), ylabel=ylabel, title=title)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title(title)
     return ax
