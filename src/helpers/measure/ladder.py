@@ -104,8 +104,9 @@ class Ladder:
     """What :func:`climb` measured.
 
     ``rows``: one per rung (the first is the naive baseline) with ``rung``, ``key``, ``candidate``
-    (the pick), ``base`` (the path it was measured over), ``ms_per_image``, ``factor``/``ratio``,
-    ``candidates`` (every candidate's ratio), ``kept``, ``verdict``, ``reason``, ``cumulative``
+    (the pick), ``base`` (the path it was measured over) and ``over`` (its rung), ``ms_per_image``,
+    ``factor``/``ratio``, ``candidates`` (every candidate's ratio), ``kept``, ``verdict``,
+    ``reason``, ``cumulative``
     (:func:`chain` of the kept factors up to it), ``reported``, ``forward_only`` and ``stage`` (the
     measurements of its run). ``paths``: every timed path's settings; ``final``: the last kept task
     path; ``end_to_end``: naive / final, timed together (None when nothing was kept); ``failed``:
@@ -190,6 +191,7 @@ def climb(
     paths: dict[str, dict[str, Any]] = {naive_label: dict(naive)}
     timed: dict[str, Timed] = {}
     base_of: dict[str, str | None] = {naive_label: None}
+    key_of: dict[str, str] = {naive_label: naive_label}
     failed: dict[str, str] = {}
     candidates = {c for r in rungs for c in r.candidates}
 
@@ -234,7 +236,7 @@ def climb(
             base = task
         for label, change in {**rung.candidates, **rung.controls}.items():
             paths[label] = _apply(paths[base], change)
-            base_of[label] = base
+            key_of[label], base_of[label] = rung.key, base
         if rung.later:
             pending.append(rung)
             continue
@@ -258,6 +260,7 @@ def climb(
                 "key": r.key,
                 "candidate": pick,
                 "base": base,
+                "over": key_of[base],
                 "ms_per_image": _ms(measured[pick]),
                 "factor": ratio.median,
                 "ratio": ratio,
@@ -324,6 +327,7 @@ def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:
         "key": label,
         "candidate": label,
         "base": "",
+        "over": "",
         "ms_per_image": _ms(m),
         "factor": 1.0,
         "ratio": one,

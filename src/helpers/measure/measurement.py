@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from helpers.core.checks import check_int
 from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
@@ -67,8 +68,7 @@ class Measurement:
                 raise ValueError(
                     f"measurement {self.label!r}: times must be finite seconds >= 0, got {t!r}"
                 )
-        if self.items < 1:
-            raise ValueError(f"items must be >= 1, got {self.items}")
+        check_int("items", self.items)
 
     @property
     def cores_used(self) -> float | None:

@@ -230,13 +230,8 @@ def is_course_chapter(chapter: str) -> bool:
 def find(chapter: str, name: str) -> Name | None:
     """The table entry of ``chapter`` that ``name`` matches (an exact name before a pattern), or None."""
     entries = NAMES.get(chapter, ())
-    for entry in entries:
-        if entry.pattern == name:
-            return entry
-    for entry in entries:
-        if entry.regex.match(name):
-            return entry
-    return None
+    exact = next((e for e in entries if e.pattern == name), None)
+    return exact or next((e for e in entries if e.regex.match(name)), None)
 
 
 def check(chapter: str, name: str) -> None:
