@@ -31,7 +31,7 @@ def test_gpu_utilisation_needs_nvidia_smi():
 
 
 def test_gpu_utilisation_bad_interval():
-    with pytest.raises(ValueError, match="interval_s"):
+    with pytest.raises(ValueError, match="sampling interval must be positive"):
         batch_sweep.GpuUtilisation(interval_s=0)
 
 
@@ -48,9 +48,9 @@ def test_fastest_thread_count(torch_mod):
     # and each measurement states its own count (not the count PyTorch was left with)
     assert {t: m.threads for t, m in times.items()} == {1: 1, 2: 2}
     assert torch_mod.get_num_threads() == before  # restored
-    with pytest.raises(ValueError, match="positive thread counts"):
+    with pytest.raises(ValueError, match="thread count must be a positive int"):
         batch_sweep.fastest_thread_count(lambda: None, [0])
-    with pytest.raises(ValueError, match="positive thread counts"):
+    with pytest.raises(ValueError, match="no candidate thread counts"):
         batch_sweep.fastest_thread_count(lambda: None, [])
 
 

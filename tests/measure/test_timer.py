@@ -88,9 +88,8 @@ def test_benchmark_is_the_time_loop_plus_checks(monkeypatch):
 
     monkeypatch.setattr(timer, "time_loop", spy)
     benchmark(lambda: None, framework="none", warmup=2, repeats=4)
-    benchmark(lambda: None, framework="none", warmup=1, repeats=2, sync=False)
-    # the warm-up alone, then the timed calls (memory tracking starts in between)
-    assert seen == [(2, 0, False), (0, 4, False), (1, 0, True), (0, 2, True)]
+    # the warm-up alone, then one synchronised timed call at a time
+    assert seen == [(2, 0, False)] + [(0, 1, False)] * 4
     seen.clear()
     m = benchmark(lambda: None, framework="none", warmup=0, repeats=3, progress=True)
     assert len(m.times_s) == 3 and seen[1:] == [(0, 1, False)] * 3  # one call per bar step
@@ -151,16 +150,12 @@ def test_every_timer_waits_for_the_device_after_each_timed_call(fake_device):
     assert m.times_s == pytest.approx([0.011] * 3) and not dev.queued
     assert time_calls(dev.call(), 3, framework=fw) == pytest.approx([0.011] * 3)
     fns = {"a": dev.call("a", 0.010), "b": dev.call("b", 0.030)}  # b's work is three times a's
-    for order in ("fixed", "random"):
-        res = benchmark_interleaved(fns, framework=fw, warmup=2, repeats=4, order=order)
-        assert res["a"].times_s == pytest.approx([0.011] * 4)
-        assert res["b"].times_s == pytest.approx([0.031] * 4)
-        assert not dev.queued
+    res = benchmark_interleaved(fns, framework=fw, warmup=2, repeats=4)
+    assert res["a"].times_s == pytest.approx([0.011] * 4)
+    assert res["b"].times_s == pytest.approx([0.031] * 4)
+    assert not dev.queued
     # the control: the stand-in device does tell; unsynchronised calls time the queueing only
-    # (benchmark still synchronises after the warm-up, so its work stays out of the first call)
-    lying = benchmark(dev.call(), framework=fw, warmup=2, repeats=3, sync=False)
-    assert lying.times_s == pytest.approx([0.001] * 3)
-    assert time_calls(dev.call(), 2, framework=fw, sync=False) == pytest.approx([0.001] * 2)
+    assert timer.time_loop(dev.call(), warmup=0, repeats=2, sync=None) == pytest.approx([0.001] * 2)
 
 
 def test_interleaved_rounds_synchronise_each_warm_up_and_each_call(fake_device):
@@ -168,10 +163,11 @@ def test_interleaved_rounds_synchronise_each_warm_up_and_each_call(fake_device):
     call of each variant per round (a spy on the device)."""
     dev, fw = fake_device, fake_device.framework
     fns = {"a": dev.call("a"), "b": dev.call("b")}
-    benchmark_interleaved(fns, framework=fw, warmup=2, repeats=3, order="fixed")
+    benchmark_interleaved(fns, framework=fw, warmup=2, repeats=3)
     warmups = ["a", "a", "sync", "b", "b", "sync"]
     # time_loop synchronises after its (empty) warm-up too, before the clock starts
-    rounds = ["sync", "a", "sync", "sync", "b", "sync"] * 3
+    planned = [x for o in round_orders(["a", "b"], 3) for x in o]
+    rounds = [e for x in planned for e in ("sync", x, "sync")]
     assert dev.events == ["sync"] + warmups + rounds  # the first: the idle check
 
 
@@ -184,7 +180,7 @@ def test_benchmark_interleaved_passes_a_synchronising_wait_to_every_loop(monkeyp
 
     monkeypatch.setattr(timer, "time_loop", spy)
     fns = {"a": lambda: None, "b": lambda: None}
-    benchmark_interleaved(fns, framework="none", warmup=1, repeats=2, order="fixed")
+    benchmark_interleaved(fns, framework="none", warmup=1, repeats=2)
     assert seen == [(1, 0, False)] * 2 + [(0, 1, False)] * 4  # warm-ups, then 2 rounds of 2
 
 
@@ -218,14 +214,6 @@ def test_benchmark_torch_op(torch_mod):
     assert len(m.times_s) == 3 and m.mean > 0
 
 
-def test_track_memory_records_a_peak():
-    m = benchmark(
-        lambda: bytearray(1 << 20), framework="none", warmup=0, repeats=2, track_memory=True
-    )
-    assert m.peak_memory_bytes is not None and m.peak_memory_bytes >= 0
-    assert m.memory_kind in ("cpu rss increase", "cuda allocated")
-
-
 def test_time_calls_returns_one_time_per_call():
     times = time_calls(lambda: None, 4, framework="none")
     assert len(times) == 4
@@ -238,11 +226,11 @@ def test_benchmark_interleaved_round_robin_order():
     order = []
     fns = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
     res = benchmark_interleaved(
-        fns, framework="none", warmup=1, repeats=3, items=2, order="fixed", threads=2, device="cpu"
+        fns, framework="none", warmup=1, repeats=3, items=2, threads=2, device="cpu"
     )
     assert list(res) == ["a", "b", "c"]
     assert order[:3] == ["a", "b", "c"]  # one warm-up each, then rounds
-    assert order[3:] == ["a", "b", "c"] * 3
+    assert order[3:] == [x for o in round_orders(["a", "b", "c"], 3) for x in o]
     assert all(len(m.times_s) == 3 and m.items == 2 and m.warmup == 1 for m in res.values())
     assert all(m.threads == 2 and m.device == "cpu" for m in res.values())
 
@@ -325,7 +313,6 @@ def test_round_orders_are_seeded_random_and_never_repeat_across_rounds():
     assert firsts == set(labels)  # every variant leads some rounds (a fixed order: only "a")
     follows = {(x, y) for o in orders for x, y in zip(o, o[1:])}
     assert len(follows) == 12  # every ordered pair of neighbours occurs: no fixed neighbour
-    assert round_orders(labels, 3, order="fixed") == [labels] * 3
 
 
 def test_round_orders_keep_an_aa_twin_away_from_its_original():
@@ -339,8 +326,6 @@ def test_round_orders_keep_an_aa_twin_away_from_its_original():
         round_orders(["a", "b"], 2, apart=[("a", "b")])
     with pytest.raises(ValueError, match="known labels"):
         round_orders(labels, 2, apart=[("graph", "nope")])
-    with pytest.raises(ValueError, match="'random' or 'fixed'"):
-        round_orders(labels, 2, order="rotate")
 
 
 def test_benchmark_interleaved_runs_the_rounds_in_the_planned_order():

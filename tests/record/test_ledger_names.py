@@ -188,19 +188,20 @@ def test_patterns_match_one_segment_not_paths():
     assert not entry.regex.match("fps_ort_batch8_extra")  # {b} is a whole number
 
 
-def test_missing_records_lists_required_names_of_chapters_that_ran():
+def test_missing_records_lists_required_names_of_chapters_that_ran(monkeypatch):
     table = {
         "01_a": (names.Name("x_batch{b}"), names.Name("y"), names.Name("gpu", required=False)),
         "02_b": (names.Name("z"),),
     }
+    monkeypatch.setattr(names, "NAMES", table)
     recs = [{"chapter": "01_a", "name": "x_batch1"}]
-    assert names.missing_records(recs, table=table) == {"01_a": ["y"]}
+    assert names.missing_records(recs) == {"01_a": ["y"]}
     recs.append({"chapter": "01_a", "name": "y"})
-    assert names.missing_records(recs, table=table) == {}
+    assert names.missing_records(recs) == {}
     # a chapter that never ran has nothing missing; an unknown chapter is an error
-    assert names.missing_records(recs, chapters=["02_b"], table=table) == {}
+    assert names.missing_records(recs, chapters=["02_b"]) == {}
     with pytest.raises(ValueError, match="unknown chapter"):
-        names.missing_records(recs, chapters=["03_c"], table=table)
+        names.missing_records(recs, chapters=["03_c"])
 
 
 def test_committed_reference_ledgers_use_listed_names():

@@ -1,6 +1,6 @@
 """The instrument kit every chapter measures with, one idea per module (like ``torch.utils.benchmark``).
 
-- :mod:`~helpers.measure.timer` -- the timing loop (written on chapter 0's page), benchmark, interleaved rounds
+- :mod:`~helpers.measure.timer` -- the timing loop (written on chapter 0's page), interleaved rounds
 - :mod:`~helpers.measure.measurement` -- a Measurement (median first, spread, where it ran), paired ratios
 - :mod:`~helpers.measure.machine` -- the machine's load while timing, and the one "contended" rule
 - :mod:`~helpers.measure.profiling` -- per-stage timing, PyTorch profiler tables, peak tensor memory
@@ -8,8 +8,7 @@
 - :mod:`~helpers.measure.batch_sweep` -- batch-size sweeps, thread counts, GPU utilisation
 - :mod:`~helpers.measure.ladder` -- a speed-up ladder: each rung timed on the last kept path (ch. 10)
 
-``from helpers import measure`` gives the names of the first three (``measure.benchmark``,
-``measure.Measurement``, ``measure.paired_ratio``, ...); import the others as modules.
+``from helpers import measure`` gives the names of the first three; import the others as modules.
 """
 
 from helpers.measure.machine import *  # noqa: F403

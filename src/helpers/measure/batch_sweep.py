@@ -1,13 +1,4 @@
-"""Measuring batch sizes and thread counts: sweep tables, GPU utilisation, the fastest thread count.
-
-Plumbing for the chapters that measure parallelism (the lesson itself, e.g. chapter 5's BatchNorm
-batch-independence check, is written on the pages):
-
-- :func:`sweep_rows` -- a batch sweep as table rows (latency per call, images/s, cost per image);
-- :class:`GpuUtilisation` -- samples ``nvidia-smi`` in a thread while a workload runs;
-- :func:`fastest_thread_count` -- PyTorch's fastest intra-op thread count on this machine now
-  (chapters 4, 5 and 6 time every PyTorch variant with it).
-"""
+"""Measuring batch sizes and thread counts: sweep tables, GPU utilisation, the fastest thread count."""
 
 from __future__ import annotations
 
@@ -18,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from helpers.core.checks import check_int
 from helpers.core.process_memory import Sampler
 from helpers.measure.measurement import Measurement
 
@@ -25,7 +17,7 @@ __all__ = ["sweep_rows", "GpuUtilisation", "fastest_thread_count"]
 
 
 def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
-    """Rows ``batch, ms_per_call, images_per_s, ms_per_image, speedup_vs_first`` from ``{batch: Measurement}``."""
+    """Rows of ``{batch: Measurement}``: ms per call and per image, images/s, gain over the first."""
     if not measurements:
         raise ValueError("no measurements: run the sweep first")
     bad = [b for b in measurements if not isinstance(b, int) or b < 1]
@@ -53,38 +45,21 @@ class GpuUtilisation(Sampler):
     """
 
     def __init__(self, interval_s: float = 0.1, gpu: int = 0) -> None:
-        if interval_s <= 0:
-            raise ValueError("interval_s must be positive")
+        super().__init__(interval_s)  # refuses a non-positive interval
         if shutil.which("nvidia-smi") is None:
             raise RuntimeError(
                 "nvidia-smi not found: GPU utilisation can only be sampled on an NVIDIA GPU machine"
             )
-        super().__init__(interval_s)
-        self.gpu = gpu
+        self.query = ["nvidia-smi", f"--id={gpu}", "--query-gpu=utilization.gpu"]
         self.samples: list[float] = []
 
-    def _query(self) -> float | None:
-        try:
-            out = subprocess.run(
-                [
-                    "nvidia-smi",
-                    f"--id={self.gpu}",
-                    "--query-gpu=utilization.gpu",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=False,
-            ).stdout.strip()
-            return float(out.splitlines()[0])
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            return None
-
     def sample(self) -> None:
-        value = self._query()
-        if value is not None:
-            self.samples.append(value)
+        fmt = "--format=csv,noheader,nounits"
+        try:  # a missed sample is skipped: the mean is over the ones read
+            out = subprocess.run([*self.query, fmt], capture_output=True, text=True, timeout=5)
+            self.samples.append(float(out.stdout.splitlines()[0]))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            pass
 
     @property
     def mean(self) -> float:
@@ -103,14 +78,11 @@ def fastest_thread_count(
     warmup: int = 2,
     repeats: int = 5,
 ) -> tuple[int, dict[int, Measurement]]:
-    """Time ``fn()`` with each PyTorch intra-op thread count in ``candidates`` (interleaved); return the fastest.
+    """The fastest PyTorch intra-op thread count for ``fn()`` among ``candidates`` (interleaved).
 
-    On a quiet machine more threads are usually faster; on a busy one (other processes on the same
-    cores) threads that must meet at every layer can be many times *slower* than one thread. The
-    thread count is restored afterwards. Default candidates: 1, PyTorch's current count (its
-    default is the number of physical cores) and every core this process may use
-    (:func:`helpers.core.threads.available_cores`: its affinity mask, capped by a container's CPU
-    quota).
+    On a busy machine threads that meet at every layer can be many times *slower* than one. The
+    count is restored afterwards. Default candidates: 1, PyTorch's current count and every core
+    this process may use (:func:`helpers.core.threads.available_cores`).
     """
     import torch
 
@@ -120,10 +92,10 @@ def fastest_thread_count(
     if candidates is None:
         candidates = sorted({1, torch.get_num_threads(), available_cores()})
     candidates = list(candidates)
-    if not candidates or any(
-        not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in candidates
-    ):
-        raise ValueError(f"candidates must be positive thread counts, got {candidates}")
+    if not candidates:
+        raise ValueError("no candidate thread counts")
+    for t in candidates:
+        check_int("thread count", t)
     saved = torch.get_num_threads()
 
     def with_threads(t: int) -> Any:

@@ -3,32 +3,21 @@
 Chapter 10's method, for any task on any model (the page builds the paths; this module climbs)::
 
     naive = {"variant": "original", "batch": 1, "workers": 1}      # the settings of a path
-    rungs = [
-        Rung("pruning", {"pruning": {"variant": "single_forward"}}),
-        Rung("batching", {"batching": {"batch": 16}}),
-        ...
-    ]
+    rungs = [Rung("pruning", {"pruning": {"variant": "single_forward"}}), ...]
     lad = climb(naive, rungs, build, rounds=15)   # build(settings) -> Timed(call, items)
 
-- A **path** is a dict of settings; the page's ``build(settings)`` returns one timed call of the
-  task those settings describe (:class:`Timed`: the call, the images it processes).
-- A **rung** offers candidate changes. Each candidate is the kept path's settings updated by its
-  change; the kept path (the rung's *base*), the candidates and the rung's controls (an A/A twin,
-  another control) are timed together in one interleaved run
-  (:func:`~helpers.measure.timer.benchmark_interleaved`), and a candidate's factor is the paired
-  ratio base / candidate (:func:`~helpers.measure.measurement.paired_ratio`). The fastest is the
-  rung's pick; it is **kept** only when ``keep(ratio)`` (:func:`keep_rule`: the per-round interval
-  lies wholly above 1), and then the next rung builds on it. A rung that is not kept leaves the
-  base as it was, so no later rung contains it, and its row carries a generated reason.
-- Every path is checked when it is built (``check``: the page's own check of its answer); a
-  candidate whose check fails is timed and shown but never kept ("fails its check"), and a
-  failing control or naive path stops the climb.
-- A ``later`` rung is measured on its base and never built on (the technique is applied again
-  further up); it is timed with the next rung, which has the same base.
-- A **forward-only branch** (``forward_only=True``, ``branch=<rung key>``) leaves from the path kept
-  right after that rung; its rungs then build on each other.
-- Last, the naive path and the final kept task path are timed together: the **end-to-end**
-  factor, measured directly (the product of the kept factors is only its estimate).
+- A **path** is a dict of settings; ``build(settings)`` returns one :class:`Timed` call of it.
+- A **rung** offers candidate changes to the kept path (its *base*). The base, the candidates and
+  the rung's controls (an A/A twin) are timed in one interleaved run; a candidate's factor is the
+  paired ratio base / candidate. The fastest is **kept** only when ``keep(ratio)``
+  (:func:`keep_rule`: the per-round interval lies wholly above 1), and the next rung builds on it;
+  a rung not kept leaves the base as it was, and its row says why.
+- ``check`` is the page's own check of each path's answer: a failing candidate is timed and shown
+  but never kept; a failing control or naive path stops the climb.
+- A ``later`` rung is measured on its base and never built on (timed with the next rung); a
+  forward-only rung (``branch=<rung key>``) leaves from the path kept right after that rung.
+- Last, the naive and the final kept path are timed together: the **end-to-end** factor, measured
+  directly (the product of the kept factors is only its estimate).
 """
 
 from __future__ import annotations
@@ -56,7 +45,7 @@ Change = Mapping[str, Any] | Callable[[Settings], Settings]
 @dataclass(frozen=True)
 class Timed:
     """One timed call of a path: ``call()`` processes ``items`` images; ``framework`` says how
-    the timer waits for its work (``"torch"``, ``"oneflow"``, ``"none"``)."""
+    the timer waits for its work."""
 
     call: Callable[[], Any]
     items: int
@@ -65,13 +54,11 @@ class Timed:
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung: its ``key``, candidate changes (label -> settings to update, or a function of
-    the base's settings), controls timed beside them (never picked), and ``twins`` (label, twin)
-    pairs kept apart in the rounds. ``label`` names the rung (default: its key). ``why(row)`` may
-    add the page's own reason when the rung is dropped. ``task_change``: the rung changes the task
-    itself (forward only, no saliency map): it is always taken, its factor is shown but never
-    counted as a speed-up. ``reported`` is the case study's factor for this step (default:
-    :func:`climb`'s ``reported`` of the rung's key)."""
+    """One rung: candidate changes (label -> settings to update, or a function of the base's
+    settings), controls timed beside them (never picked), ``twins`` kept apart in the rounds.
+    ``why(row)`` may add the page's reason when it is dropped. ``task_change``: it changes the task
+    (forward only): always taken, its factor never counted as a speed-up. ``reported``: the case
+    study's factor (default: :func:`climb`'s ``reported`` of its key)."""
 
     key: str
     candidates: Mapping[str, Change]
@@ -95,23 +82,6 @@ def keep_rule(ratio: RatioSummary) -> bool:
     return ratio.p25 > 1.0
 
 
-def drop_reason(ratio: RatioSummary, later: bool = False) -> str:
-    """Why a rung with this factor was not built on, from its numbers."""
-    if later:
-        return "measured, not built on: the ladder applies it again further up"
-    if ratio.p75 < 1.0:
-        return (
-            f"slower: {ratio.median:.2f}x, its per-round interval "
-            f"{ratio.p25:.2f}-{ratio.p75:.2f} lies below 1"
-        )
-    if ratio.p25 > 1.0:
-        return f"faster ({ratio.median:.2f}x), but the page's keep rule refused it"
-    return (
-        f"inconclusive: {ratio.median:.2f}x, its per-round interval "
-        f"{ratio.p25:.2f}-{ratio.p75:.2f} holds 1"
-    )
-
-
 def chain(ratios: Sequence[RatioSummary]) -> RatioSummary:
     """The product of factors measured in separate runs: medians and quartiles multiplied.
 
@@ -133,21 +103,18 @@ def chain(ratios: Sequence[RatioSummary]) -> RatioSummary:
 class Ladder:
     """What :func:`climb` measured.
 
-    ``rows``: one per rung (the first is the naive baseline), each a dict with ``rung``, ``key``,
-    ``candidate`` (the pick), ``base`` (the path it was measured over) and ``over`` (that path's
-    rung key), ``ms_per_image``, ``factor``/``ratio``, ``candidates`` (every candidate's ratio),
-    ``kept``, ``verdict``, ``reason``, ``level`` (:func:`chain` of the kept factors up to it),
-    ``cumulative`` (its median), ``reported``, ``cumulative_reported``, ``forward_only``,
-    ``stage`` (the measurements of the run it was timed in, controls included).
-    ``paths``: the settings of every timed path by label; ``timed``: their :class:`Timed`;
-    ``stages``: each interleaved run's measurements; ``final``: the last kept task path;
-    ``end_to_end``: naive / final, measured together (None when nothing was kept);
-    ``failed``: the candidates whose check failed, with the reason.
+    ``rows``: one per rung (the first is the naive baseline) with ``rung``, ``key``, ``candidate``
+    (the pick), ``base`` (the path it was measured over) and ``over`` (its rung), ``ms_per_image``,
+    ``factor``/``ratio``, ``candidates`` (every candidate's ratio), ``kept``, ``verdict``,
+    ``reason``, ``cumulative``
+    (:func:`chain` of the kept factors up to it), ``reported``, ``forward_only`` and ``stage`` (the
+    measurements of its run). ``paths``: every timed path's settings; ``final``: the last kept task
+    path; ``end_to_end``: naive / final, timed together (None when nothing was kept); ``failed``:
+    the candidates whose check failed, with the reason.
     """
 
     rows: list[dict[str, Any]]
     paths: dict[str, dict[str, Any]]
-    timed: dict[str, Timed]
     stages: list[dict[str, Measurement]]
     naive: str
     final: str
@@ -194,14 +161,10 @@ def climb(
 ) -> Ladder:
     """Climb ``rungs`` from the ``naive`` settings, each rung on the last kept path.
 
-    Every stage is one :func:`~helpers.measure.timer.benchmark_interleaved` run of ``rounds``
-    rounds (``warmup`` calls each first): the base, the rung's candidates and controls (a
-    ``later`` rung shares the next rung's stage). ``build`` is called once per path. Returns a
-    :class:`Ladder`; the last stage times the naive and the final kept task path together.
-    ``timer`` takes benchmark_interleaved's arguments (a test gives a fake one).
-    ``check(label, settings, base_label)`` is called once per path, right after ``build``: None
-    when its answer is right, else the reason (a candidate is then never kept).
-    ``reported``: the case study's factor by rung key, for rungs that do not give their own.
+    Each stage is one ``timer`` run (benchmark_interleaved's arguments; a test gives a fake) of
+    ``rounds`` rounds. ``build`` and then ``check(label, settings, base_label)`` are called once
+    per path: ``check`` returns None when the answer is right, else the reason. ``reported``: the
+    case study's factor by rung key, for rungs that do not give their own.
     """
     if not rungs:
         raise ValueError("no rungs given")
@@ -227,8 +190,8 @@ def climb(
 
     paths: dict[str, dict[str, Any]] = {naive_label: dict(naive)}
     timed: dict[str, Timed] = {}
-    key_of: dict[str, str] = {naive_label: naive_label}
     base_of: dict[str, str | None] = {naive_label: None}
+    key_of: dict[str, str] = {naive_label: naive_label}
     failed: dict[str, str] = {}
     candidates = {c for r in rungs for c in r.candidates}
 
@@ -260,7 +223,6 @@ def climb(
     stages: list[dict[str, Measurement]] = []
     rows: list[dict[str, Any]] = []
     level_of: dict[str, list[RatioSummary]] = {naive_label: []}
-    cum_r_of: dict[str, float] = {naive_label: 1.0}
     task: str = naive_label  # the last kept task path
     fwd: str | None = None  # the last kept path of the forward-only branch
     after: dict[str, str] = {}  # rung key -> the task path kept right after it
@@ -292,7 +254,7 @@ def climb(
             kept = (r.task_change or bool(keep(ratio))) and not r.later and pick not in failed
             level = level_of[base] + ([ratio] if kept and not r.task_change else [])
             case = r.reported if r.reported is not None else (reported or {}).get(r.key)
-            cum_r = cum_r_of[base] * (case if kept and case else 1.0)
+            verdict, why = _verdict(ratio, kept, r.later)
             row = {
                 "rung": r.label,
                 "key": r.key,
@@ -306,33 +268,26 @@ def climb(
                 "kept": kept,
                 "verdict": "not kept (fails its check)"
                 if pick in failed
-                else ("a different task" if r.task_change else _verdict(ratio, kept, r.later)),
+                else ("a different task" if r.task_change else verdict),
                 "reason": "",
-                "level": chain(level),
                 "cumulative": chain(level).median,
                 "reported": case,
-                "cumulative_reported": cum_r,
                 "forward_only": r.forward_only,
                 "stage": measured,
             }
-            wrong = [
+            # why it was not kept, and every other candidate that failed its check
+            parts = [
                 f"{c} fails its check: {failed[c]}" for c in ratios if c in failed and c != pick
             ]
             if not kept:
                 own = r.why(row) if r.why is not None and pick not in failed else ""
-                others = [f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick]
-                first = (
-                    f"fails its check: {failed[pick]}"
-                    if pick in failed
-                    else drop_reason(ratio, r.later)
-                )
-                parts = [first, ", ".join(others), own, "; ".join(wrong)]
-                row["reason"] = "; ".join(part for part in parts if part)
-            elif wrong:
-                row["reason"] = "; ".join(wrong)  # kept another candidate
+                others = ", ".join(f"{c} {x.median:.2f}x" for c, x in ratios.items() if c != pick)
+                first = f"fails its check: {failed[pick]}" if pick in failed else why
+                parts = [first, others, own, *parts]
+            row["reason"] = "; ".join(part for part in parts if part)
             rows.append(row)
             if kept:
-                level_of[pick], cum_r_of[pick] = level, cum_r
+                level_of[pick] = level
             if r.forward_only:
                 fwd = pick if kept else base
             else:
@@ -345,15 +300,24 @@ def climb(
     if task != naive_label:
         final_stage = run([naive_label, task], [])
         e2e = paired_ratio(final_stage[naive_label], final_stage[task])
-    return Ladder(rows, paths, timed, stages, naive_label, task, e2e, final_stage, failed)
+    return Ladder(rows, paths, stages, naive_label, task, e2e, final_stage, failed)
 
 
-def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> str:
+def _verdict(ratio: RatioSummary, kept: bool, later: bool) -> tuple[str, str]:
+    """A rung's verdict, and why it was not built on, from its numbers."""
     if kept:
-        return "kept"
+        return "kept", ""
     if later:
-        return "measured, not built on"
-    return "not kept (slower)" if ratio.p75 < 1.0 else "not kept (inconclusive)"
+        why = "measured, not built on: the ladder applies it again further up"
+        return "measured, not built on", why
+    span = f"{ratio.median:.2f}x, its per-round interval {ratio.p25:.2f}-{ratio.p75:.2f}"
+    if ratio.reading == "slower":
+        return "not kept (slower)", f"slower: {span} lies below 1"
+    if ratio.reading == "faster":
+        return "not kept (inconclusive)", (
+            f"faster ({ratio.median:.2f}x), but the page's keep rule refused it"
+        )
+    return "not kept (inconclusive)", f"inconclusive: {span} holds 1"
 
 
 def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:
@@ -371,9 +335,7 @@ def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:
         "kept": True,
         "verdict": "baseline",
         "reason": "",
-        "level": one,
         "cumulative": 1.0,
         "reported": None,
-        "cumulative_reported": 1.0,
         "forward_only": False,
     }

@@ -1,37 +1,31 @@
 """What a timing means: :class:`Measurement` (median first, spread, where it ran) and paired ratios.
 
-Shaped like ``torch.utils.benchmark``'s ``Measurement``: it leads with the median and p99, warns
-when the spread is large (:data:`SPREAD_WARNING`, the same 10% as torch), and knows where it ran
-(device, threads given, cores busy computing or spinning, the machine's load). :func:`paired_ratio` turns two
-measurements of one interleaved run into a speedup with the spread of its per-round ratios.
+Shaped like ``torch.utils.benchmark``'s ``Measurement``: median and p99 first, a warning when the
+spread is large (:data:`SPREAD_WARNING`), and where it ran (device, threads, cores busy, load).
+:func:`paired_ratio` turns two measurements of one interleaved run into a :class:`RatioSummary`,
+the one shape of a speed-up from the page to the ledger (:meth:`RatioSummary.as_record`).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from helpers.core.checks import check_int
 from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
-__all__ = [
-    "percentile",
-    "Measurement",
-    "RatioSummary",
-    "paired_ratio",
-    "speedup",
-    "measurement_from_dict",
-]
+__all__ = ["percentile", "Measurement", "RatioSummary", "paired_ratio", "measurement_from_dict"]
 
-# Spread above which a Measurement prints a warning: an interquartile range over 10% of the median.
-# The same threshold as torch.utils.benchmark. Repeated calls of one fixed computation on a quiet
-# machine vary by a few percent; a wider middle half means something else was moving the times
-# (other processes, frequency scaling, too few runs), and a difference between two variants that
-# is smaller than the spread is not a result.
+# Spread above which a Measurement warns: an IQR over 10% of the median, torch.utils.benchmark's
+# threshold. Repeated calls on a quiet machine vary by a few percent; a wider middle half means
+# something else moved the times (other processes, frequency scaling, too few runs), and a
+# difference between two variants smaller than the spread is not a result.
 SPREAD_WARNING = 0.10
 
 
@@ -49,10 +43,9 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 class Measurement:
     """Timings of one callable: per-call seconds plus what they mean.
 
-    Printed as chapter 0 teaches: the median (typical) and p99 (worst case a user sees) first,
-    with the number of runs, then the spread (interquartile range and p99/p50), and a warning
-    when the IQR exceeds :data:`SPREAD_WARNING` of the median. ``throughput`` is taken at the
-    median too, so one slow outlier does not move it.
+    Printed as chapter 0 teaches: median (typical) and p99 (the worst a user sees) first, then the
+    spread, and a warning when the IQR exceeds :data:`SPREAD_WARNING` of the median.
+    ``throughput`` is taken at the median, so one slow outlier does not move it.
     """
 
     label: str
@@ -60,8 +53,6 @@ class Measurement:
     items: int = 1  # items (images, requests) processed by one call
     framework: str = "none"
     warmup: int = 0
-    peak_memory_bytes: int | None = None
-    memory_kind: str | None = None  # "cuda allocated" or "cpu rss increase"
     meta: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None  # threads the framework was given (None: not known)
     device: str | None = None  # where the work ran ("cpu", "cuda:0"), as the caller says
@@ -69,80 +60,45 @@ class Measurement:
     wall_s: float | None = None  # wall seconds of the same timed calls
     load: MachineLoad | None = None  # the machine's load while the timed calls ran
 
-    @property
-    def cores_used(self) -> float | None:
-        """Cores this process kept busy while timed: CPU seconds / wall seconds (None: unknown).
-
-        Busy computing *or spinning*: 2.0 for two threads that were on a core all the time, 1.0 for
-        one, whether they multiplied numbers or polled for work (a runtime that spins waiting counts
-        as busy). It is not the parallelism achieved. (On a GPU it is the host side only.)
-        """
-        if self.cpu_s is None or not self.wall_s:
-            return None
-        return self.cpu_s / self.wall_s
-
-    @property
-    def contended(self) -> bool | None:
-        """True when other processes took a share of the CPU while this ran (:data:`CONTENDED_SHARE`)."""
-        return None if self.load is None else self.load.contended
-
     def __post_init__(self) -> None:
         if not self.times_s:
             raise ValueError(f"measurement {self.label!r} has no timings")
         for t in self.times_s:
-            if not (isinstance(t, (int, float)) or hasattr(t, "__float__")) or not (
-                math.isfinite(float(t)) and float(t) >= 0
-            ):
+            if not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
                 raise ValueError(
                     f"measurement {self.label!r}: times must be finite seconds >= 0, got {t!r}"
                 )
-        if self.items < 1:
-            raise ValueError(f"items must be >= 1, got {self.items}")
+        check_int("items", self.items)
+
+    @property
+    def cores_used(self) -> float | None:
+        """CPU seconds / wall seconds while timed: cores busy, computing *or spinning*.
+
+        None when unknown. A runtime that polls for work counts as busy, so it is not the
+        parallelism achieved (on a GPU, the host side only).
+        """
+        return None if self.cpu_s is None or not self.wall_s else self.cpu_s / self.wall_s
+
+    @property
+    def contended(self) -> bool | None:
+        """True when other processes took a share of the CPU while this ran (None: unknown)."""
+        return None if self.load is None else self.load.contended
 
     def _q(self, q: float) -> float:
         return percentile(sorted(self.times_s), q)
 
-    @property
-    def runs(self) -> int:
-        """Number of timed calls."""
-        return len(self.times_s)
-
-    @property
-    def mean(self) -> float:
-        """Mean seconds per call (pulled up by slow outliers: prefer :attr:`median`)."""
-        return statistics.fmean(self.times_s)
-
-    @property
-    def std(self) -> float:
-        """Sample standard deviation of the per-call seconds."""
-        return statistics.stdev(self.times_s) if len(self.times_s) > 1 else 0.0
-
-    @property
-    def median(self) -> float:
-        """p50: the typical call, in seconds."""
-        return statistics.median(self.times_s)
-
-    # Percentiles in seconds: first and third quartile, p90, p99 (with fewer than ~100 runs,
-    # about the slowest run).
+    # Seconds per call. p99 with fewer than ~100 runs is about the slowest run; prefer the median
+    # to the mean, which slow outliers pull up.
+    runs = property(lambda self: len(self.times_s))
+    mean = property(lambda self: statistics.fmean(self.times_s))
+    std = property(lambda self: statistics.stdev(self.times_s) if self.runs > 1 else 0.0)
+    median = property(lambda self: statistics.median(self.times_s))
+    min = property(lambda self: min(self.times_s))
     p25 = property(lambda self: self._q(25))
     p75 = property(lambda self: self._q(75))
     p90 = property(lambda self: self._q(90))
     p99 = property(lambda self: self._q(99))
-
-    @property
-    def min(self) -> float:
-        """Fastest call, in seconds."""
-        return min(self.times_s)
-
-    @property
-    def max(self) -> float:
-        """Slowest call, in seconds."""
-        return max(self.times_s)
-
-    @property
-    def iqr(self) -> float:
-        """Interquartile range (p75 - p25) in seconds: the width of the middle half of the calls."""
-        return self.p75 - self.p25
+    iqr = property(lambda self: self.p75 - self.p25)  # the width of the middle half of the calls
 
     @property
     def relative_iqr(self) -> float:
@@ -151,13 +107,13 @@ class Measurement:
 
     @property
     def tail_ratio(self) -> float:
-        """p99 / p50: how much slower the worst calls are than the typical one (1 when median is 0)."""
+        """p99 / p50: how much slower the worst calls are than the typical one (1 for median 0)."""
         return self.p99 / self.median if self.median > 0 else 1.0
 
     @property
     def noisy(self) -> bool:
         """True when the IQR exceeds :data:`SPREAD_WARNING` of the median (needs 4 runs or more)."""
-        return len(self.times_s) >= 4 and self.relative_iqr > SPREAD_WARNING
+        return self.runs >= 4 and self.relative_iqr > SPREAD_WARNING
 
     @property
     def throughput(self) -> float:
@@ -165,78 +121,46 @@ class Measurement:
         return self.items / self.median if self.median > 0 else math.inf
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain numbers (seconds, items/s, bytes) for tables and the ledger."""
+        """Plain numbers (seconds, items/s) for tables, the ledger and a subprocess's answer."""
+        stats = ("median", "p99", "iqr", "p90", "mean", "std", "min")
         return {
             "label": self.label,
             "framework": self.framework,
             "items": self.items,
-            "repeats": len(self.times_s),
+            "repeats": self.runs,
             "warmup": self.warmup,
-            "median_s": self.median,
-            "p99_s": self.p99,
-            "iqr_s": self.iqr,
-            "p90_s": self.p90,
-            "mean_s": self.mean,
-            "std_s": self.std,
-            "min_s": self.min,
+            **{f"{k}_s": getattr(self, k) for k in stats},
             "throughput": self.throughput,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "threads": self.threads,
-            "device": self.device,
-            "cpu_s": self.cpu_s,
-            "cores_used": self.cores_used,
+            **{k: getattr(self, k) for k in ("threads", "device", "cpu_s", "cores_used")},
             "contended": self.contended,
             "load": self.load.as_dict() if self.load is not None else None,
             **self.meta,
         }
 
-    def warnings(self) -> list[str]:
-        """The warning lines of :meth:`__str__` (empty for a steady measurement on a quiet machine)."""
-        out = []
-        if self.noisy:
-            out.append(
-                f"WARNING: the IQR is {self.relative_iqr:.0%} of the median "
-                f"(over {SPREAD_WARNING:.0%}): the calls did not take a steady time (a busy machine, "
-                "frequency scaling, too few runs); differences smaller than this spread are noise."
-            )
-        if self.contended:
-            out.append(f"WARNING: CONTENDED: {self.load.describe()}")  # type: ignore[union-attr]
-        return out
-
-    def where(self) -> str:
-        """One line: device, threads given, cores busy (computing or spinning), and the machine's load."""
-        cores = self.cores_used
-        parts = [
-            f"device {self.device or '?'}",
-            f"{self.threads if self.threads is not None else '?'} thread(s) given",
-            (
-                f"{cores:.2f} cores busy (computing or spinning)"
-                if cores is not None
-                else "cores busy unknown"
-            ),
-        ]
-        if self.load is not None:
-            parts.append(self.load.describe())
-        return "; ".join(parts)
-
     def __str__(self) -> str:
-        ms = 1e3
-        mem = (
-            f"; peak mem {self.peak_memory_bytes / 2**20:.1f} MiB ({self.memory_kind})"
-            if self.peak_memory_bytes
-            else ""
-        )
+        ms, cores = 1e3, self.cores_used
         lines = [
             f"{self.label}: median {self.median * ms:.2f} ms, p99 {self.p99 * ms:.2f} ms per call "
             f"({self.runs} run{'s' if self.runs != 1 else ''} after {self.warmup} warm-up)",
             f"  spread: IQR {self.iqr * ms:.2f} ms ({self.relative_iqr:.0%} of the median), "
             f"p99/p50 {self.tail_ratio:.2f}; mean {self.mean * ms:.2f} +- {self.std * ms:.2f} ms; "
-            f"{self.throughput:.1f} items/s at the median{mem}",
+            f"{self.throughput:.1f} items/s at the median",
         ]
-        known = (self.device, self.threads, self.cpu_s, self.load)
-        if any(v is not None for v in known):
-            lines.append(f"  ran on: {self.where()}")
-        lines += ["  " + w for w in self.warnings()]
+        if any(v is not None for v in (self.device, self.threads, self.cpu_s, self.load)):
+            busy = "cores busy unknown" if cores is None else f"{cores:.2f} cores busy"
+            threads = "?" if self.threads is None else self.threads
+            lines.append(
+                f"  ran on: device {self.device or '?'}; {threads} thread(s) given; {busy} "
+                "(computing or spinning)" + (f"; {self.load.describe()}" if self.load else "")
+            )
+        if self.noisy:
+            lines.append(
+                f"  WARNING: the IQR is {self.relative_iqr:.0%} of the median "
+                f"(over {SPREAD_WARNING:.0%}): the calls did not take a steady time (a busy machine, "
+                "frequency scaling, too few runs); differences smaller than this spread are noise."
+            )
+        if self.contended:
+            lines.append(f"  WARNING: CONTENDED: {self.load.describe()}")  # type: ignore[union-attr]
         # the book's column is PAGE_COLUMNS wide: wrap rather than scroll sideways
         return "\n".join(
             textwrap.fill(line, width=PAGE_COLUMNS, subsequent_indent="    ") for line in lines
@@ -253,10 +177,7 @@ class RatioSummary:
     rounds: int
     ratios: tuple[float, ...]
 
-    @property
-    def iqr(self) -> float:
-        """p75 - p25 of the per-round ratios."""
-        return self.p75 - self.p25
+    iqr = property(lambda self: self.p75 - self.p25)  # of the per-round ratios
 
     @property
     def conclusive(self) -> bool:
@@ -302,12 +223,11 @@ class RatioSummary:
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
-    """How many times faster ``other`` ran than ``baseline``, round by round.
+    """How many times faster ``other`` ran than ``baseline`` (per item), round by round.
 
-    For two measurements of one :func:`benchmark_interleaved` run: round *i*'s ratio is
-    baseline time *i* / other time *i* (the two calls ran side by side, under the same load), so
-    the spread of these ratios is the spread of the *speedup* itself, which the two measurements'
-    own spreads overstate. Per item, so different batch sizes compare fairly.
+    Round *i*'s ratio is baseline time *i* / other time *i* of one interleaved run (side by side,
+    under the same load), so their spread is the *speedup's*, which the two measurements' own
+    spreads overstate.
     """
     if len(baseline.times_s) != len(other.times_s):
         raise ValueError(
@@ -330,14 +250,9 @@ def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
     )
 
 
-def speedup(baseline: Measurement, other: Measurement) -> float:
-    """How many times faster ``other`` processes items than ``baseline`` (ratio of median throughputs)."""
-    return other.throughput / baseline.throughput
-
-
 def measurement_from_dict(d: dict[str, Any]) -> Measurement:
     """A :class:`Measurement` back from ``as_dict()`` plus ``times_s`` (what a subprocess returns)."""
-    load = d.get("load")
+    load, names = d.get("load"), {f.name for f in fields(MachineLoad)} - {"share"}
     return Measurement(
         label=d["label"],
         times_s=list(d["times_s"]),
@@ -350,13 +265,5 @@ def measurement_from_dict(d: dict[str, Any]) -> Measurement:
         wall_s=(d["cpu_s"] / d["cores_used"]) if d.get("cores_used") else None,
         load=None
         if load is None
-        else MachineLoad(
-            wall_s=load["wall_s"],
-            others_cpu_s=load["others_cpu_s"],
-            steal_s=load["steal_s"],
-            loadavg_before=load["loadavg_before"],
-            loadavg_after=load["loadavg_after"],
-            resolution_s=load.get("resolution_s", 0.0),
-            scope=load.get("scope", MachineLoad.scope),
-        ),
+        else MachineLoad(**{"resolution_s": 0.0, **{k: load[k] for k in names if k in load}}),
     )

@@ -1,9 +1,7 @@
 """Where the time goes: per-stage timing of a pipeline, PyTorch profiler tables, peak tensor memory.
 
-Plumbing shared by chapters 0, 4, 5 and 7 (and :mod:`helpers.workload.saliency`);
-:func:`table_rows` narrows the profiler's own text table to the columns a page shows. OneFlow's
-profiler aborts the process on machines without a GPU (OneFlow 0.9.0, CUDA build), so profile
-the PyTorch twin of a model; the op mix is the same.
+OneFlow's profiler aborts the process on machines without a GPU (OneFlow 0.9.0, CUDA build), so
+profile the PyTorch twin of a model; the op mix is the same.
 """
 
 from __future__ import annotations
@@ -11,16 +9,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 from helpers.measure.measurement import Measurement
 from helpers.measure.timer import benchmark
 
-__all__ = [
-    "time_stages",
-    "table_rows",
-    "task_peak_memory",
-]
+__all__ = ["time_stages", "table_rows", "task_peak_memory"]
 
 
 def time_stages(
@@ -44,13 +39,10 @@ def table_rows(
 ) -> list[dict[str, str]]:
     """The rows of a ``torch.profiler`` text table (``prof.key_averages().table(...)``) as dicts.
 
-    The profiler's own table is about 140 characters wide, wider than a book's page; a chapter
-    keeps the ``columns`` it reads (by their header, e.g. ``["Name", "Self CPU", "# of Calls"]``;
-    all of them when None) and shows them as a :class:`helpers.show.Table`, in the table's own
-    order (its ``sort_by``). Cells stay the profiler's text (``"1.307s"``, ``"536.00 KB"``).
-    Columns are cut at the table's rule of dashes, so names with spaces stay whole. A column of
-    ``optional`` is kept where the table has it (the profiler prints ``Self CUDA Mem`` only when
-    some operator allocated device memory); the columns come in the table's own order.
+    The profiler's table is ~140 characters wide, wider than a page: keep the ``columns`` a page
+    reads (by header; all when None), plus each of ``optional`` the table has (``Self CUDA Mem``
+    only appears when some operator allocated device memory). Rows and columns stay in the
+    table's order, cells its text (``"1.307s"``); columns are cut at the rule of dashes.
     """
     lines = text.splitlines()
     rules = [i for i, line in enumerate(lines) if line.strip() and not line.strip(" -")]
@@ -79,15 +71,11 @@ def torch_peak_memory(
     warmup: int = 1,
     setup: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
-    """Peak *extra* tensor memory allocated while ``fn()`` runs once (after ``warmup`` calls), in bytes.
+    """Peak *extra* tensor bytes allocated while ``fn()`` runs once (after ``warmup`` calls).
 
-    ``setup()`` runs after the warm-up, just before the measured call, outside the measurement
-    (e.g. to drop gradients a previous call left, so the call starts from a clean state).
-
-    On CUDA it reads the caching allocator's peak counter; on CPU it replays the allocation and
-    free events recorded by ``torch.profiler`` (``profile_memory=True``) and takes the running
-    maximum. Memory held before the call (weights, earlier results) is not counted; ``retained``
-    is what the call left allocated (e.g. parameter ``.grad`` tensors).
+    ``setup()`` runs just before the measured call, unmeasured. CUDA: the caching allocator's peak
+    counter; CPU: the running maximum of ``torch.profiler``'s allocation and free events. Memory
+    held before the call is not counted; ``retained`` is what the call left (e.g. ``.grad``).
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -115,39 +103,23 @@ def torch_peak_memory(
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted(
-        (
-            e
-            for e in prof.profiler.kineto_results.events()
-            if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
-        ),
-        key=lambda e: e.start_ns(),
-    )
-    current = peak = 0
-    for e in events:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return {
-        "peak": int(peak),
-        "retained": int(current),
-        "method": "torch.profiler allocation events",
-    }
+    cpu = torch.autograd.DeviceType.CPU
+    events = [e for e in prof.profiler.kineto_results.events() if e.device_type() == cpu]
+    events = sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    held = list(accumulate((e.nbytes() for e in events), initial=0))
+    return {"peak": max(held), "retained": held[-1], "method": "torch.profiler allocation events"}
 
 
 def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
-    """Peak extra tensor memory of one call of a PyTorch ``make_task`` task (see :func:`torch_peak_memory`).
+    """Peak extra tensor memory of one call of a PyTorch ``make_task`` task, from a clean state.
 
-    Gradients left by earlier calls are dropped first, so each variant is measured from the same
-    clean state and ``retained`` shows the weight gradients a variant leaves behind.
+    Gradients left by earlier calls are dropped first, so ``retained`` shows the weight gradients
+    the variant itself leaves behind.
     """
     import torch
 
     module = getattr(task, "module", None)
     if not isinstance(module, torch.nn.Module):
         raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
-
-    def drop_grads() -> None:
-        for param in module.parameters():
-            param.grad = None
-
-    return torch_peak_memory(lambda: task(x), device=device, setup=drop_grads)
+    # zero_grad() sets every .grad to None (its default since PyTorch 2.0)
+    return torch_peak_memory(lambda: task(x), device=device, setup=module.zero_grad)

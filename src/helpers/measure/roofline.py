@@ -1,33 +1,39 @@
 """How close to the limit: this machine's matmul ceilings and a model's FLOPs (a roofline's two axes).
 
 The ceiling depends on the math mode (:mod:`helpers.core.precision`): a float32 model on an
-Ampere-or-newer GPU runs its convolutions in TF32 by default, on tensor cores, several times
-above the IEEE float32 peak. :func:`ceilings` measures one peak per mode this device offers
-(float32 with TF32 off), and "% of peak" divides by the ceiling of the mode the model runs in.
-
-On a CPU with 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX), :func:`ceilings` adds
-an ``int8`` ceiling, :func:`int8_matmul_peak_gops`: the best of three integer kernels that run
-those instructions, oneDNN's s8 x s8 -> s32 GEMM behind ``torch._int_mm``, ONNX Runtime's MLAS
-``MatMulInteger`` with u8 activations and s8 weights (the pair ``vpdpbusd`` multiplies; ORT's
-quantized convolutions use the same MLAS kernels) and OpenVINO's u8 x i8 1x1 convolution. Chapter 8 divides every INT8 runtime's
-operations per second by it, as it divides fp32 and bf16 ones by theirs.
+Ampere-or-newer GPU runs its convolutions in TF32 by default, several times above the IEEE
+float32 peak, so :func:`ceilings` measures one peak per mode and "% of peak" divides by the
+ceiling of the mode the model runs in. On a CPU with 8-bit dot products (VNNI, AMX) it adds an
+``int8`` ceiling, the best of three integer kernels (:func:`int8_matmul_peak_gops`), by which
+chapter 8 divides every INT8 runtime's operations per second.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from helpers.core import environment, precision
+from helpers.core.checks import check_int
 from helpers.measure.timer import time_loop
 
 __all__ = [
     "DTYPES",
-    "has_int8_dot_product",
     "ceilings",
     "count_flops",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _peak(fn: Callable[[], Any], ops: float, repeats: int, sync: Any = None) -> float:
+    """Giga-operations per second of the fastest of ``repeats`` calls: the peak, not the typical."""
+    return ops / min(time_loop(fn, warmup=1, repeats=repeats, sync=sync)) / 1e9
+
+
+def _check_sizes(n: int, repeats: int) -> None:
+    check_int("n", n, minimum=16)
+    check_int("repeats", repeats)
 
 
 def matmul_peak_gflops(
@@ -38,13 +44,10 @@ def matmul_peak_gflops(
     *,
     tf32: bool = False,
 ) -> float:
-    """Best observed GFLOP/s of an ``n x n`` PyTorch matmul (``float32``, ``bfloat16`` or ``float16``).
+    """Best observed GFLOP/s of an ``n x n`` PyTorch matmul (the fastest of ``repeats`` calls).
 
-    One untimed warm-up call, then ``repeats`` synchronised calls; the fastest one counts.
-    ``float32`` runs in IEEE float32 (TF32 off, :func:`helpers.core.precision.strict_fp32`) unless
-    ``tf32=True``, which allows TF32 for the product (a CUDA GPU only; on one without TF32 tensor
-    cores, or with ``NVIDIA_TF32_OVERRIDE=0``, the product still runs in float32). PyTorch's TF32
-    settings are restored afterwards.
+    ``float32`` runs with TF32 off unless ``tf32=True`` (a CUDA GPU only; without TF32 tensor cores
+    or with ``NVIDIA_TF32_OVERRIDE=0`` it still runs in float32); the settings are restored.
     """
     import torch
 
@@ -52,10 +55,7 @@ def matmul_peak_gflops(
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 16:
-        raise ValueError(f"n must be an int >= 16, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_sizes(n, repeats)
     dev = device if isinstance(device, torch.device) else torch_device(str(device))
     if dev.type == "cpu" and dtype == "float16":
         raise ValueError("float16 matmul is not a meaningful CPU peak; use bfloat16 on CPU")
@@ -67,73 +67,56 @@ def matmul_peak_gflops(
     before = precision.set_tf32(tf32)
     try:
         with torch.inference_mode():
-            times = time_loop(lambda: a @ b, warmup=1, repeats=repeats, sync=sync)
+            return _peak(lambda: a @ b, 2 * n**3, repeats, sync)
     finally:
         precision.restore_tf32(before)
-    best = min(times)  # the peak: the best call, not the typical one
-    return 2 * n**3 / best / 1e9
 
 
 def conv1x1_peak_gflops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
-    """Best observed GFLOP/s of a 1x1 convolution on the CPU: ``n`` to ``n`` channels, 64x64 pixels.
+    """Best observed GFLOP/s of a CPU 1x1 convolution, ``n`` to ``n`` channels on 64x64 pixels.
 
-    A GEMM of 4096 x ``n`` x ``n`` run by oneDNN in channels-last, the library PyTorch's and
-    OpenVINO's CPU convolutions use. On some CPUs (AMD EPYC among them) PyTorch's float32 matmul
-    goes to a BLAS that does not use the widest vector units, and a model's convolutions then run
-    faster than the "peak" matmul; :func:`ceilings` takes the better of the two.
+    A 4096 x ``n`` x ``n`` GEMM in oneDNN (channels-last), which PyTorch's and OpenVINO's CPU
+    convolutions use. On some CPUs (AMD EPYC) PyTorch's float32 matmul goes to a BLAS that skips
+    the widest vector units and convolutions beat the "peak" matmul: take the better of the two.
     """
     import torch
     import torch.nn.functional as F
 
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 16:
-        raise ValueError(f"n must be an int >= 16, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_sizes(n, repeats)
     cl = torch.channels_last
     x = torch.randn(1, n, 64, 64).to(getattr(torch, dtype), memory_format=cl)
     w = torch.randn(n, n, 1, 1).to(getattr(torch, dtype), memory_format=cl)
     with torch.inference_mode():
-        times = time_loop(lambda: F.conv2d(x, w), warmup=1, repeats=repeats, sync=None)
-    return 2 * 4096 * n * n / min(times) / 1e9
+        return _peak(lambda: F.conv2d(x, w), 2 * 4096 * n * n, repeats)
 
 
 INT8_KERNELS = ("onednn", "ort", "openvino")
 
 
-def has_int8_dot_product() -> bool:
-    """Whether this CPU has 8-bit dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX-INT8)."""
-    return environment.has_int8_dot_product()
-
-
 def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn") -> float:
     """Best observed integer GOP/s (multiply and add counted apart) of an 8-bit GEMM on the CPU.
 
-    ``kernel='onednn'``: ``torch._int_mm`` on ``n x n`` matrices (int8 x int8 -> int32), which
-    PyTorch hands to oneDNN's s8s8s32 GEMM (``ONEDNN_VERBOSE=1`` prints the ISA it dispatched to:
-    "AVX-512 with Intel DL Boost" is VNNI). ``kernel='ort'``: ONNX Runtime's ``MatMulInteger``
-    with uint8 activations and int8 weights, MLAS's U8S8 GEMM, which has VNNI kernels (its S8S8
-    GEMM does not on every CPU: measure both). ``kernel='openvino'``: a 1x1 convolution of ``n``
-    to ``n`` channels on 64x64 pixels (a GEMM of 4096 x ``n`` x ``n``) between
-    QuantizeLinear/DequantizeLinear nodes, which OpenVINO runs as a u8 x i8 oneDNN convolution
-    (checked: the compiled convolution's runtime precision must be 8-bit), the kernel its INT8
-    models use. Threads: PyTorch's ``torch.get_num_threads()`` for all three.
+    ``'onednn'``: ``torch._int_mm`` (s8 x s8 -> s32, oneDNN; ``ONEDNN_VERBOSE=1`` prints the ISA:
+    "AVX-512 with Intel DL Boost" is VNNI). ``'ort'``: ONNX Runtime's ``MatMulInteger``, u8
+    activations and s8 weights (MLAS's U8S8 GEMM has VNNI kernels; its S8S8 one not on every
+    CPU). ``'openvino'``: a Q/DQ 1x1 convolution (4096 x ``n`` x ``n``), checked to run as a
+    u8 x i8 oneDNN convolution, the kernel its INT8 models use. Threads: PyTorch's count.
     """
     import torch
 
     if kernel not in INT8_KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(INT8_KERNELS)}, got {kernel!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n % 8:
-        raise ValueError(f"n must be an int >= 16 and a multiple of 8, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_sizes(n, repeats)
+    if n % 8:
+        raise ValueError(f"n must be a multiple of 8, got {n!r}")
     gen = torch.Generator().manual_seed(0)
     if kernel == "onednn":
         a = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
         b = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
         with torch.inference_mode():
-            times = time_loop(lambda: torch._int_mm(a, b), warmup=1, repeats=repeats, sync=None)
+            return _peak(lambda: torch._int_mm(a, b), 2 * n**3, repeats)
     elif kernel == "openvino":
         return _openvino_int8_conv_gops(n, repeats, torch.get_num_threads())
     else:
@@ -155,8 +138,7 @@ def int8_matmul_peak_gops(n: int = 1024, repeats: int = 5, kernel: str = "onednn
             model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
         )
         a = torch.randint(0, 256, (n, n), dtype=torch.uint8, generator=gen).numpy()
-        times = time_loop(lambda: session.run(None, {"A": a}), warmup=1, repeats=repeats, sync=None)
-    return 2 * n**3 / min(times) / 1e9
+        return _peak(lambda: session.run(None, {"A": a}), 2 * n**3, repeats)
 
 
 def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
@@ -201,20 +183,16 @@ def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
         raise RuntimeError(f"OpenVINO ran the int8 peak convolution in {conv_precisions}, not int8")
     request = compiled.create_infer_request()
     x = rng.standard_normal(shape, dtype=np.float32)
-    times = time_loop(lambda: request.infer({0: x}), warmup=1, repeats=repeats, sync=None)
-    return 2 * 4096 * n * n / min(times) / 1e9
+    return _peak(lambda: request.infer({0: x}), 2 * 4096 * n * n, repeats)
 
 
 def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str, float]:
-    """The matmul peak (GFLOP/s) of each math mode ``device`` offers, keyed by mode.
+    """The peak GFLOP/s of each math mode ``device`` offers, keyed by mode.
 
-    On a CPU: 'fp32' and 'bf16', each the better of a matmul and a oneDNN 1x1 convolution
-    (:func:`conv1x1_peak_gflops`; bf16's matmul at ``n`` <= 512 where the CPU emulates bf16), and 'int8' (GOP/s) where the CPU has 8-bit dot-product
-    instructions: the best of :func:`int8_matmul_peak_gops`'s kernels. On a CUDA GPU: 'fp32' (TF32 off), 'tf32' where the GPU has TF32
-    tensor cores and ``NVIDIA_TF32_OVERRIDE`` does not forbid them (read with
-    :func:`helpers.core.precision.torch_math_mode` while TF32 is allowed), 'bf16' where PyTorch
-    supports it on the GPU, and 'fp16'. Pick the ceiling of the mode a model runs in with
-    ``ceilings(...)[precision.torch_math_mode(device)]``.
+    CPU: 'fp32' and 'bf16', each the better of a matmul and a 1x1 convolution, and 'int8' (GOP/s)
+    where the CPU has 8-bit dot products. CUDA: 'fp32' (TF32 off), 'tf32' where TF32 is in effect
+    (:func:`helpers.core.precision.torch_math_mode` while allowed), 'bf16' where native, 'fp16'.
+    A model's ceiling: ``ceilings(...)[precision.torch_math_mode(device)]``.
     """
     import torch
 
@@ -242,7 +220,7 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
             matmul_peak_gflops("bfloat16", bf16_n, repeats, dev),
             conv1x1_peak_gflops("bfloat16", n, repeats),
         )
-        if has_int8_dot_product():
+        if environment.has_int8_dot_product():
             peaks["int8"] = max(int8_matmul_peak_gops(n, repeats, k) for k in INT8_KERNELS)
     return peaks
 

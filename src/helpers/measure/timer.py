@@ -1,15 +1,8 @@
 """Honest timing of a callable: warm-up, synchronisation, repetitions, interleaved rounds.
 
-Chapter 0 writes the timing loop itself on its page (:func:`time_loop`, copied here by
-``tools/save_cells.py``); :func:`benchmark` and :func:`benchmark_interleaved` wrap it with argument
-checks, memory tracking, progress bars and the record of where the calls ran, for PyTorch,
-OneFlow, ONNX Runtime, OpenVINO or plain NumPy code alike::
-
-    m = benchmark(lambda: model(x), label="eager", framework="torch", items=len(x))
-    m                       # a Measurement: median and p99 first, runs, spread, warnings
-
-Interleaved rounds run the variants in a fresh seeded random order each round, so no variant
-always runs first, last, or after the same neighbour.
+Chapter 0 writes the timing loop on its page (:func:`time_loop`, copied by ``tools/save_cells.py``);
+:func:`benchmark_interleaved` wraps it with checks, progress bars and where the calls ran, and
+returns a :class:`~helpers.measure.measurement.Measurement` per variant.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from helpers.core.checks import check_int
-from helpers.core.process_memory import Sampler
 from helpers.core.threads import framework_threads
 from helpers.measure import machine
 from helpers.measure.machine import LoadProbe
@@ -43,9 +35,8 @@ FRAMEWORKS = ("torch", "oneflow", "onnxruntime", "openvino", "numpy", "triton", 
 def synchronize(framework: str) -> None:
     """Wait until all work queued by ``framework`` has finished.
 
-    PyTorch on CUDA and OneFlow (even on CPU) return before the work is done; a
-    clock read without this call measures only how fast work is *queued*.
-    ONNX Runtime, OpenVINO and NumPy calls are synchronous: nothing to wait for.
+    PyTorch on CUDA and OneFlow (even on CPU) return before the work is done: a clock read
+    without this measures how fast work is *queued*. ONNX Runtime, OpenVINO, NumPy: synchronous.
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; use one of {', '.join(FRAMEWORKS)}")
@@ -59,32 +50,6 @@ def synchronize(framework: str) -> None:
             flow._oneflow_internal.eager.Sync()
 
 
-class _RssSampler(Sampler):
-    """Samples this process's resident memory in a thread; reports the peak increase."""
-
-    def __init__(self, interval_s: float = 0.002) -> None:
-        import psutil
-
-        super().__init__(interval_s)
-        self._proc = psutil.Process()
-        self.base = self.peak = self._proc.memory_info().rss
-
-    def sample(self) -> None:
-        self.peak = max(self.peak, self._proc.memory_info().rss)
-
-
-def _check_counts(repeats: int, warmup: int, items: int) -> None:
-    """Clear errors for impossible repetition, warm-up or item counts."""
-    check_int("repeats", repeats, why="at least one timed call is needed")
-    check_int("warmup", warmup, minimum=0)
-    check_int("items", items)
-
-
-def _waiter(framework: str, sync: bool) -> Callable[[], None] | None:
-    """The ``sync`` argument of :func:`time_loop` for ``framework`` (None: no synchronisation)."""
-    return (lambda: synchronize(framework)) if sync else None
-
-
 def benchmark(
     fn: Callable[[], Any],
     *,
@@ -93,95 +58,47 @@ def benchmark(
     warmup: int = 3,
     repeats: int = 10,
     items: int = 1,
-    sync: bool = True,
-    track_memory: bool = False,
     progress: bool = False,
     threads: int | None = None,
     device: str | None = None,
 ) -> Measurement:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed calls, as a :class:`Measurement`.
 
-    The timing is chapter 0's :func:`time_loop`; this function adds the checks of its arguments,
-    a synchronisation after the warm-up even with ``sync=False``, memory tracking and a progress
-    bar. Each timed call is followed by :func:`synchronize` for ``framework`` unless
-    ``sync=False`` (only useful to *show* why synchronisation matters). ``items`` is the number
-    of items one call processes (batch size), used for throughput. With ``track_memory`` the peak
-    memory of the timed calls is recorded: CUDA bytes allocated for PyTorch on a GPU, otherwise
-    the peak increase of this process's resident memory (sampled, so an approximation).
-    ``threads`` is what the framework was given (default: read from PyTorch or OneFlow,
-    :func:`framework_threads`); ``device`` where it runs. The measurement also records this
-    process's CPU time over the timed calls (``cores_used``: cores busy, computing or spinning) and the machine's load
-    (:class:`MachineLoad`, ``contended``).
+    :func:`benchmark_interleaved` with one variant: chapter 0's :func:`time_loop`, synchronised
+    for ``framework`` after the warm-up and after every call. ``items``: items one call processes
+    (for throughput); ``threads``: what the framework was given (default: read with
+    :func:`framework_threads`); ``device``: where it runs. The measurement also records this
+    process's CPU time (``cores_used``) and the machine's load (``contended``).
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    _check_counts(repeats, warmup, items)
-    synchronize(framework)  # validates the name, and starts from an idle device
-    wait = _waiter(framework, sync)
-    time_loop(fn, warmup=warmup, repeats=0, sync=wait)  # the warm-up alone
-    synchronize(framework)  # even with sync=False: the warm-up's work stays out of the timed calls
-
-    torch = sys.modules.get("torch")
-    on_cuda = (
-        framework == "torch"
-        and torch is not None
-        and torch.cuda.is_available()
-        and torch.cuda.is_initialized()
-    )
-    sampler = None
-    if track_memory and on_cuda:
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    elif track_memory:
-        sampler = _RssSampler()
-        sampler.__enter__()
-    probe = LoadProbe().start()
-    cpu0, wall0 = machine.READERS.process_cpu_s(), machine.READERS.wall_s()
-    try:
-        if progress:  # one timed call per step: the bar moves between calls, off the clock
-            from tqdm.auto import tqdm
-
-            times = [
-                t
-                for _ in tqdm(range(repeats), desc=label, leave=False)
-                for t in time_loop(fn, warmup=0, repeats=1, sync=wait)
-            ]
-        else:
-            times = time_loop(fn, warmup=0, repeats=repeats, sync=wait)
-    finally:
-        if sampler is not None:
-            sampler.__exit__(None, None, None)
-    cpu_s, wall_s = machine.READERS.process_cpu_s() - cpu0, machine.READERS.wall_s() - wall0
-    load = probe.stop()
-
-    peak, kind = None, None
-    if track_memory and on_cuda:
-        peak, kind = int(torch.cuda.max_memory_allocated() - base), "cuda allocated"
-    elif sampler is not None:
-        peak, kind = int(sampler.peak - sampler.base), "cpu rss increase"
-    return Measurement(
-        label=label,
-        times_s=times,
-        items=items,
+    return benchmark_interleaved(
+        {label: fn},
         framework=framework,
         warmup=warmup,
-        peak_memory_bytes=peak,
-        memory_kind=kind,
-        threads=framework_threads(framework) if threads is None else threads,
+        repeats=repeats,
+        items=items,
+        progress=progress,
+        threads=threads,
         device=device,
-        cpu_s=cpu_s,
-        wall_s=wall_s,
-        load=load,
-    )
+    )[label]
 
 
-def time_calls(
-    fn: Callable[[], Any], n: int, *, framework: str = "torch", sync: bool = True
-) -> list[float]:
+def time_calls(fn: Callable[[], Any], n: int, *, framework: str = "torch") -> list[float]:
     """Seconds taken by each of ``n`` consecutive calls, with no warm-up (to *see* warm-up)."""
     check_int("n", n)
-    synchronize(framework)  # validates the framework name even when sync=False
-    return time_loop(fn, warmup=0, repeats=n, sync=_waiter(framework, sync))
+    synchronize(framework)
+    return time_loop(fn, warmup=0, repeats=n, sync=lambda: synchronize(framework))
+
+
+def _each(name: str, value: Any, labels: Sequence[str]) -> dict[str, Any]:
+    """One value for every variant, or a mapping that names each of them."""
+    if not isinstance(value, dict):
+        return dict.fromkeys(labels, value)
+    missing = [label for label in labels if label not in value]
+    if missing:
+        raise ValueError(f"no {name} given for variant(s) {missing}")
+    return {label: value[label] for label in labels}
 
 
 def benchmark_interleaved(
@@ -192,7 +109,6 @@ def benchmark_interleaved(
     repeats: int = 10,
     items: int | dict[str, int] = 1,
     progress: bool = False,
-    order: str = "random",
     apart: Sequence[tuple[str, str]] = (),
     seed: int = 0,
     threads: int | dict[str, int | None] | None = None,
@@ -200,65 +116,47 @@ def benchmark_interleaved(
 ) -> dict[str, Measurement]:
     """Time several variants in rounds, one call of each per round; one Measurement each.
 
-    On a shared or noisy machine a burst of background load then hits every variant alike,
-    instead of whichever variant happened to be timed during it, so the *ratios* between
-    variants (speedups) are far more stable than with one :func:`benchmark` after another
-    (:func:`~helpers.measure.measurement.paired_ratio` gives a speedup with its per-round spread).
-    ``order="random"`` (the default) runs each round in a fresh random order (seeded by ``seed``,
-    so a run can be repeated): no variant always runs first, last, or right after the same
-    neighbour, whose caches it would inherit. ``apart`` lists pairs that must never run one right
-    after the other, within a round or across two rounds: an A/A control and its original, so the
-    twin never runs on what its original just warmed. ``order="fixed"`` keeps the given order in
-    every round (only to show the bias it causes). See :func:`round_orders`.
-    ``framework``, ``items``, ``threads`` and ``device`` are one value for all variants or a
-    mapping ``label -> value`` (``items`` per call: a batch-size sweep gives each its batch).
-    Every variant gets the same ``warmup``. Each call is timed by :func:`time_loop`,
-    synchronised; each Measurement records its own CPU time and the machine's load over the run.
+    A burst of background load then hits every variant alike, so the *ratios* between variants
+    are far more stable than with one :func:`benchmark` after another
+    (:func:`~helpers.measure.measurement.paired_ratio`). Each round runs in a fresh seeded random
+    order (:func:`round_orders`): no variant always runs first, last, or right after the same
+    neighbour, whose caches it would inherit; ``apart`` pairs (an A/A twin and its original) never
+    run back to back. ``framework``, ``items``, ``threads`` and ``device`` are one value for all
+    variants or a mapping ``label -> value``. Every call is synchronised; each Measurement records
+    its own CPU time and the machine's load over the run.
     """
     if not fns:
         raise ValueError("nothing to benchmark: give at least one labelled callable")
     for label, fn in fns.items():
         if not callable(fn):
             raise TypeError(f"variant {label!r} is not callable ({type(fn).__name__})")
-    n_items = items if isinstance(items, dict) else {label: items for label in fns}
-    missing = [label for label in fns if label not in n_items]
-    if missing:
-        raise ValueError(f"no items given for variant(s) {missing}")
+    n_items, fws = _each("items", items, list(fns)), _each("framework", framework, list(fns))
+    given, devices = _each("threads", threads, list(fns)), _each("device", device, list(fns))
+    check_int("repeats", repeats, why="at least one timed call is needed")
+    check_int("warmup", warmup, minimum=0)
     for label in fns:
-        _check_counts(repeats, warmup, n_items[label])
-    if isinstance(framework, str):
-        fws = {label: framework for label in fns}
-    else:
-        missing = [label for label in fns if label not in framework]
-        if missing:
-            raise ValueError(f"no framework given for variant(s) {missing}")
-        fws = {label: framework[label] for label in fns}
+        check_int("items", n_items[label])
     for fw in set(fws.values()):
         synchronize(fw)  # validates every name before any work
-    waits = {label: _waiter(fws[label], True) for label in fns}
+    waits = {label: (lambda fw=fws[label]: synchronize(fw)) for label in fns}
     for label, fn in fns.items():
         time_loop(fn, warmup=warmup, repeats=0, sync=waits[label])  # warm-up, then synchronise
     times: dict[str, list[float]] = {label: [] for label in fns}
-    cpu: dict[str, float] = {label: 0.0 for label in fns}
-    wall: dict[str, float] = {label: 0.0 for label in fns}
-    rounds: Any = range(repeats)
+    cpu = dict.fromkeys(fns, 0.0)
+    wall = dict.fromkeys(fns, 0.0)
+    orders: Any = round_orders(list(fns), repeats, apart=apart, seed=seed)
     if progress:
         from tqdm.auto import tqdm
 
-        rounds = tqdm(rounds, desc="interleaved rounds", leave=False)
-    orders = round_orders(list(fns), repeats, order=order, apart=apart, seed=seed)
+        orders = tqdm(orders, desc=", ".join(fns)[:40], leave=False)
     probe = LoadProbe().start()
-    for r in rounds:
-        for label in orders[r]:
+    for order in orders:
+        for label in order:
             c0, w0 = machine.READERS.process_cpu_s(), machine.READERS.wall_s()
             times[label] += time_loop(fns[label], warmup=0, repeats=1, sync=waits[label])
             cpu[label] += machine.READERS.process_cpu_s() - c0
             wall[label] += machine.READERS.wall_s() - w0
     load = probe.stop()
-
-    def pick(value: Any, label: str) -> Any:
-        return value.get(label) if isinstance(value, dict) else value
-
     return {
         label: Measurement(
             label=label,
@@ -266,12 +164,8 @@ def benchmark_interleaved(
             items=n_items[label],
             framework=fws[label],
             warmup=warmup,
-            threads=(
-                framework_threads(fws[label])
-                if pick(threads, label) is None
-                else pick(threads, label)
-            ),
-            device=pick(device, label),
+            threads=framework_threads(fws[label]) if given[label] is None else given[label],
+            device=devices[label],
             cpu_s=cpu[label],
             wall_s=wall[label],
             load=load,
@@ -281,18 +175,12 @@ def benchmark_interleaved(
 
 
 def round_orders(
-    labels: Sequence[str],
-    rounds: int,
-    *,
-    order: str = "random",
-    apart: Sequence[tuple[str, str]] = (),
-    seed: int = 0,
+    labels: Sequence[str], rounds: int, *, apart: Sequence[tuple[str, str]] = (), seed: int = 0
 ) -> list[list[str]]:
     """The order of ``labels`` in each of ``rounds`` interleaved rounds.
 
-    ``"random"``: a seeded random permutation per round, redrawn until no pair of ``apart`` is
-    adjacent (within the round, or the last of one round and the first of the next) and no
-    round starts with the variant that ended the round before. ``"fixed"``: ``labels`` every round.
+    A seeded random permutation per round, redrawn until no pair of ``apart`` is adjacent (within
+    the round, or across two rounds) and no round starts with the variant that ended the last.
     """
     labels = list(labels)
     check_int("rounds", rounds, minimum=0)
@@ -301,10 +189,6 @@ def round_orders(
     for pair in apart:
         if len(pair) != 2 or any(x not in labels for x in pair):
             raise ValueError(f"apart takes pairs of known labels, got {pair!r}")
-    if order == "fixed":
-        return [list(labels) for _ in range(rounds)]
-    if order != "random":
-        raise ValueError(f"order must be 'random' or 'fixed', got {order!r}")
     banned = {frozenset(p) for p in apart}
     if any(len(p) == 1 for p in banned):
         raise ValueError("a variant cannot be kept apart from itself")

@@ -1,33 +1,30 @@
 """The results ledger: JSON records of measurements, one file per chapter.
 
-Chapters call :func:`record`; the capstone and the book's reference tables call
-:func:`load`.  Records carry the machine, library versions, mode, the threads PyTorch
-used and (passed by the chapter) the device and precision, so a number is never
-separated from where and how it was measured.
-
-One record shape: ``value`` and ``unit``; a paired ratio (a
-:class:`~helpers.measure.measurement.RatioSummary`, passed as the value) adds its spread as
-``p25``/``p75`` and its ``rounds``; ``on=`` the measurements behind a figure adds where and under
-what load they ran (:func:`on_machine`). Older records spelt the spread ``spread=[p25, p75]`` or
-``iqr=[p25, p75]``; :func:`load` reads them as ``p25``/``p75``.  The folder is ``$COURSE_RESULTS_DIR``
-or ``results/local/<mode>`` at the repository root, so quick-mode and full-mode
-numbers never mix; committed reference runs live in ``results/reference/<machine>-<mode>/``.
+Chapters call :func:`record`; the capstone and the book's reference tables call :func:`load`.
+A record carries the machine, library versions, mode, threads and (passed by the chapter) the
+device and precision, so a number is never separated from where it was measured. One shape:
+``value`` and ``unit``; a paired ratio (a :class:`~helpers.measure.measurement.RatioSummary` passed
+as the value) adds ``p25``, ``p75`` and ``rounds``, the one spelling of its spread; ``on=`` the
+measurements behind it adds where and under what load they ran (:func:`on_machine`). The folder
+is ``$COURSE_RESULTS_DIR`` or ``results/local/<mode>``, so quick and full runs never mix;
+committed reference runs live in ``results/reference/<machine>-<mode>/``.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 import re
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from helpers.core.checks import check_number
 from helpers.measure.machine import measured_loads
 from helpers.measure.measurement import RatioSummary
+from helpers.record import ledger_names
 
 __all__ = [
     "slug",
@@ -39,7 +36,6 @@ __all__ = [
     "load",
     "lookup",
     "on_machine",
-    "contended",
 ]
 
 RESULTS_ENV = "COURSE_RESULTS_DIR"
@@ -52,11 +48,8 @@ def slug(label: str) -> str:
 
 def repo_root() -> Path:
     """The course repository root (the folder holding ``_toc.yml``)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "_toc.yml").exists():
-            return parent
-    return Path.cwd()
+    found = (p for p in Path(__file__).resolve().parents if (p / "_toc.yml").exists())
+    return next(found, Path.cwd())
 
 
 def ledger_dir() -> Path:
@@ -72,22 +65,18 @@ def ledger_dir() -> Path:
 
 
 def machine_slug(features: bool = False) -> str:
-    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full`` or ``amd-epyc-2core-quick``.
+    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full``.
 
-    ``features=True`` adds the CPU's vector and matrix extensions the report lists (e.g.
-    ``intel-r-xeon-r-processor-2core-avx512-vnni-bf16-amx-full``): for a CPU-only figure, where a
-    virtual machine's model name alone ("Intel(R) Xeon(R) Processor") does not say what ran it.
+    ``features=True`` adds the CPU's extensions (``...-2core-avx512-vnni-bf16-amx-full``): a
+    virtual machine's model name ("Intel(R) Xeon(R) Processor") does not say what ran a CPU figure.
     """
-    import re
-
     from helpers.core.environment import environment_report
 
     env = environment_report()
     base = env["gpu"].split("(")[0] if env["gpu"] else f"{env['cpu']} {env['cores']}core"
     if features and not env["gpu"]:
         base += " " + cpu_features_tag(env["flags"])
-    slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
-    return f"{slug}-{env['mode']}"
+    return f"{slug(base).replace('_', '-')}-{env['mode']}"
 
 
 def cpu_features_tag(flags: list[str] | set[str]) -> str:
@@ -103,10 +92,8 @@ def cpu_features_tag(flags: list[str] | set[str]) -> str:
 
 
 def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Committed reference ledgers: ``{machine folder name: records}`` from ``results/reference/*/``.
-
-    ``*-full-cpu`` folders (``make fullcpu``: how long each chapter ran, not what it measured)
-    hold no ledger and are left out."""
+    """Committed reference ledgers, ``{machine folder: records}`` (``*-full-cpu`` folders hold
+    chapter times, not a ledger)."""
     base = Path(root) if root is not None else repo_root() / "results" / "reference"
     if not base.is_dir():
         return {}
@@ -118,12 +105,7 @@ def reference_runs(root: Path | str | None = None) -> dict[str, list[dict[str, A
 
 
 def _check_name(kind: str, value: str) -> None:
-    if (
-        not isinstance(value, str)
-        or not value
-        or any(c in value for c in "/\\")
-        or value.startswith(".")
-    ):
+    if not isinstance(value, str) or not value or re.search(r"[/\\]|^\.", value):
         raise ValueError(f"{kind} must be a non-empty name without path separators, got {value!r}")
 
 
@@ -147,28 +129,23 @@ def record(
 
     _check_name("chapter", chapter)
     _check_name("name", name)
-    from helpers.record.ledger_names import check as check_listed
-
-    check_listed(chapter, name)  # a course chapter's record names come from one table
+    ledger_names.check(chapter, name)  # a course chapter's record names come from one table
+    if {"spread", "iqr"} & set(extra):
+        raise ValueError(f"record {name!r}: pass the RatioSummary as the value (p25/p75)")
     if isinstance(value, RatioSummary):
-        fields = value.as_record()
-        value, unit = fields.pop("value"), unit or fields.pop("unit")
-        fields.pop("unit", None)
-        extra = {**fields, **extra}
+        extra = {**value.as_record(), **({"unit": unit} if unit else {}), **extra}
+        value, unit = extra.pop("value"), extra.pop("unit")
     if unit is None:
         raise ValueError(f"record {name!r} needs a unit")
-    extra = _one_spelling(extra)
     if on is not None:
         extra = {**on_machine(*(on if isinstance(on, (list, tuple)) else [on])), **extra}
-    # numbers.Real also admits NumPy scalars (np.float32, np.int64), which notebooks often pass.
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"value of {name!r} must be a finite number, got {value!r}")
+    value = check_number(f"value of {name!r}", value)  # NumPy scalars too, not a bool
     env = environment_report()
     torch = sys.modules.get("torch")
     rec = {
         "chapter": chapter,
         "name": name,
-        "value": float(value),
+        "value": value,
         "unit": unit,
         "mode": env["mode"],
         # what the chapter passes wins; None says the chapter did not name it
@@ -190,32 +167,31 @@ def record(
     return rec
 
 
-def _one_spelling(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` with a ratio's spread as ``p25``/``p75`` (older records: ``spread`` or ``iqr``)."""
-    for old in ("spread", "iqr"):
-        pair = rec.get(old)
-        if isinstance(pair, (list, tuple)) and len(pair) == 2:
-            rec = {k: v for k, v in rec.items() if k != old}
-            rec.setdefault("p25", pair[0])
-            rec.setdefault("p75", pair[1])
-        elif old in rec and pair is None:  # no spread known: none stored
-            rec = {k: v for k, v in rec.items() if k != old}
-    return rec
+def _stamp(scope: str, loads: list[dict[str, Any]], flags: list[bool | None], **more: Any) -> dict:
+    """The one shape of a record's ``load`` and ``contended``: contended if any measurement was,
+    quiet if every one is known quiet, else unknown (None)."""
+    quiet = bool(flags) and all(f is False for f in flags)
+    return {
+        "load": {
+            "scope": scope,
+            "measurements": len(flags),
+            "contended_measurements": sum(f is True for f in flags),
+            "others_cores_max": _max(x.get("others_cores") for x in loads),
+            **more,
+        },
+        "contended": True if any(f is True for f in flags) else False if quiet else None,
+    }
 
 
-def _verdict(flags: list[bool | None]) -> bool | None:
-    """Contended if any is; quiet if every one is known quiet; else unknown (None)."""
-    if any(f is True for f in flags):
-        return True
-    return False if flags and all(f is False for f in flags) else None
+def _max(values: Iterable[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
 
 
 def on_machine(*measurements: Any) -> dict[str, Any]:
     """Record fields for the measurements behind one figure: threads, cores used, load, contended.
 
-    Takes :class:`helpers.measure.measurement.Measurement` objects or their ``as_dict()`` (what a
-    subprocess sends back). ``contended`` is True when any of them was. Use it as
-    ``ledger.record(chapter, name, value, unit, **ledger.on_machine(m1, m2), ...)``.
+    Takes :class:`~helpers.measure.measurement.Measurement` objects or their ``as_dict()`` (what a
+    subprocess sends back): ``ledger.record(..., **ledger.on_machine(m1, m2))``.
     """
     if not measurements:
         raise ValueError("on_machine needs at least one measurement")
@@ -230,20 +206,13 @@ def on_machine(*measurements: Any) -> dict[str, Any]:
     return {
         "threads_given": [r.get("threads") for r in rows],
         "cores_used": [r.get("cores_used") for r in rows],
-        "load": {
-            "scope": "the measurements behind this figure",
-            "measurements": len(rows),
-            "others_cores_max": max(
-                (x["others_cores"] for x in loads if x.get("others_cores") is not None),
-                default=None,
-            ),
-            "loadavg_max": max(
-                (x["loadavg_after"] for x in loads if x.get("loadavg_after") is not None),
-                default=None,
-            ),
-            "regions": loads,
-        },
-        "contended": _verdict([r.get("contended") for r in rows]),
+        **_stamp(
+            "the measurements behind this figure",
+            loads,
+            [r.get("contended") for r in rows],
+            loadavg_max=_max(x.get("loadavg_after") for x in loads),
+            regions=loads,
+        ),
     }
 
 
@@ -254,35 +223,17 @@ def _process_load() -> dict[str, Any]:
         now = os.getloadavg()[0]
     except OSError:
         now = None
-    if not log:
-        return {
-            "load": {"scope": "no measurement in this process", "loadavg_at_record": now},
-            "contended": None,
-        }
-    flags = [x.contended for x in log]
-    cores = [x.others_cores for x in log if x.others_cores is not None]
-    return {
-        "load": {
-            "scope": "every measurement of this process so far",
-            "measurements": len(log),
-            "contended_measurements": sum(f is True for f in flags),
-            "others_cores_max": max(cores) if cores else None,
-            "loadavg_at_record": now,
-        },
-        "contended": _verdict(flags),
-    }
-
-
-def contended(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records measured while other processes took CPU time (``contended`` True)."""
-    return [r for r in records if r.get("contended") is True]
+    scope = "every measurement of this process so far" if log else "no measurement in this process"
+    loads = [x.as_dict() for x in log]
+    return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=now)
 
 
 def check_quiet(folder: Path | str) -> list[str]:
     """One line per contended record in ``folder`` (empty: every record was measured quiet or unknown)."""
     return [
         f"{r.get('chapter')}/{r.get('name')}: {json.dumps(r.get('load'), default=str)[:200]}"
-        for r in contended(load(folder=folder))
+        for r in load(folder=folder)
+        if r.get("contended") is True
     ]
 
 
@@ -295,7 +246,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
         raise ValueError(f"ledger file {path} is not valid JSON: {exc}") from exc
     if not isinstance(data, list):
         raise ValueError(f"ledger file {path} must hold a list of records")
-    return [_one_spelling(r) for r in data]
+    return data
 
 
 def load(chapter: str | None = None, folder: Path | str | None = None) -> list[dict[str, Any]]:
@@ -304,37 +255,26 @@ def load(chapter: str | None = None, folder: Path | str | None = None) -> list[d
     if chapter is not None:
         _check_name("chapter", chapter)
         return _read(root / f"{chapter}.json")
-    out: list[dict[str, Any]] = []
-    for path in sorted(root.glob("*.json")):
-        out.extend(_read(path))
-    return out
+    return [rec for path in sorted(root.glob("*.json")) for rec in _read(path)]
 
 
 def lookup(chapter: str, name: str, folder: Path | str | None = None) -> dict[str, Any] | None:
     """The record ``name`` of ``chapter``, or None if it was never measured."""
-    for rec in load(chapter, folder):
-        if rec["name"] == name:
-            return rec
-    return None
+    return next((rec for rec in load(chapter, folder) if rec["name"] == name), None)
 
 
-if (
-    __name__ == "__main__"
-):  # `python -m helpers.record.ledger slug` prints the machine slug (used by `make bench`)
-    import sys
-
-    if sys.argv[1:] == ["slug"]:
-        print(machine_slug())
-    elif sys.argv[1:] == ["slug", "--features"]:
-        print(machine_slug(features=True))
-    elif len(sys.argv) == 3 and sys.argv[1] == "check-quiet":
-        if not any(Path(sys.argv[2]).glob("*.json")):
-            raise SystemExit(f"check-quiet: no ledger files in {sys.argv[2]}")
-        bad = check_quiet(sys.argv[2])
+if __name__ == "__main__":  # `make bench`: the machine's folder name, and check-quiet DIR
+    args = sys.argv[1:]
+    if args in (["slug"], ["slug", "--features"]):
+        print(machine_slug(features=len(args) == 2))
+    elif len(args) == 2 and args[0] == "check-quiet":
+        if not any(Path(args[1]).glob("*.json")):
+            raise SystemExit(f"check-quiet: no ledger files in {args[1]}")
+        bad = check_quiet(args[1])
         if bad:
-            print(f"{len(bad)} contended record(s) in {sys.argv[2]}:", *bad, sep="\n  ")
+            print(f"{len(bad)} contended record(s) in {args[1]}:", *bad, sep="\n  ")
             raise SystemExit(1)
-        print(f"check-quiet: no contended record in {sys.argv[2]}")
+        print(f"check-quiet: no contended record in {args[1]}")
     else:
         raise SystemExit(
             "usage: python -m helpers.record.ledger slug [--features] | check-quiet DIR"

@@ -1,16 +1,11 @@
 """The one table of the ledger's record names, read by the chapters' ``ledger.record`` and the capstone.
 
-A chapter may only write a record whose name is listed here under its chapter, so renaming a
-record on a page without renaming it here fails the chapter's run (``ledger.record`` raises), and a
-name the capstone looks up that no chapter writes fails a unit test. After the chapters ran,
-:func:`missing_records` lists each required name that no record matches: the capstone asserts it
-is empty, instead of silently "re-measuring" a step whose record was renamed.
-
-A pattern's ``{placeholder}`` stands for one name segment filled in by the chapter (a batch size,
-a variant's key): ``fps_{runtime}_batch{b}`` matches ``fps_ort_int8_batch8``; ``{b}`` and ``{n}``
-stand for a whole number only. Names of chapters
-that are not course chapters (not ``NN_...``, e.g. a reader's own experiments or the unit tests'
-scratch ledgers) are not checked.
+A course chapter (``NN_slug``) may only write a name listed under it, so a record renamed on a
+page but not here fails the chapter's run, and a name the capstone reads that no chapter writes
+fails a unit test. :func:`missing_records` lists each required name no record matches (the
+capstone asserts it is empty rather than silently "re-measure" a renamed step). A ``{hole}``
+stands for one name segment (``fps_{runtime}_batch{b}`` matches ``fps_ort_int8_batch8``); ``{b}``
+and ``{n}`` for a whole number only.
 """
 
 from __future__ import annotations
@@ -44,6 +39,9 @@ class Name:
     def regex(self) -> re.Pattern[str]:
         return _compile(self.pattern)
 
+    def covers(self, names: Iterable[str]) -> bool:
+        return any(self.regex.match(n) for n in names)
+
 
 @cache
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -60,6 +58,10 @@ def _names(*items: str | Name) -> tuple[Name, ...]:
     return tuple(i if isinstance(i, Name) else Name(i) for i in items)
 
 
+def _optional(when: str, *patterns: str) -> tuple[Name, ...]:
+    return tuple(Name(p, required=False, when=when) for p in patterns)
+
+
 GPU_ONLY = "on a GPU only"
 NUMBERS = {"b", "n"}  # placeholders that stand for a whole number (batch size, count)
 
@@ -71,8 +73,6 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "batch_gain",
         "percent_of_peak",
         "oneflow_vs_torch_{device}_ratio",
-        # moved to appendix A (its own ledger, appendix_a_oneflow_cpu); kept for older runs
-        Name("oneflow_matmul_cores_used", required=False, when="reference runs before appendix A"),
         "embedder_fps_batch1",
         "pipeline_preprocess_share",
     ),
@@ -112,13 +112,10 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "oneflow_nngraph_pruning_speedup",  # read by the capstone
         "torch_peak_memory_{variant}",
         "torch_threads",
-        # retired: a non-interleaved duplicate of chapter 3's oneflow_task_graph_speedup_batch1;
-        # listed until the committed reference ledger is regenerated without it
-        Name("oneflow_task_graph_speedup", required=False, when="retired (reference only)"),
         "graph_ops_{variant}",
     ),
     "05_parallelism": _names(
-        Name("gpu_util_batch{b}", required=False, when=GPU_ONLY),
+        *_optional(GPU_ONLY, "gpu_util_batch{b}"),
         "batch_gain_torch",  # the pruned task, as the case study's 2.55x
         "batch_gain_torch_forward_only",  # forward-only inference: the contrast
         "batch_gain_oneflow_graph",
@@ -151,7 +148,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "{route}_compile_s",  # each torch.compile mode from an empty Inductor cache
         "torch_compile_second_start_first_call_s",  # a fresh process on a filled cache
         "model_val_accuracy",  # the checked model learned its task
-        Name("tensorrt_fp16_vs_amp_nhwc_speedup", required=False, when=GPU_ONLY),
+        *_optional(GPU_ONLY, "tensorrt_fp16_vs_amp_nhwc_speedup"),
     ),
     "07_onnx_runtimes": _names(
         "eager_fps_batch1",
@@ -165,10 +162,6 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "spinning_speedup_{call}",  # the wait-policy control: spinning over PASSIVE
         "ort_lead224_vs_{path}_batch{b}",  # ONNX Runtime against each PyTorch path at 224 px
         "fps224_{runtime}_batch{b}",
-        # retired: moved to 07a_oneflow_to_onnx with the OneFlow -> ONNX section
-        Name("oneflow_graph_ort_speedup", required=False, when="older ledgers only"),
-        # retired: the two-point fixed-cost fit, in reference ledgers recorded before it went
-        Name("eager_fixed_share_batch1_{size}", required=False, when="older ledgers only"),
     ),
     "07a_oneflow_to_onnx": _names(
         "oneflow_graph_ort_speedup",  # ORT on OneFlow's converted graph over OneFlow's CPU build
@@ -184,58 +177,33 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "cpu_ceiling_{mode}",
         "fps_{runtime}_batch{b}",
         "training_seconds",
-        Name(  # the int8 ceiling is measured only where the CPU has 8-bit dot products
-            "resnet101_b16_int8_ceiling_bound",
-            required=False,
-            when="the CPU has 8-bit dot-product instructions (VNNI, AMX)",
+        *_optional(
+            "the CPU has 8-bit dot products (VNNI, AMX)", "resnet101_b16_int8_ceiling_bound"
         ),
         "embedder_fps_{runtime}_batch{b}",
         "embedder_ablation_calib{n}_{weights}",
-        # reference runs made before the ablation moved to the embedder (held-out accuracy)
-        Name("ablation_calib{n}_{weights}", required=False, when="reference runs before 2026-12"),
     ),
     "09_triton_serving": _names(
         "server_startup_s",
         "in_process_batch1_p50_ms",
-        Name("served_batch1_p50_ms", required=False, when="perf_analyzer can run"),
-        Name("throughput_{setup}", required=False, when="perf_analyzer can run"),
-        Name("p50_ms_{setup}", required=False, when="perf_analyzer can run"),
-        Name("p99_ms_{setup}", required=False, when="perf_analyzer can run"),
-        Name("queue_ms_{setup}", required=False, when="perf_analyzer can run"),
-        Name("compute_ms_per_image_{setup}", required=False, when="perf_analyzer can run"),
-        Name("compute_ms_{setup}", required=False, when="perf_analyzer can run"),
         "throughput_1_instance_dynamic_batching",  # read by the capstone
-        Name("dynamic_batching_avg_batch", required=False, when="perf_analyzer can run"),
-        # Retired when the chapter was split (the front moved to 09b_production_front); the
-        # committed reference ledger still holds them until it is regenerated.
-        *(
-            Name(n, required=False, when="retired: older ledgers only")
-            for n in (
-                "oneflow_model_load_s",
-                "pytriton_startup_s",
-                "sweep_{route}_{stat}_c{n}",
-                "failover_{count}",
-                "front_oversized_status",
-                "front_rate_limited_{count}",
-            )
+        *_optional(
+            "perf_analyzer can run",
+            *("served_batch1_p50_ms", "throughput_{setup}", "p50_ms_{setup}", "p99_ms_{setup}"),
+            *("queue_ms_{setup}", "compute_ms_per_image_{setup}", "compute_ms_{setup}"),
+            "dynamic_batching_avg_batch",
         ),
     ),
-    "09b_production_front": _names(
-        Name("front_overhead_ratio", required=False, when="nginx is installed"),
-        Name("failover_{count}", required=False, when="nginx is installed"),
-        Name("front_oversized_status", required=False, when="nginx is installed"),
-        Name("front_rate_limited_{count}", required=False, when="nginx is installed"),
-        Name("admin_requests_{outcome}", required=False, when="nginx is installed"),
+    "09b_production_front": _optional(
+        "nginx is installed",
+        *("front_overhead_ratio", "failover_{count}", "front_oversized_status"),
+        *("front_rate_limited_{count}", "admin_requests_{outcome}"),
     ),
     "10_capstone": _names(
         "end_to_end_speedup",
         "naive_ms_per_image",
         "optimised_ms_per_image",
-        Name(
-            "cumulative_measured",
-            required=False,
-            when="chapters 3-6 ran in the same results folder (their journey steps)",
-        ),
+        *_optional("chapters 3-6 ran in the same results folder", "cumulative_measured"),
         "ladder_{rung}_factor",
         "served_requests_per_s",
         "served_p99_ms",
@@ -259,29 +227,23 @@ def is_course_chapter(chapter: str) -> bool:
     return bool(_COURSE_CHAPTER.match(chapter))
 
 
-def find(chapter: str, name: str, table: Mapping[str, Iterable[Name]] | None = None) -> Name | None:
+def find(chapter: str, name: str) -> Name | None:
     """The table entry of ``chapter`` that ``name`` matches (an exact name before a pattern), or None."""
-    entries = list((NAMES if table is None else table).get(chapter, ()))
-    for entry in entries:
-        if entry.pattern == name:
-            return entry
-    for entry in entries:
-        if entry.regex.match(name):
-            return entry
-    return None
+    entries = NAMES.get(chapter, ())
+    exact = next((e for e in entries if e.pattern == name), None)
+    return exact or next((e for e in entries if e.regex.match(name)), None)
 
 
-def check(chapter: str, name: str, table: Mapping[str, Iterable[Name]] | None = None) -> None:
+def check(chapter: str, name: str) -> None:
     """Raise ``ValueError`` when a course chapter records a name the table does not list."""
-    table = NAMES if table is None else table
     if not is_course_chapter(chapter):
         return
-    if chapter not in table:
+    if chapter not in NAMES:
         raise ValueError(
             f"{chapter!r} looks like a course chapter but has no entry in helpers.record.ledger_names.NAMES"
         )
-    if find(chapter, name, table) is None:
-        known = ", ".join(e.pattern for e in table[chapter])
+    if find(chapter, name) is None:
+        known = ", ".join(e.pattern for e in NAMES[chapter])
         raise ValueError(
             f"record {name!r} of {chapter!r} is not in helpers.record.ledger_names.NAMES; "
             f"the capstone reads the same table: rename it there too (known: {known})"
@@ -291,32 +253,24 @@ def check(chapter: str, name: str, table: Mapping[str, Iterable[Name]] | None = 
 def missing_records(
     records: Iterable[Mapping[str, Any]],
     chapters: Iterable[str] | None = None,
-    table: Mapping[str, Iterable[Name]] | None = None,
 ) -> dict[str, list[str]]:
     """``{chapter: [required patterns no record matches]}`` for each chapter that wrote any record.
 
     ``chapters`` limits the check (default: every table chapter that has records). A chapter that
     never ran is not listed: it has nothing to be missing from.
     """
-    table = NAMES if table is None else table
     by_chapter: dict[str, list[str]] = {}
     for rec in records:
         by_chapter.setdefault(rec["chapter"], []).append(rec["name"])
-    wanted = list(chapters) if chapters is not None else [c for c in table if c in by_chapter]
+    wanted = list(chapters) if chapters is not None else [c for c in NAMES if c in by_chapter]
     out: dict[str, list[str]] = {}
     for chapter in wanted:
-        if chapter not in table:
+        if chapter not in NAMES:
             raise ValueError(
                 f"unknown chapter {chapter!r}: not in helpers.record.ledger_names.NAMES"
             )
         written = by_chapter.get(chapter, [])
-        if not written:
-            continue
-        gaps = [
-            e.pattern
-            for e in table[chapter]
-            if e.required and not any(e.regex.match(n) for n in written)
-        ]
-        if gaps:
+        gaps = [p.pattern for p in NAMES[chapter] if p.required and not p.covers(written)]
+        if written and gaps:
             out[chapter] = gaps
     return out

@@ -1,9 +1,5 @@
-"""The case studies' published figures, shown beside the reader's own measurements.
-
-These are *reported* numbers from the two source articles (GPU results on the
-authors' hardware), never facts about the reader's machine: every chapter
-re-measures the step and prints both.
-"""
+"""The case studies' published figures (GPU results on the authors' hardware), never facts about
+the reader's machine: every chapter re-measures the step and prints both."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Results shown: tables that render as HTML in the book and as text in a terminal, and plots.
-
-- :mod:`~helpers.show.table` -- :class:`~helpers.show.table.Table`, and tables of measurements
-- :mod:`~helpers.show.plots` -- the course's matplotlib figures
-- :mod:`~helpers.show.text` -- generated sentences, rendered as Markdown in a notebook
-
-``from helpers.show import Table, compare_table, say``; ``from helpers.show import plots``.
-"""
+"""Results shown: :mod:`~helpers.show.table` (HTML in the book, text in a terminal),
+:mod:`~helpers.show.text` (generated sentences) and :mod:`~helpers.show.plots` (figures)."""
 
 from helpers.show.table import *  # noqa: F403
 from helpers.show.table import __all__ as _table

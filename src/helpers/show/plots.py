@@ -32,20 +32,16 @@ def plot_latency_distribution(
     """Histogram of per-call latencies, with p50 and p99 marked, one colour per measurement."""
     if not measurements:
         raise ValueError("nothing to plot")
-    plt = _plt()
     scales = {"ms": 1e3, "s": 1.0, "us": 1e6}
     if unit not in scales:
         raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(scales)}")
-    scale = scales[unit]
-    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    scale, ax = scales[unit], ax or _plt().subplots(figsize=(7, 3.5))[1]
     for i, m in enumerate(measurements):
-        color = f"C{i}"
         t = np.asarray(m.times_s) * scale
-        ax.hist(t, bins=min(40, max(5, len(t) // 2)), alpha=0.55, color=color, label=m.label)
-        ax.axvline(m.median * scale, color=color, ls="-", lw=1.5)
-        ax.axvline(m.p99 * scale, color=color, ls=":", lw=1.5)
-    ax.set_xlabel(f"latency per call ({unit}); solid line p50, dotted p99")
-    ax.set_ylabel("calls")
+        ax.hist(t, bins=min(40, max(5, len(t) // 2)), alpha=0.55, color=f"C{i}", label=m.label)
+        ax.axvline(m.median * scale, color=f"C{i}", ls="-", lw=1.5)
+        ax.axvline(m.p99 * scale, color=f"C{i}", ls=":", lw=1.5)
+    ax.set(xlabel=f"latency per call ({unit}); solid line p50, dotted p99", ylabel="calls")
     ax.legend(fontsize=8)
     return ax
 
@@ -63,8 +59,7 @@ def plot_speedups(
         raise ValueError("nothing to plot: give at least one label and speedup")
     if len(labels) != len(measured) or (reported is not None and len(reported) != len(labels)):
         raise ValueError("labels, measured and reported must have the same length")
-    plt = _plt()
-    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    ax = ax or _plt().subplots(figsize=(7, 3.5))[1]
     idx = np.arange(len(labels))
     width = 0.4 if reported is not None else 0.6
     bars = ax.bar(
@@ -77,8 +72,7 @@ def plot_speedups(
         ax.bar_label(rb, labels=[f"{r:.2f}x" if r else "" for r in rep], fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(idx, labels, rotation=15, ha="right")
-    ax.set_ylabel("speedup (x)")
-    ax.set_title(title)
+    ax.set(ylabel="speedup (x)", title=title)
     ax.legend(fontsize=8)
     return ax
 
@@ -98,14 +92,12 @@ def plot_sweep(
     """Line plot of one or more series over ``x`` (e.g. batch size), with optional right-axis series."""
     if len(x) == 0 or not series:
         raise ValueError("nothing to plot: give x values and at least one series")
-    plt = _plt()
-    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    ax = ax or _plt().subplots(figsize=(7, 3.5))[1]
     for i, (name, ys) in enumerate(series.items()):
         if len(ys) != len(x):
             raise ValueError(f"series {name!r} has {len(ys)} points for {len(x)} x values")
         ax.plot(x, ys, "o-", color=f"C{i}", label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(x), [str(v) for v in x])
@@ -118,7 +110,6 @@ def plot_sweep(
         l2, n2 = ax2.get_legend_handles_labels()
         lines, names = lines + l2, names + n2
     ax.legend(lines, names, fontsize=8)
-    ax.set_title(title)
     return ax
 
 
@@ -128,16 +119,13 @@ def plot_stage_breakdown(
     """Horizontal stacked bar of seconds per pipeline stage, labelled with shares."""
     if not stages or sum(stages.values()) <= 0:
         raise ValueError("stages must hold positive times")
-    plt = _plt()
-    ax = ax or plt.subplots(figsize=(7, 1.8))[1]
+    ax = ax or _plt().subplots(figsize=(7, 1.8))[1]
     total = sum(stages.values())
     left = 0.0
     for i, (name, sec) in enumerate(stages.items()):
         ax.barh([0], [sec * 1e3], left=left, color=f"C{i}", label=f"{name} ({sec / total:.0%})")
         left += sec * 1e3
-    ax.set_yticks([])
-    ax.set_xlabel("milliseconds per image batch")
-    ax.set_title(title)
+    ax.set(yticks=[], xlabel="milliseconds per image batch", title=title)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(stages))
     return ax
 
@@ -158,8 +146,7 @@ def plot_timeline(
         raise ValueError("nothing to plot: no events")
     if any(r["end"] < r["start"] for r in rows):
         raise ValueError("an event ends before it starts")
-    plt = _plt()
-    ax = ax or plt.subplots(figsize=(8, 0.6 + 0.45 * len({r["lane"] for r in rows})))[1]
+    ax = ax or _plt().subplots(figsize=(8, 0.6 + 0.45 * len({r["lane"] for r in rows})))[1]
     lanes = list(dict.fromkeys(r["lane"] for r in rows))
     stages = list(dict.fromkeys(r["stage"] for r in rows))
     start = min(r["start"] for r in rows) if t0 is None else t0
@@ -176,7 +163,7 @@ def plot_timeline(
         )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
+    ax.set(xlabel="time (ms)", title=title)
     from matplotlib.patches import Patch
 
     ax.legend(
@@ -184,7 +171,6 @@ def plot_timeline(
         fontsize=8,
         loc="lower right",
     )
-    ax.set_title(title)
     return ax
 
 
@@ -205,9 +191,11 @@ def plot_grouped_bars(
     """
     if not groups or not any(groups.values()):
         raise ValueError("nothing to plot: give at least one group with one value")
-    plt = _plt()
     series = list(dict.fromkeys(k for g in groups.values() for k in g))
-    ax = ax or plt.subplots(figsize=(min(12, max(7, 0.3 * len(groups) * len(series) + 2)), 3.8))[1]
+    ax = (
+        ax
+        or _plt().subplots(figsize=(min(12, max(7, 0.3 * len(groups) * len(series) + 2)), 3.8))[1]
+    )
     idx = np.arange(len(groups))
     width = 0.8 / len(series)
     for i, name in enumerate(series):
@@ -218,8 +206,7 @@ def plot_grouped_bars(
         ax.axhline(reference, color="black", ls="--", lw=1, label=reference_label)
     many = len(groups) > 5
     ax.set_xticks(idx, list(groups), rotation=30 if many else 0, ha="right" if many else "center")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set(ylabel=ylabel, title=title)
     ax.legend(fontsize=7, ncol=2)
     return ax
 
@@ -243,14 +230,8 @@ def plot_speed_accuracy(
         missing = {"label", "speed", "accuracy"} - set(p)
         if missing:
             raise ValueError(f"point {p!r} lacks {sorted(missing)}")
-    plt = _plt()
-    ax = ax or plt.subplots(figsize=(7, 4))[1]
-    offsets = [
-        (6, 5),
-        (6, -12),
-        (6, 16),
-        (6, -23),
-    ]  # staggered, so labels of coinciding points stay readable
+    ax = ax or _plt().subplots(figsize=(7, 4))[1]
+    offsets = [(6, 5), (6, -12), (6, 16), (6, -23)]  # staggered: coinciding points stay readable
     for i, p in enumerate(points):
         ax.scatter([p["speed"]], [p["accuracy"]], s=60, color=f"C{i}", zorder=3, label=p["label"])
         ax.annotate(
@@ -263,14 +244,10 @@ def plot_speed_accuracy(
         )
     accs = [float(p["accuracy"]) for p in points]
     lo, hi = min(accs), max(accs)
-    pad = max(
-        0.05 - (hi - lo) / 2, 0.01
-    )  # at least a 10-point window: tiny differences should look tiny
+    pad = max(0.05 - (hi - lo) / 2, 0.01)  # a window of 10 points or more: tiny gaps look tiny
     ax.set_ylim(lo - pad, hi + pad)
     if logx:
         ax.set_xscale("log")
-    ax.set_xlabel(xlabel + (" (log scale)" if logx else ""))
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel=xlabel + (" (log scale)" if logx else ""), ylabel=ylabel, title=title)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title(title)
     return ax

@@ -1,9 +1,4 @@
-"""Results as tables: one :class:`Table` that renders as HTML in the book and as text in a terminal.
-
-A notebook cell that ends with a ``Table`` shows an HTML table (Jupyter calls ``_repr_html_``);
-``print(table)`` writes aligned text. :func:`compare_table` builds one from measurements, with
-speedups against a baseline and where each ran.
-"""
+"""Results as tables: one :class:`Table`, HTML in the book and aligned text in a terminal."""
 
 from __future__ import annotations
 
@@ -11,7 +6,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helpers.measure.measurement import Measurement, paired_ratio, speedup
+from helpers.measure.measurement import Measurement, paired_ratio
 
 __all__ = ["CORES_BUSY", "Table", "ShowsAsTable", "compare_rows", "compare_table", "paired_table"]
 
@@ -19,19 +14,16 @@ __all__ = ["CORES_BUSY", "Table", "ShowsAsTable", "compare_rows", "compare_table
 # work as busy, so it says how many cores were busy, not how many computed.
 CORES_BUSY = "cores busy (computing or spinning)"
 
-# Below this many columns of text a table fits the book's code column (about 88 characters); the
-# HTML form wraps its headers and cells instead of scrolling sideways.
+# The HTML form wraps its headers and cells instead of scrolling sideways.
 _CSS = "border-collapse:collapse;font-size:0.85em;max-width:100%;font-variant-numeric:tabular-nums"
 
 
 class Table:
-    """Rows of results shown as a table: HTML in the book and in JupyterLab, aligned text in a terminal.
+    """Rows (dicts) shown as a table: HTML where a notebook renders it, aligned text when printed.
 
-    ``rows`` are dicts; the columns are the keys of the first row unless ``columns`` names them
-    (a row that lacks one is refused). Floats are written with ``floatfmt``, or per column with
-    ``formats`` (``{"speedup": ".2f", "p50_ms": ".1f"}``); None shows as ``-``. ``title`` goes
-    above the table, ``notes`` (lines) below it. End a notebook cell with the table to render it,
-    or ``print(table)`` for text.
+    The columns are the first row's keys unless ``columns`` names them (a row lacking one is
+    refused). Floats use ``floatfmt``, or per column ``formats`` (``{"p50_ms": ".1f"}``); None
+    shows as ``-``. ``title`` goes above, ``notes`` (lines) below.
     """
 
     def __init__(
@@ -104,39 +96,27 @@ class Table:
 
     def _repr_html_(self) -> str:
         head, *body = self.cells()
+        numeric = [all(isinstance(r[k], (int, float, type(None))) for r in self.rows) for k in head]
+        align = ["right" if j and numeric[j] else "left" for j in range(len(head))]
 
-        def numeric(col: int) -> bool:
-            return all(
-                isinstance(r[self.columns[col]], (int, float)) or r[self.columns[col]] is None
-                for r in self.rows
+        def row(tag: str, cells: list[str]) -> str:
+            style = 'style="text-align:{};padding:2px 6px"'
+            tds = (
+                f"<{tag} {style.format(a)}>{html.escape(c)}</{tag}>" for c, a in zip(cells, align)
             )
+            return f"<tr>{''.join(tds)}</tr>"
 
-        align = ["right" if j and numeric(j) else "left" for j in range(len(head))]
         # headers break at their underscores (p50_ms -> "p50 ms"), so many columns still fit
-        th = "".join(
-            f'<th style="text-align:{a};padding:2px 6px">{html.escape(h.replace("_", " "))}</th>'
-            for h, a in zip(head, align)
-        )
-        trs = "".join(
-            "<tr>"
-            + "".join(
-                f'<td style="text-align:{a};padding:2px 6px">{html.escape(c)}</td>'
-                for c, a in zip(row, align)
-            )
-            + "</tr>"
-            for row in body
-        )
-        caption = (
+        th = row("th", [h.replace("_", " ") for h in head])
+        caption = self.title and (
             f'<caption style="caption-side:top;text-align:left">{html.escape(self.title)}</caption>'
-            if self.title
-            else ""
         )
         notes = "".join(
             f'<p style="font-size:0.85em;margin:2px 0">{html.escape(n)}</p>' for n in self.notes
         )
         return (
-            f'<table class="course-table" style="{_CSS}">{caption}'
-            f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>{notes}"
+            f'<table class="course-table" style="{_CSS}">{caption or ""}<thead>{th}</thead>'
+            f"<tbody>{''.join(row('td', r) for r in body)}</tbody></table>{notes}"
         )
 
 
@@ -159,36 +139,27 @@ class ShowsAsTable:
 def compare_rows(
     measurements: Sequence[Measurement], baseline: Measurement | None = None
 ) -> list[dict[str, Any]]:
-    """One dict per measurement: runs, p50/p99 ms, IQR (% of p50), items/s and speedup against ``baseline``.
+    """One dict per measurement: where it ran, p50/p99 ms, IQR (% of p50), items/s, speedup.
 
-    Each row also names its device and threads (from the measurement, else its ``meta``; '?' when
-    unknown), the cores it kept busy (:data:`CORES_BUSY`: computing or spinning), and ``machine``: 'CONTENDED' when other processes took
-    CPU time while it ran (:data:`CONTENDED_SHARE`), 'quiet', or '?'. ``baseline`` defaults to
-    the first measurement.
+    The speedup is the ratio of median throughputs against ``baseline`` (default: the first).
+    ``machine`` is 'CONTENDED' when other processes took CPU time while it ran, 'quiet', or '?'.
     """
     if not measurements:
         raise ValueError("nothing to compare: give at least one Measurement")
     base = baseline or measurements[0]
-
-    def cores(m: Measurement) -> str:
-        return "?" if m.cores_used is None else f"{m.cores_used:.2f}"
-
-    def threads(m: Measurement) -> Any:
-        return m.threads if m.threads is not None else m.meta.get("threads", "?")
-
     flags = {True: "CONTENDED", False: "quiet", None: "?"}
     return [
         {
             "label": m.label,
             "device": m.device or m.meta.get("device", "?"),
-            "threads": threads(m),
-            CORES_BUSY: cores(m),
+            "threads": m.threads if m.threads is not None else m.meta.get("threads", "?"),
+            CORES_BUSY: "?" if m.cores_used is None else f"{m.cores_used:.2f}",
             "runs": len(m.times_s),
             "p50_ms": m.median * 1e3,
             "p99_ms": m.p99 * 1e3,
             "iqr_pct": 100 * m.relative_iqr,
             "items_per_s": m.throughput,
-            "speedup": speedup(base, m),
+            "speedup": m.throughput / base.throughput,
             "machine": flags[m.contended],
         }
         for m in measurements
@@ -210,13 +181,10 @@ def paired_table(
     title: str | None = None,
     notes: Sequence[str] = (),
 ) -> Table:
-    """One interleaved run as a :class:`Table`: per row its median ms and its paired speedup.
+    """One interleaved run as a :class:`Table`: median ms and paired speedup over ``baseline``.
 
-    One statistic per column: the median time per call; the speedup over ``baseline``, the median
-    of the per-round ratios (:func:`~helpers.measure.measurement.paired_ratio`: baseline time /
-    row time, per item); their interquartile range; and the reading: "faster" or "slower" when
-    the whole range lies on one side of 1, else "inconclusive". ``meta[label]`` adds columns
-    (precision, threads, ...) after the label.
+    The speedup is :func:`~helpers.measure.measurement.paired_ratio`'s median with its per-round
+    IQR and reading ("faster", "slower" or "inconclusive"); ``meta[label]`` adds columns.
     """
     if baseline not in runs:
         raise KeyError(f"baseline {baseline!r} is not one of the runs: {list(runs)}")
