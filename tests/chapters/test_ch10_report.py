@@ -32,7 +32,7 @@ def test_reported_cumulative_is_the_articles_21_beside_its_factors_22():
 def test_sentences_come_from_the_numbers():
     lad = climb()
     text = " ".join(report.explain_gap(lad, ladder.journey_rows(FULL)))
-    assert "multiply to 10.00x" in text and "is 10.00x (IQR 10.00-10.00)" in text
+    assert "multiply to 10.00x" in text and "is 10.00x (per-round IQR 10.00-10.00)" in text
     assert "13.20x" in text and "above" in text  # the chapters' 1.5 * 2 * 4 * 1.1
     assert "chapter 05 measured 4.00x" in text and "pipelining gave 4.00x" in text
     line = report.static_graph_line(lad)

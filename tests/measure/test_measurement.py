@@ -118,6 +118,9 @@ def test_a_ratio_whose_interval_holds_one_is_inconclusive():
     assert not r.conclusive and r.verdict().startswith("inconclusive")
     assert paired_ratio(base, fast).verdict() == "2.00x faster"
     assert paired_ratio(fast, base).verdict() == "0.50x slower"
+    # the sentences' reading: the spread always said, once
+    assert paired_ratio(base, fast).stated == "2.00x faster (per-round IQR 2.00-2.00)"
+    assert r.stated == r.verdict() and r.stated.count("per-round IQR") == 1
 
 
 def test_two_ratios_are_apart_only_when_their_intervals_do_not_meet():

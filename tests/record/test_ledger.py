@@ -202,7 +202,7 @@ def test_a_quiet_and_an_unknown_measurement_are_unknown_not_quiet(results_dir):
 
 
 def test_a_ratio_is_recorded_with_one_spelling_of_its_spread(results_dir):
-    from helpers.measure import Measurement, paired_ratio
+    from helpers.measure import Measurement, RatioSummary, paired_ratio
 
     base = Measurement("base", [0.02, 0.021, 0.019, 0.02], items=1)
     fast = Measurement("fast", [0.01, 0.011, 0.0095, 0.01], items=1)
@@ -211,6 +211,8 @@ def test_a_ratio_is_recorded_with_one_spelling_of_its_spread(results_dir):
     assert (rec["value"], rec["unit"], rec["rounds"]) == (r.median, "x", 4)
     assert (rec["p25"], rec["p75"]) == (r.p25, r.p75) and "spread" not in rec
     assert rec["threads_given"] == [None, None] and rec["batch"] == 1
+    back = RatioSummary.from_record(rec)  # the record reads back as the same ratio
+    assert (back.median, back.p25, back.p75, back.rounds) == (r.median, r.p25, r.p75, 4)
     # one spelling: a spread passed any other way is refused
     for old in ({"spread": [1.5, 2.5]}, {"iqr": [1.4, 2.6]}):
         with pytest.raises(ValueError, match="RatioSummary"):

@@ -16,7 +16,6 @@ import linecache
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,7 +227,7 @@ def deployed_timings(
 
     Returns JSON values: ``{"math": {framework: mode}, "device": {framework: device},
     "rows": [{"framework", "variant", "work", "batch", "ratio": {...}}]}`` (``ratio``: a
-    :class:`RatioSummary`'s fields, eager time / static time per round). ``variant`` is the key of
+    :meth:`RatioSummary.as_record`, eager time / static time per round). ``variant`` is the key of
     :func:`ratios` for the same pair: the route, ``"nn.Graph"`` or ``"task graph"``.
     """
     import numpy as np
@@ -269,7 +268,7 @@ def deployed_timings(
         calls = {"eager": eager, "static": static}
         kw = dict(framework=fw, warmup=warmup, repeats=repeats, items=batch, device=dev)
         timed = benchmark_interleaved(calls, **kw)
-        ratio = asdict(paired_ratio(timed["eager"], timed["static"]))
+        ratio = paired_ratio(timed["eager"], timed["static"]).as_record()
         name = "PyTorch" if fw == "torch" else "OneFlow"
         out["rows"].append(
             dict(framework=name, variant=variant, work=work, batch=batch, ratio=ratio)
@@ -320,7 +319,7 @@ def deployed_rows(
     keyed like :func:`ratios`): one row each, both speedups labelled with their math mode."""
     rows = []
     for r in deployed["rows"]:
-        here = RatioSummary(**{**r["ratio"], "ratios": tuple(r["ratio"]["ratios"])})
+        here = RatioSummary.from_record(r["ratio"])
         before = strict.get((r["framework"], r["variant"], r["batch"]))
         rows.append(
             {

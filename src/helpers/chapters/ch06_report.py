@@ -17,18 +17,12 @@ from helpers.show import plots
 
 __all__ = [
     "FlowRun",
-    "read",
     "controls_text",
     "ablation_chart",
     "torch_tables",
     "cache_text",
     "summary_table",
 ]
-
-
-def read(r: RatioSummary) -> str:
-    """A paired ratio in words, with its per-round IQR where the verdict is conclusive."""
-    return r.verdict() + (f" (per-round IQR {r.p25:.2f}-{r.p75:.2f})" if r.conclusive else "")
 
 
 @dataclass
@@ -94,12 +88,12 @@ def controls_text(
             "twin more than the other, so no OneFlow ratio of this run is a result."
         )
     return (
-        f"**The A/A control.** *graph* against *graph again*: {read(aa)} over {aa.rounds} "
+        f"**The A/A control.** *graph* against *graph again*: {aa.stated} over {aa.rounds} "
         "rounds: the noise of this measurement. **Explicit padding.** The plain graph with "
         "`explicit_padding`'s pad operators against the same graph on the native model: "
-        f"{read(pads)}. **The fusion.** Measured as the chain does, across two processes, "
+        f"{pads.stated}. **The fusion.** Measured as the chain does, across two processes, "
         f"pad+conv ran {fusion:.2f}x the plain graph's speed; against the native graph in its "
-        f"own process it ran {read(vs_native)}, so it wins back the pads' cost {more}"
+        f"own process it ran {vs_native.stated}, so it wins back the pads' cost {more}"
     )
 
 
@@ -231,7 +225,7 @@ def torch_tables(
         for n, m in runs.items()
         if n != "eager fp32"
     }
-    aa = read(ratios["eager fp32 again"])
+    aa = ratios["eager fp32 again"].stated
     show.say(
         f"The A/A control, *eager fp32* against *eager fp32 again*: {aa}: read every other "
         "row against it.",

@@ -129,19 +129,14 @@ def headline(
     return {b: (top[b], paired_ratio(rs[base], rs[top[b]])) for b, rs in runs.items()}
 
 
-def _read(r: RatioSummary) -> str:
-    """A paired ratio in words, its interval where the verdict does not give it."""
-    return r.verdict() + (f" (per-round IQR {r.p25:.2f}-{r.p75:.2f})" if r.conclusive else "")
-
-
 def headline_sentence(
     top: Mapping[int, tuple[str, RatioSummary]], base: str, batch: int, wait: str
 ) -> str:
     """The FPS table's headline: the fastest fp32 runtime against ``base`` at batch 1 and ``batch``."""
     (top1, r1), (topb, rb) = top[1], top[batch]
     return (
-        f"At batch 1 the fastest fp32 runtime here, {top1}, ran **{_read(r1)}** than {base}; "
-        f"at batch {batch}, {topb} ran {_read(rb)}. Both frameworks' threads wait alike "
+        f"At batch 1 the fastest fp32 runtime here, {top1}, ran **{r1.stated}** than {base}; "
+        f"at batch {batch}, {topb} ran {rb.stated}. Both frameworks' threads wait alike "
         f"(`OMP_WAIT_POLICY={wait}`)."
     )
 

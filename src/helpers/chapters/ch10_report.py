@@ -11,8 +11,8 @@ from typing import Any
 
 from helpers.chapters.ch10_ladder import STEP_RUNGS, TASK_STEPS, Step
 from helpers.core.comparison import Comparison
-from helpers.measure.ladder import Ladder
-from helpers.measure.measurement import RatioSummary, paired_ratio
+from helpers.measure.ladder import Ladder, chain
+from helpers.measure.measurement import paired_ratio
 from helpers.record.reported import RESNET101_ONEFLOW
 from helpers.show.table import Table
 
@@ -142,12 +142,6 @@ def _task(lad: Ladder) -> list[dict[str, Any]]:
     return [r for r in lad.rows[1:] if not r["forward_only"]]
 
 
-def _e2e(lad: Ladder) -> RatioSummary:
-    if lad.end_to_end is None:
-        return RatioSummary(1.0, 1.0, 1.0, 0, ())
-    return lad.end_to_end
-
-
 def headline(lad: Ladder, where: str, quick: str | None = None) -> str:
     """The end-to-end sentence: factor with its interval, where it was measured, quick-mode caveat.
 
@@ -164,8 +158,8 @@ def headline(lad: Ladder, where: str, quick: str | None = None) -> str:
     last = m[lad.final].median / m[lad.final].items * 1e3
     return (
         f"End to end on {where}{caveat}, the saliency task runs **{e2e.median:.1f}x** faster than "
-        f"the naive task (naive and final path timed together: per-round IQR {e2e.p25:.2f}-{e2e.p75:.2f} "
-        f"over {e2e.rounds} rounds; {naive:.2f} -> {last:.2f} ms per image)."
+        f"the naive task (naive and final path timed together: {e2e.spread} over {e2e.rounds} "
+        f"rounds; {naive:.2f} -> {last:.2f} ms per image)."
     )
 
 
@@ -242,17 +236,17 @@ def explain_gap(
     step is set beside the ladder rungs of :data:`STEP_RUNGS`.
     """
     steps = TASK_STEPS if steps is None else steps
-    e2e = _e2e(lad)
+    e2e = lad.end_to_end or chain([])
     task = _task(lad)
-    product = math.prod(r["factor"] for r in task if r["kept"])
+    product = chain([r["ratio"] for r in lad.kept()]).median
     lines = [
         f"The ladder's kept factors multiply to {product:.2f}x; the end-to-end figure, naive and "
-        f"final path timed together, is {e2e.median:.2f}x (IQR {e2e.p25:.2f}-{e2e.p75:.2f}): factors "
+        f"final path timed together, is {e2e.median:.2f}x ({e2e.spread}): factors "
         "measured in separate runs multiply only approximately."
     ]
     measured = [r for r in ledger_rows if r["measured"] is not None]
     if measured:
-        ledger_product = math.prod(r["measured"] for r in measured)
+        ledger_product = ledger_rows[-1]["cumulative_measured"]
         way = "above" if ledger_product > e2e.median else "below"
         lines.append(
             f"The chapters' own factors multiply to {ledger_product:.2f}x, {way} the ladder's "

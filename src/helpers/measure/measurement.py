@@ -12,7 +12,7 @@ import math
 import numbers
 import statistics
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -198,18 +198,24 @@ class RatioSummary:
         """True when the two per-round intervals (p25-p75) do not meet: the ratios differ."""
         return self.p75 < other.p25 or other.p75 < self.p25
 
+    @property
+    def spread(self) -> str:
+        """``'per-round IQR 1.70-1.95'``: the one spelling of a ratio's spread in words."""
+        return f"per-round IQR {self.p25:.2f}-{self.p75:.2f}"
+
     def verdict(self, faster: str = "faster", slower: str = "slower") -> str:
         """``'1.84x faster'``, ``'0.91x slower'``, or ``'inconclusive (...)'`` when the interval holds 1."""
         if not self.conclusive:
-            return f"inconclusive ({self.median:.2f}x, per-round IQR {self.p25:.2f}-{self.p75:.2f})"
-        word = faster if self.p25 > 1.0 else slower
-        return f"{self.median:.2f}x {word}"
+            return f"inconclusive ({self.median:.2f}x, {self.spread})"
+        return f"{self.median:.2f}x {faster if self.p25 > 1.0 else slower}"
+
+    @property
+    def stated(self) -> str:
+        """:meth:`verdict` with its :attr:`spread` always said: how the pages' sentences read it."""
+        return self.verdict() + (f" ({self.spread})" if self.conclusive else "")
 
     def __str__(self) -> str:
-        return (
-            f"{self.median:.2f}x (per-round IQR {self.p25:.2f}-{self.p75:.2f}, "
-            f"{self.rounds} rounds)"
-        )
+        return f"{self.median:.2f}x ({self.spread}, {self.rounds} rounds)"
 
     def as_record(self) -> dict[str, Any]:
         """The ledger's fields for this ratio: value (the median), unit, p25, p75, rounds."""
@@ -220,6 +226,12 @@ class RatioSummary:
             "p75": self.p75,
             "rounds": self.rounds,
         }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> RatioSummary:
+        """The ratio back from :meth:`as_record`'s fields (a ledger record, a subprocess's rows);
+        the per-round ratios are not in a record."""
+        return cls(rec["value"], rec["p25"], rec["p75"], rec["rounds"], ())
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
