@@ -219,3 +219,14 @@ def test_a_ratio_is_recorded_with_one_spelling_of_its_spread(results_dir):
             ledger.record("ch00", "old", 2.0, "x", **old)
     with pytest.raises(ValueError, match="needs a unit"):
         ledger.record("ch00", "bare", 1.0)
+
+
+def test_a_record_describes_its_machine_as_every_other_record_does(results_dir):
+    """The ledger's machine is :func:`machine_facts` plus driver and CUDA, which no description
+    reads: a record's machine reads as this machine, in the Time lines' and tables' words."""
+    from helpers.core.hardware import describe_machine, machine_facts, same_machine
+
+    rec = ledger.record("ch00", "ms", 1.0, "ms")
+    assert rec["machine"].keys() - machine_facts().keys() == {"driver", "cuda"}
+    assert describe_machine(rec["machine"], memory=True) == describe_machine(memory=True)
+    assert same_machine(rec["machine"], machine_facts())

@@ -3,9 +3,10 @@ cores, memory and GPU, and one way to describe it.
 
 :func:`machine_facts` is the one shape in which the course records a machine (the ledger's
 records, the chapters' Time lines, the full-size tables, the CPU benchmark): ``cpu``,
-``cpu_family``, ``cores``, ``flags``, ``memory_gib``, ``gpu``. :func:`describe_machine` turns it
-into the words every generated page uses, and :func:`same_machine` says whether two records
-describe one CPU. Older records spelt ``flags`` as ``cpu_features``; both are read.
+``cpu_family``, ``cores``, ``flags``, ``memory_gib``, ``gpu``; the ledger alone adds the GPU's
+``driver`` and ``cuda``, which no description reads. :func:`describe_machine` turns it into the
+words every generated page uses, and :func:`same_machine` says whether two records describe one
+CPU. Older records spelt ``flags`` as ``cpu_features``; both are read.
 """
 
 from __future__ import annotations
