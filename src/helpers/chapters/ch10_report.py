@@ -170,7 +170,7 @@ def _is_static(name: str) -> bool:
 def static_graph_line(lad: Ladder) -> str:
     """Whether the final path contains a static graph, and what each static-graph candidate gave."""
     task = _task(lad)
-    final = [r for r in task if r["kept"]]
+    final = lad.kept()
     static = [r for r in final if _is_static(r["candidate"])]
     tried = [
         f"{name} at the {r['rung']} rung, {ratio.verdict()}"
@@ -290,7 +290,7 @@ def ladder_guide(lad: Ladder, device: str) -> list[str]:
     task = _task(lad)
     if not task:
         raise ValueError("no rungs above the baseline")
-    kept = sorted((r for r in task if r["kept"]), key=lambda r: -r["factor"])
+    kept = sorted(lad.kept(), key=lambda r: -r["factor"])
     lines = [
         f"on {device}, the steps that paid, largest first: "
         + (", ".join(f"{r['candidate']} {r['ratio'].short}" for r in kept) or "none")
@@ -300,7 +300,7 @@ def ladder_guide(lad: Ladder, device: str) -> list[str]:
     e2e = lad.end_to_end
     lines.append(
         f"the saliency task end to end: {e2e} over the naive task, on the path "
-        + " -> ".join([lad.naive, *(r["candidate"] for r in task if r["kept"])])
+        + " -> ".join([lad.naive, *(r["candidate"] for r in lad.kept())])
         if e2e is not None
         else "the saliency task end to end: no rung paid"
     )
