@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from helpers.core import cgroup
+from helpers.core.threads import affinity
 
 __all__ = [
     "MachineLoad",
@@ -64,17 +65,10 @@ def read_proc_stat(
     return busy, steal
 
 
-def _affinity() -> set[int] | None:
-    try:
-        return set(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return None
-
-
 def _own_cpus_stat() -> tuple[int, int] | None:
     """``/proc/stat`` over the CPUs this process may run on (all of them: the aggregate line)."""
-    mask = _affinity()
-    if mask is None or len(mask) >= (os.cpu_count() or 0):
+    mask = affinity()
+    if len(mask) >= (os.cpu_count() or 0):
         return read_proc_stat()
     return read_proc_stat(cpus=mask)
 
@@ -123,7 +117,7 @@ class _Readers:
     wall_s: Callable[[], float] = time.perf_counter
     loadavg: Callable[[], float | None] = _loadavg
     clock_ticks: int = field(default_factory=lambda: os.sysconf("SC_CLK_TCK"))
-    cpus: int = field(default_factory=lambda: len(_affinity() or ()) or os.cpu_count() or 1)
+    cpus: int = field(default_factory=lambda: len(affinity()))
 
 
 READERS = _Readers()
