@@ -24,7 +24,7 @@ import numpy as np
 
 from helpers.core.checks import check_int
 from helpers.core.tf32 import gpu_tf32_capable, nvidia_tf32_overridden
-from helpers.core.threads import available_cores, threads_spin
+from helpers.core.threads import threads_spin
 from helpers.deploy.runner import Runner
 from helpers.show.text import say
 
@@ -40,7 +40,6 @@ __all__ = [
     "trt_profile",
     "openvino_model",
     "ov_type_name",
-    "cpu_threads",
 ]
 
 # serialises calls of OpenVINO runners from several threads (see openvino_model)
@@ -517,8 +516,3 @@ def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
         prec = info["runtimePrecision"].astype(str) if "runtimePrecision" in info else "?"
         counts[(layer, prec)] += 1
     return dict(counts)
-
-
-def cpu_threads() -> int:
-    """Cores this process may use, given to every runtime alike (:func:`available_cores`)."""
-    return available_cores()
