@@ -50,10 +50,10 @@ MAX_RULE_DROP = 0.02  # the INT8 rule's accuracy drop (a fraction), as in chapte
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    from helpers.deploy import runtimes
+    from helpers.core.threads import available_cores
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=runtimes.cpu_threads())
+    p.add_argument("--threads", type=int, default=available_cores())
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--warmup", type=int, default=2)

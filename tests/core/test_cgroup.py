@@ -148,3 +148,12 @@ def test_contended_rule_reads_the_container_not_the_host(fake_machine):
     probe = machine.LoadProbe(fake.readers).start()
     fake.run(wall=1.0, own=1.0, others=30.0)
     assert probe.stop().contended is True
+
+
+def test_the_machine_reads_the_threads_affinity_mask(monkeypatch):
+    """One reader of the mask: the load's CPU count and the thread count both follow it."""
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0})
+    assert threads.affinity() == {0} and machine._Readers().cpus == 1
+    assert threads.available_cores() == 1
+    monkeypatch.setattr(machine, "read_proc_stat", lambda text=None, cpus=None: cpus)
+    assert machine._own_cpus_stat() == {0}  # /proc/stat read over cpu0's line only

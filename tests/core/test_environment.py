@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -231,9 +232,10 @@ def _fake_machine(monkeypatch, gpu_gib, host_gib):
     from helpers.core import machine_needs
 
     monkeypatch.delenv("COURSE_MODE", raising=False)
-    monkeypatch.setattr(
-        env, "gpu_memory_bytes", lambda: None if gpu_gib is None else gpu_gib * 2**30
+    gpu = (
+        None if gpu_gib is None else SimpleNamespace(name="Fake GPU", total_memory=gpu_gib * 2**30)
     )
+    monkeypatch.setattr(hardware, "gpu_properties", lambda: gpu)
     monkeypatch.setattr(machine_needs, "host_memory", lambda: (host_gib * 2**30, "MemTotal"))
     env._auto_mode.cache_clear()
     env._say_once.cache_clear()
@@ -257,6 +259,15 @@ def test_mode_full_only_where_the_machine_holds_it(monkeypatch, capsys, fresh_mo
     assert env.get_mode() == "quick" and capsys.readouterr().out == ""  # one line per process
     _fake_machine(monkeypatch, gpu_gib=24, host_gib=16)  # a 16 GB rental with an RTX 4090
     assert env.get_mode() == "quick" and "16.0 GiB of RAM" in capsys.readouterr().out
+
+
+def test_the_mode_and_the_report_read_one_gpu(monkeypatch, fresh_mode_choice):
+    """The GPU the mode is chosen for is the one the environment report names."""
+    _fake_machine(monkeypatch, gpu_gib=141, host_gib=256)
+    assert env.get_mode() == "full"
+    assert hardware.gpu_info()["gpu"] == "Fake GPU (141 GiB)"
+    _fake_machine(monkeypatch, gpu_gib=None, host_gib=256)
+    assert env.get_mode() == "quick" and hardware.gpu_info()["gpu"] is None
 
 
 def test_mode_without_a_card_and_when_pinned(monkeypatch, capsys, fresh_mode_choice):

@@ -166,6 +166,8 @@ def test_openvino_bad_arguments(tiny_onnx):
         runtimes.openvino_model(path, precision="int4")
     with pytest.raises(ValueError, match="threads"):
         runtimes.openvino_model(path, threads=0)
+    with pytest.raises(ValueError, match="streams"):
+        runtimes.openvino_model(path, threads=2, streams=3)
     with pytest.raises(TypeError, match="openvino.Model"):
         runtimes.openvino_model(42)
     import openvino as ov

@@ -60,3 +60,34 @@ def test_load_unknown_without_proc_stat(fake_machine):
     load = probe.stop()
     assert load.contended is None and load.others_cores is None  # unknown, never "quiet"
     assert "load unknown" in load.describe()
+
+
+def test_a_short_region_reads_no_impossible_cores(fake_machine):
+    """A 41 us region in which one 10 ms tick of others' work lands: within the counter's
+    resolution, not '243 cores' on a 2-core machine (the figure the old rate printed)."""
+    fake = fake_machine
+    probe = machine.LoadProbe(fake.readers).start()
+    fake.run(wall=41e-6, own=0.0, others=0.01)
+    load = probe.stop()
+    assert load.others_cpu_s == pytest.approx(0.01) and load.contended is False
+    assert load.others_cores is None and "within the counter's resolution" in load.describe()
+    assert "243" not in load.describe() and load.as_dict()["others_cores"] is None
+
+
+def test_the_probes_own_reading_is_not_counted_as_others(fake_machine):
+    """Reading this process's CPU (psutil lists every process) costs about a millisecond of our
+    own CPU after the value is taken: at neither end may it land in others' CPU time."""
+    fake = fake_machine
+    own = fake.readers.family_cpu_s
+
+    def costly_read():
+        value = own()
+        fake.run(wall=0.001, own=0.001, others=0.0)  # the listing, after the value is taken
+        return value
+
+    fake.readers.family_cpu_s = costly_read
+    probe = machine.LoadProbe(fake.readers).start()
+    fake.run(wall=1.0, own=1.0, others=0.0)
+    load = probe.stop()
+    assert load.others_cpu_s == pytest.approx(0.0, abs=1e-9)
+    assert load.wall_s == pytest.approx(1.001)  # the wall spans the counters' window

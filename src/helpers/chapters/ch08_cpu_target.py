@@ -150,55 +150,29 @@ def openvino_variant(
     precision: str = "f32",
     streams: int = 1,
 ) -> Variant:
-    """OpenVINO on the CPU with ``threads`` threads in all and an explicit precision hint.
+    """OpenVINO on the CPU (:func:`helpers.deploy.runtimes.openvino_model`) on ``threads`` threads.
 
-    ``streams=1``: ``PERFORMANCE_HINT=LATENCY``, one request uses every thread. ``streams > 1``:
-    ``THROUGHPUT`` with ``NUM_STREAMS=streams``; the threads are shared among the streams and
-    each call splits its batch across them (:func:`openvino_streams`). For an INT8 model the hint
-    is the precision of the layers left unquantized. The label's precision is read back from the
-    compiled model (what its convolutions really run in).
+    ``streams=1``: the LATENCY hint, one request uses every thread. ``streams > 1``: THROUGHPUT
+    with ``NUM_STREAMS=streams`` sharing the threads; each call splits its batch across them
+    (:func:`openvino_streams`). ``precision`` is the hint (for an INT8 model, that of the layers
+    left unquantized); the variant's precision is read back from what the convolutions run in.
     """
-    import openvino as ov
-
     from helpers.deploy import runtimes
 
     check_int("threads", threads)
-    if isinstance(streams, bool) or not isinstance(streams, int) or not 1 <= streams <= threads:
-        raise ValueError(f"streams must be an int from 1 to threads ({threads}), got {streams!r}")
-    if precision not in runtimes.OV_PRECISIONS:
-        raise ValueError(f"precision must be one of {runtimes.OV_PRECISIONS}, got {precision!r}")
-    core = ov.Core()
-    if isinstance(model, (str, Path)):
-        model = core.read_model(str(model))
-    config: dict[str, Any] = {
-        "INFERENCE_PRECISION_HINT": precision,
-        "INFERENCE_NUM_THREADS": threads,
-        "PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT",
-    }
-    if streams > 1:
-        config["NUM_STREAMS"] = streams
-    compiled = core.compile_model(model, "CPU", config)
-    precisions = runtimes.runtime_precisions(compiled)
-    heavy = {p for (layer, p) in precisions if layer in ("Convolution", "FullyConnected")}
-    mode = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}[precision]
-    mode = "int8" if heavy & {"i8", "u8"} else mode
-    if streams == 1:
-        request = compiled.create_infer_request()
-
-        def call(x: np.ndarray) -> np.ndarray:
-            request.infer({0: np.ascontiguousarray(x, dtype=np.float32)})
-            return request.get_output_tensor(0).data.copy()
-
-    else:
-        call = openvino_streams(compiled, streams)
+    runner = runtimes.openvino_model(
+        model, precision=precision, threads=threads, streams=streams, name=label, verbose=False
+    )
+    call = runner.run if streams == 1 else openvino_streams(runner.handle, streams)
+    info = runner.info
     settings = {
-        "hint": config["PERFORMANCE_HINT"],
-        "streams": int(compiled.get_property("NUM_STREAMS")),
-        "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),
+        "hint": info["hint"],
+        "streams": info["streams"],
+        "threads": int(info["threads"]),
         "rest_precision": precision,
     }
     return Variant(
-        label, "OpenVINO", mode, settings["threads"], call, framework="openvino", settings=settings
+        label, "OpenVINO", runner.math_mode, settings["threads"], call, "cpu", "openvino", settings
     )
 
 

@@ -117,17 +117,9 @@ def mode_choice() -> tuple[str, str]:
 @lru_cache(maxsize=1)
 def _auto_mode() -> tuple[str, str]:
     host, _ = machine_needs.host_memory()
-    fits, why = machine_needs.full_mode_fits(host, gpu_memory_bytes())
+    gpu = hardware.gpu_properties()
+    fits, why = machine_needs.full_mode_fits(host, None if gpu is None else int(gpu.total_memory))
     return ("full" if fits else "quick"), why
-
-
-def gpu_memory_bytes() -> int | None:
-    """Total memory of the CUDA GPU the course uses (device 0); None without one."""
-    if not has_cuda():
-        return None
-    import torch
-
-    return int(torch.cuda.get_device_properties(0).total_memory)
 
 
 def get_mode() -> str:

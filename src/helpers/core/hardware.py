@@ -20,6 +20,7 @@ __all__ = [
     "has_int8_dot_product",
     "has_bf16_instructions",
     "int8_saturates",
+    "gpu_properties",
     "gpu_info",
     "machine_facts",
     "describe_machine",
@@ -70,17 +71,27 @@ def int8_saturates() -> bool:
     return x86 and not has_int8_dot_product()
 
 
-def gpu_info() -> dict[str, Any]:
-    """``{"gpu": "NVIDIA H200 (141 GiB)", "driver": ..., "cuda": ...}``; all None without one."""
+def gpu_properties() -> Any | None:
+    """PyTorch's properties of the CUDA GPU the course uses (device 0: ``name``,
+    ``total_memory``...); None without a usable one."""
     from helpers.core.environment import has_cuda
 
     if not has_cuda():
+        return None
+    import torch
+
+    return torch.cuda.get_device_properties(0)
+
+
+def gpu_info() -> dict[str, Any]:
+    """``{"gpu": "NVIDIA H200 (141 GiB)", "driver": ..., "cuda": ...}``; all None without one."""
+    props = gpu_properties()
+    if props is None:
         return {"gpu": None, "driver": None, "cuda": None}
     import subprocess
 
     import torch
 
-    props = torch.cuda.get_device_properties(0)
     query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
         out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=False)

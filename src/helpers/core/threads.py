@@ -20,6 +20,7 @@ from helpers.core import cgroup
 from helpers.core.checks import check_int
 
 __all__ = [
+    "affinity",
     "available_cores",
     "same_threads",
     "framework_threads",
@@ -39,15 +40,20 @@ WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 ONEFLOW_THREADS_ENV = "ONEFLOW_EP_CPU_NUM_PARALLELS"  # OneFlow's CPU threads, read at its start
 
 
+def affinity() -> set[int]:
+    """The CPUs this process may run on: its affinity mask (every CPU off Linux)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:
+        return set(range(os.cpu_count() or 1))
+
+
 def available_cores(cgroup_root: Path | str = cgroup.ROOT, self_cgroup: str | None = None) -> int:
     """CPUs this process may compute on: its affinity mask (``os.cpu_count()`` off Linux), capped
     by its container's CPU quota where the cgroup sets one (a container limited to 4 CPUs' worth
     of time on a 64-core host sees all 64 in its mask: 4 threads, not 64, is what it can run
     without being throttled). A fractional quota rounds down, to at least one."""
-    try:
-        mask = len(os.sched_getaffinity(0))
-    except AttributeError:
-        mask = os.cpu_count() or 1
+    mask = len(affinity())
     quota = cgroup.cpu_quota(cgroup.find(cgroup_root, self_cgroup))
     return mask if quota is None else max(1, min(mask, math.floor(quota)))
 

@@ -24,14 +24,13 @@ import numpy as np
 
 from helpers.core.checks import check_int
 from helpers.core.tf32 import gpu_tf32_capable, nvidia_tf32_overridden
-from helpers.core.threads import available_cores, threads_spin
+from helpers.core.threads import threads_spin
 from helpers.deploy.runner import Runner
 from helpers.show.text import say
 
 __all__ = [
     "ORT_PROVIDERS",
     "OPT_LEVELS",
-    "OV_PRECISIONS",
     "ProviderUnavailableError",
     "provider_status",
     "usable_providers",
@@ -41,8 +40,6 @@ __all__ = [
     "trt_profile",
     "openvino_model",
     "ov_type_name",
-    "runtime_precisions",
-    "cpu_threads",
 ]
 
 # serialises calls of OpenVINO runners from several threads (see openvino_model)
@@ -414,6 +411,7 @@ def openvino_model(
     *,
     precision: str = "f32",
     threads: int | None = None,
+    streams: int = 1,
     name: str | None = None,
     verbose: bool = True,
 ) -> Runner:
@@ -422,12 +420,15 @@ def openvino_model(
     ``precision`` is ``INFERENCE_PRECISION_HINT`` ('f32', 'bf16': AVX-512 BF16 or AMX, 'f16'); on
     CPUs with bf16 OpenVINO *defaults* to bf16, so the course always sets it. For an INT8 model
     it is the unquantized layers' precision. ``info['runtime_precisions']``: what really runs.
+    ``streams > 1``: the ``THROUGHPUT`` hint with ``NUM_STREAMS`` sharing the threads; the
+    runner still calls one request (split a batch across the streams with an async queue).
     """
     import openvino as ov
 
     if precision not in OV_PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(OV_PRECISIONS)}")
     _positive("threads", threads)
+    check_int("streams", streams, maximum=threads, why="the streams share the threads")
     core = ov.Core()
     dev = device.upper()
     available = list(core.available_devices)
@@ -440,7 +441,10 @@ def openvino_model(
         model = core.read_model(str(_check_path(model)))
     elif not isinstance(model, ov.Model):
         raise TypeError(f"model must be a path or an openvino.Model, got {type(model).__name__}")
-    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+    hint = "LATENCY" if streams == 1 else "THROUGHPUT"
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": hint}
+    if streams > 1:
+        config["NUM_STREAMS"] = streams
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads
     start = time.perf_counter()
@@ -481,6 +485,8 @@ def openvino_model(
         info={
             "precision_hint": ov_type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
             "threads": threads_set,
+            "hint": hint,
+            "streams": int(compiled.get_property("NUM_STREAMS")),
             "runtime_precisions": precisions,
             "compile_s": compile_s,
         },
@@ -510,8 +516,3 @@ def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
         prec = info["runtimePrecision"].astype(str) if "runtimePrecision" in info else "?"
         counts[(layer, prec)] += 1
     return dict(counts)
-
-
-def cpu_threads() -> int:
-    """Cores this process may use, given to every runtime alike (:func:`available_cores`)."""
-    return available_cores()

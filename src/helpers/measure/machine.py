@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from helpers.core import cgroup
+from helpers.core.threads import affinity
 
 __all__ = [
     "MachineLoad",
@@ -64,17 +65,10 @@ def read_proc_stat(
     return busy, steal
 
 
-def _affinity() -> set[int] | None:
-    try:
-        return set(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return None
-
-
 def _own_cpus_stat() -> tuple[int, int] | None:
     """``/proc/stat`` over the CPUs this process may run on (all of them: the aggregate line)."""
-    mask = _affinity()
-    if mask is None or len(mask) >= (os.cpu_count() or 0):
+    mask = affinity()
+    if len(mask) >= (os.cpu_count() or 0):
         return read_proc_stat()
     return read_proc_stat(cpus=mask)
 
@@ -123,7 +117,7 @@ class _Readers:
     wall_s: Callable[[], float] = time.perf_counter
     loadavg: Callable[[], float | None] = _loadavg
     clock_ticks: int = field(default_factory=lambda: os.sysconf("SC_CLK_TCK"))
-    cpus: int = field(default_factory=lambda: len(_affinity() or ()) or os.cpu_count() or 1)
+    cpus: int = field(default_factory=lambda: len(affinity()))
 
 
 READERS = _Readers()
@@ -149,8 +143,10 @@ class MachineLoad:
 
     @property
     def others_cores(self) -> float | None:
-        """Cores other processes kept busy on average (others' CPU seconds / wall seconds)."""
-        if self.others_cpu_s is None or self.wall_s <= 0:
+        """Cores other processes kept busy on average (others' CPU seconds / wall seconds); None
+        when unknown or within the counter's resolution: one 10 ms tick over a 41 us region
+        would read as 243 cores."""
+        if self.others_cpu_s is None or self.others_cpu_s <= self.resolution_s:
             return None
         return self.others_cpu_s / self.wall_s
 
@@ -176,7 +172,13 @@ class MachineLoad:
             if self.loadavg_before is not None and self.loadavg_after is not None
             else "load avg unknown"
         )
-        other = f"other processes {cores:.2f} cores" if cores is not None else "others unknown"
+        if self.others_cpu_s is None:
+            other = "others unknown"
+        elif cores is None:
+            within = f"{self.resolution_s:.2f} s of CPU over {self.wall_s:.3g} s"
+            other = f"other processes within the counter's resolution ({within})"
+        else:
+            other = f"other processes {cores:.2f} cores"
         verdict = {True: "CONTENDED", False: "quiet", None: "load unknown"}[self.contended]
         return f"{other}, {la}: {verdict}"
 
@@ -200,31 +202,33 @@ class LoadProbe:
         self.r = readers or READERS
         self.load: MachineLoad | None = None
 
+    # The wall clock just outside the machine's counters and this process's own CPU read last at
+    # both ends: the probe's own reading (psutil lists every process, about a millisecond) falls
+    # inside the family's window or outside all, never into others' CPU time or off the wall's.
     def start(self) -> LoadProbe:
         self._la0 = self.r.loadavg()
+        self._t0 = self.r.wall_s()
         self._cg0 = self.r.container_cpu_s()
         self._stat0 = self.r.proc_stat() if self._cg0 is None else None
         self._fam0 = self.r.family_cpu_s()
-        self._t0 = self.r.wall_s()
         return self
 
     def stop(self) -> MachineLoad:
+        cg1 = self.r.container_cpu_s() if self._cg0 is not None else None
+        stat1 = self.r.proc_stat() if self._cg0 is None else None
         wall = self.r.wall_s() - self._t0
         fam = self.r.family_cpu_s() - self._fam0
         tick = 1.0 / self.r.clock_ticks
         others = steal = None
         scope = MachineLoad.scope
         if self._cg0 is not None:
-            cg1 = self.r.container_cpu_s()
             scope = "this container (its cgroup's CPU time; it has a CPU quota)"
             if cg1 is not None:
                 others = max(0.0, (cg1 - self._cg0) - fam)
-        else:
-            stat1 = self.r.proc_stat()
-            if self._stat0 is not None and stat1 is not None:
-                busy = (stat1[0] - self._stat0[0]) * tick
-                steal = (stat1[1] - self._stat0[1]) * tick
-                others = max(0.0, busy - fam) + steal
+        elif self._stat0 is not None and stat1 is not None:
+            busy = (stat1[0] - self._stat0[0]) * tick
+            steal = (stat1[1] - self._stat0[1]) * tick
+            others = max(0.0, busy - fam) + steal
         self.load = MachineLoad(
             wall_s=wall,
             others_cpu_s=others,
