@@ -37,6 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from helpers.core import cuda_compat, machine_needs  # noqa: E402
 from helpers.core.hardware import describe_machine, machine_facts, same_machine  # noqa: E402
 
 TIMES = ROOT / "results" / "reference" / "chapter_times.json"
@@ -367,21 +368,10 @@ _ROOM_BLOCK = re.compile(r"(<!-- rented-room:start.*?-->\n).*?(<!-- rented-room:
 ZH_INDEX = ROOT / "book" / "zh" / "index.md"
 
 
-def _doctor() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("course_doctor", ROOT / "tools" / "doctor.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["course_doctor"] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def room_figures(times: dict[str, Any], root: Path = ROOT) -> dict[str, Any]:
     """The numbers of the rented-room section, each from a measurement or an estimate file:
     GPU-hours per plan, each card's estimate of a whole full run, the hub's totals."""
-    doctor = _doctor()
-    needs = doctor.machine_needs.NEEDS
+    needs = machine_needs.NEEDS
     est = times.get("gpu_estimate", {})
     whole = {g: sum(v[g] for v in est.values()) for g in next(iter(est.values()), {})}
     plans = {plan: len(sessions) * SESSION_MIN / 60 for plan, sessions in PLANS.items()}
@@ -406,7 +396,7 @@ def room_figures(times: dict[str, Any], root: Path = ROOT) -> dict[str, Any]:
             "card": name,
             "cc": f"{cc[0]}.{cc[1]}",
             "memory_gb": mem,
-            "oneflow_gpu": doctor.runs_on(cc, doctor.ONEFLOW_SASS),
+            "oneflow_gpu": cuda_compat.runs_on(cc, cuda_compat.ONEFLOW_CUDA_ARCHS),
             "column": col,
             "whole_min": whole[col] / 60 if col else None,
             # the smallest memory the card is sold with, in GB, against the need in GiB
@@ -551,15 +541,10 @@ def _swap(path: Path, block: re.Pattern[str], body: str, dry: bool) -> bool:
 
 def _workshop(times: dict[str, Any], root: Path, dry: bool) -> bool:
     path = root / WORKSHOP.relative_to(ROOT)
-    text = path.read_text(encoding="utf-8")
-    if not _BLOCK.search(text):
-        raise ValueError(f"{path}: no '<!-- chapter-times:start -->' block")
     changed = _swap(path, _BLOCK, workshop_block(times, root), dry)
-    if _ROOM_BLOCK.search(text):
-        changed |= _swap(path, _ROOM_BLOCK, room_block(times, root), dry)
-    zh = root / ZH_INDEX.relative_to(ROOT)
-    if zh.exists() and _ROOM_BLOCK.search(zh.read_text(encoding="utf-8")):
-        changed |= _swap(zh, _ROOM_BLOCK, room_block(times, root, zh=True), dry)
+    for page, zh in ((path, False), (root / ZH_INDEX.relative_to(ROOT), True)):
+        if page.exists() and _ROOM_BLOCK.search(page.read_text(encoding="utf-8")):
+            changed |= _swap(page, _ROOM_BLOCK, room_block(times, root, zh=zh), dry)
     return changed
 
 
@@ -596,6 +581,20 @@ def check(root: Path = ROOT) -> list[str]:
     return stale + (["workshop"] if _workshop(times, root, dry=True) else [])
 
 
+def _save(times: dict[str, Any], out: Path) -> dict[str, Any]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(times, indent=1) + "\n")
+    return times
+
+
+def _beside(out: Path, field: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """Another CPU's run into ``field`` of the times file, replacing that CPU's earlier one."""
+    times = _load_times(out)
+    others = [o for o in times.get(field, []) if not same_machine(o["machine"], entry["machine"])]
+    times[field] = [*others, entry]
+    return _save(times, out)
+
+
 def record(
     runs_file: Path, machine: dict[str, Any], out: Path = TIMES, *, also: bool = False
 ) -> dict[str, Any]:
@@ -607,86 +606,60 @@ def record(
     kept = {r["notebook"]: r for r in runs if r["passed"]}  # the last passing run of each
     if not kept:
         raise ValueError(f"{runs_file}: no passing run to record")
+    quick = {k: kept[k]["seconds"] for k in sorted(kept) if k[:2].isdigit()}
+    date = max(r["time"] for r in kept.values())[:10]
+    load = max(r["loadavg"] for r in kept.values())
     if also:
-        return _record_also(kept, machine, out)
+        if same_machine(machine, _load_times(out)["machine"]):
+            raise ValueError("this is the reference CPU: record its run without --also")
+        entry = {"machine": machine, "quick": quick, "date": date, "loadavg_max": load}
+        return _beside(out, "quick_also", entry)
     peaks = {k: r for k, r in kept.items() if r.get("peak_tree_mb")}
     sums = {r.get("peak_sums", "rss") for r in peaks.values()}  # runs before PSS summed RSS
     times = _load_times(out) if out.exists() else {}
     times.update(
         machine=machine,
-        quick={k: kept[k]["seconds"] for k in sorted(kept) if k[:2].isdigit()},
+        quick=quick,
         quick_peak_mb={
             k: [r["peak_tree_mb"], r["peak_process_mb"]] for k, r in sorted(peaks.items())
         },
         quick_peak_sums="pss" if sums == {"pss"} else "rss",
-        quick_date=max(r["time"] for r in kept.values())[:10],
-        quick_loadavg_max=max(r["loadavg"] for r in kept.values()),
+        quick_date=date,
+        quick_loadavg_max=load,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(times, indent=1) + "\n")
-    return times
-
-
-def _record_also(kept: dict[str, Any], machine: dict[str, Any], out: Path) -> dict[str, Any]:
-    times = _load_times(out)
-    if same_machine(machine, times["machine"]):
-        raise ValueError("this is the reference CPU: record its run without --also")
-    entry = {
-        "machine": machine,
-        "quick": {k: kept[k]["seconds"] for k in sorted(kept) if k[:2].isdigit()},
-        "date": max(r["time"] for r in kept.values())[:10],
-        "loadavg_max": max(r["loadavg"] for r in kept.values()),
-    }
-    others = [o for o in times.get("quick_also", []) if not same_machine(o["machine"], machine)]
-    times["quick_also"] = [*others, entry]
-    out.write_text(json.dumps(times, indent=1) + "\n")
-    return times
+    return _save(times, out)
 
 
 def record_full(folder: Path, out: Path = TIMES) -> dict[str, Any]:
     """Put a ``make fullcpu`` run's passing wall times and its GPU estimates
     (``tools/gpu_estimate.py``, run first) from ``folder`` into the times file. A run on
-    another CPU than the reference's goes beside it (``full_cpu_also``: wall times only)."""
+    another CPU than the reference's goes beside it (``full_cpu_also``: wall times, failures,
+    date, load; it replaces an earlier run of the same CPU)."""
     full = json.loads((folder / "full_cpu.json").read_text())
-    run = full["chapters"]
-    numbered = {k: v for k, v in run.items() if k[:2].isdigit()}
-    failed = sorted(k for k, v in numbered.items() if not v["passed"])
+    rows = {k: v for k, v in full["chapters"].items() if k[:2].isdigit()}
+    passed = {k: v["wall_s"] for k, v in sorted(rows.items()) if v["passed"]}
+    failed = sorted(set(rows) - set(passed))
+    where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
+    source = f"{where.as_posix()}/full_cpu.json"
     times = _load_times(out)
     if not same_machine(full["machine"], times["machine"]):
-        return _record_full_also(full, folder, out)
-    est = json.loads((folder / "gpu_estimate.json").read_text())
-    times["full_cpu"] = {k: v["wall_s"] for k, v in sorted(numbered.items()) if v["passed"]}
-    where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
-    times["full_cpu_source"] = (
-        f"{where.as_posix()}/full_cpu.json (make fullcpu: full sizes, fewest repeats"
-        + (f"; failed: {', '.join(failed)})" if failed else ")")
+        m = dict(full["machine"])
+        m["flags"] = m.pop("cpu_features", m.get("flags"))  # older runs' key
+        entry = {
+            "machine": {k: m.get(k) for k in ("cpu", "cpu_family", "cores", "flags")},
+            "full": passed,
+            "failed": failed,
+            "date": max(v["started"] for v in rows.values())[:10],
+            "loadavg_max": max(v.get("load_max", 0.0) for v in rows.values()),
+            "source": source,
+        }
+        return _beside(out, "full_cpu_also", entry)
+    times["full_cpu"] = passed
+    times["full_cpu_source"] = f"{source} (make fullcpu: full sizes, fewest repeats" + (
+        f"; failed: {', '.join(failed)})" if failed else ")"
     )
-    times["gpu_estimate"] = est["gpu_estimate"]
-    out.write_text(json.dumps(times, indent=1) + "\n")
-    return times
-
-
-def _record_full_also(full: dict[str, Any], folder: Path, out: Path) -> dict[str, Any]:
-    """Another CPU's ``make fullcpu`` run, beside the reference CPU's (wall times of the
-    chapters that passed, date, load); it replaces an earlier run of the same CPU."""
-    machine = dict(full["machine"])
-    machine["flags"] = machine.pop("cpu_features", machine.get("flags"))  # older runs' key
-    machine = {k: machine.get(k) for k in ("cpu", "cpu_family", "cores", "flags")}
-    rows = {k: v for k, v in full["chapters"].items() if k[:2].isdigit()}
-    where = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
-    entry = {
-        "machine": machine,
-        "full": {k: v["wall_s"] for k, v in sorted(rows.items()) if v["passed"]},
-        "failed": sorted(k for k, v in rows.items() if not v["passed"]),
-        "date": max(v["started"] for v in rows.values())[:10],
-        "loadavg_max": max(v.get("load_max", 0.0) for v in rows.values()),
-        "source": f"{where.as_posix()}/full_cpu.json",
-    }
-    times = _load_times(out)
-    others = [o for o in times.get("full_cpu_also", []) if not same_machine(o["machine"], machine)]
-    times["full_cpu_also"] = [*others, entry]
-    out.write_text(json.dumps(times, indent=1) + "\n")
-    return times
+    times["gpu_estimate"] = json.loads((folder / "gpu_estimate.json").read_text())["gpu_estimate"]
+    return _save(times, out)
 
 
 def main(argv: list[str] | None = None) -> int:

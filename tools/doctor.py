@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,13 +41,12 @@ __all__ = [
     "run_checks",
     "render",
     "serving_ok",
-    "runs_on",
     "main",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from helpers.core import cgroup, machine_needs  # noqa: E402 - standard library only
+from helpers.core import cgroup, cuda_compat, machine_needs  # noqa: E402 - standard library only
 
 # glibc: torch 2.10.0 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
 # nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
@@ -65,10 +65,8 @@ GLIBCXX_SERVING = 30  # GLIBCXX_3.4.30
 # is what the course's own Triton docker command asks for (--shm-size=1g).
 SHM_NEEDED = 1 << 30
 SHM_MINIMUM = 256 << 20
-# GPUs: OneFlow 0.9.0 (cu117 wheel) carries SASS for these and no PTX (helpers.core.cuda_compat reads
-# them from the wheel; tests/tools/test_doctor.py checks the two agree). PyTorch 2.10's cu128 wheel carries
-# sm_70 to sm_120 (torch._C._cuda_getArchFlags()), so it starts at 7.0.
-ONEFLOW_SASS = (60, 61, 70, 75, 80, 86)
+# GPUs: OneFlow's SASS architectures are helpers.core.cuda_compat's. PyTorch 2.10's cu128 wheel
+# carries sm_70 to sm_120 (torch._C._cuda_getArchFlags()), so it starts at 7.0.
 TORCH_MIN_CC = (7, 0)
 # Driver: PyTorch 2.10.0 and onnxruntime-gpu 1.23.2 use CUDA 12, which runs on drivers from 525.60.13
 # on (CUDA's minor-version compatibility); OneFlow's CUDA 11.7 needs less (450.80.02).
@@ -110,9 +108,7 @@ class Facts:
     libb64: str | None = None  # libb64.so.0d (Debian/Ubuntu libb64-0d): perf_analyzer loads it
     ci: bool = False  # CI=true: the book's browser checks are required there
     distro: str = ""  # os-release ID and ID_LIKE, e.g. "ubuntu debian"
-    kernel_spec: str = (
-        ""  # where `make kernel` registered the kernel (remembered), "" if it never did
-    )
+    kernel_spec: str = ""  # where `make kernel` registered the kernel (remembered), or ""
     kernel_spec_exists: bool = False
     kernel_python: str | None = None  # the Python its kernel.json starts
     kernel_python_exists: bool = False
@@ -139,11 +135,6 @@ class Row:
 
 def _v(parts: tuple[int, ...] | None) -> str:
     return ".".join(str(p) for p in parts) if parts else "?"
-
-
-def runs_on(cc: tuple[int, int], sass: tuple[int, ...]) -> bool:
-    """SASS runs on the same major architecture at an equal or higher minor (8.6 code on 8.9, not 9.0)."""
-    return any(a // 10 == cc[0] and a % 10 <= cc[1] for a in sass)
 
 
 def check_platform(f: Facts) -> Row:
@@ -286,7 +277,7 @@ def check_gpu(f: Facts) -> Row:
             needed,
             "PyTorch 2.10 has no code for this GPU: everything runs on the CPU. Rent a newer GPU",
         )
-    if not runs_on(cc, ONEFLOW_SASS):
+    if not cuda_compat.runs_on(cc, cuda_compat.ONEFLOW_CUDA_ARCHS, cuda_compat.ONEFLOW_HAS_PTX):
         return Row(
             "gpu",
             WARN,
@@ -413,13 +404,36 @@ def check_cpu(f: Facts) -> Row:
     return Row("cpu", status, found, needed, fix if status == WARN or f.cpu_quota else "")
 
 
-def check_cxx(f: Facts) -> Row:
-    needed = "a C++ compiler (torch.compile's CPU backend, chapter 6)"
-    if f.cxx:
-        return Row("c++", OK, f.cxx, needed)
-    return Row(
-        "c++", WARN, "none", needed, "apt-get install g++ (else chapter 6's compile step fails)"
-    )
+def _found(check: str, fact: str, needed: str, fix: str) -> Callable[[Facts], Row]:
+    """A check that a program or library is on this machine (its path, else WARN with ``fix``)."""
+
+    def run(f: Facts) -> Row:
+        path = getattr(f, fact)
+        return Row(check, OK, path, needed) if path else Row(check, WARN, "none", needed, fix)
+
+    run.__name__ = f"check_{fact}"
+    return run
+
+
+RESTORE = ", or make restore on a re-created rental instance (else {} prints a skip line)"
+check_cxx = _found(
+    "c++",
+    "cxx",
+    "a C++ compiler (torch.compile's CPU backend, chapter 6)",
+    "apt-get install g++ (else chapter 6's compile step fails)",
+)
+check_nginx = _found(
+    "nginx",
+    "nginx",
+    "nginx (chapter 9's reverse proxy in front of Triton)",
+    "apt-get install nginx" + RESTORE.format("that step"),
+)
+check_libb64 = _found(
+    "libb64",
+    "libb64",
+    "libb64.so.0d (perf_analyzer's load sweep, chapter 9)",
+    "apt-get install libb64-0d" + RESTORE.format("the perf_analyzer sweep"),
+)
 
 
 def check_chromium(f: Facts) -> Row:
@@ -438,34 +452,6 @@ def check_chromium(f: Facts) -> Row:
             "root); without it tests/book skips its browser checks"
         )
     return Row("chromium", WARN if f.ci else INFO, found, needed, how)
-
-
-def check_nginx(f: Facts) -> Row:
-    needed = "nginx (chapter 9's reverse proxy in front of Triton)"
-    if f.nginx:
-        return Row("nginx", OK, f.nginx, needed)
-    return Row(
-        "nginx",
-        WARN,
-        "none",
-        needed,
-        "apt-get install nginx, or make restore on a re-created rental instance (else that step "
-        "prints a skip line)",
-    )
-
-
-def check_libb64(f: Facts) -> Row:
-    needed = "libb64.so.0d (perf_analyzer's load sweep, chapter 9)"
-    if f.libb64:
-        return Row("libb64", OK, f.libb64, needed)
-    return Row(
-        "libb64",
-        WARN,
-        "none",
-        needed,
-        "apt-get install libb64-0d, or make restore on a re-created rental instance (else the "
-        "perf_analyzer sweep prints a skip line)",
-    )
 
 
 def check_kernel(f: Facts) -> Row:
@@ -619,18 +605,26 @@ def _pins(requirements: Path) -> dict[str, str]:
     return pins
 
 
+def _glibc() -> tuple[int, int] | None:
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+    m = re.search(r"glibc (\d+)\.(\d+)", libc or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _libraries(name: str) -> list[str]:
+    """Where ``ldconfig -p`` finds the x86-64 ``name``, then the usual library folders."""
+    out = _run(["ldconfig", "-p"]) or ""
+    found = re.findall(re.escape(name) + r" \(libc6,x86-64\) => (\S+)", out)
+    folders = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
+    return found + [str(Path(d, name)) for d in folders if Path(d, name).exists()]
+
+
 def _glibcxx() -> int | None:
-    paths = []
-    out = _run(["ldconfig", "-p"])
-    if out:
-        paths += re.findall(r"libstdc\+\+\.so\.6 \(libc6,x86-64\) => (\S+)", out)
-    paths += ["/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib64/libstdc++.so.6"]
-    for p in paths:
+    for p in _libraries("libstdc++.so.6"):
         try:
-            data = Path(p).read_bytes()
+            found = [int(n) for n in re.findall(rb"GLIBCXX_3\.4\.(\d+)", Path(p).read_bytes())]
         except OSError:
             continue
-        found = [int(n) for n in re.findall(rb"GLIBCXX_3\.4\.(\d+)", data)]
         if found:
             return max(found)
     return None
@@ -659,17 +653,6 @@ def _gpus() -> tuple[bool, tuple, tuple[int, ...] | None, int | None]:
         if memory is None and mib:
             memory = int(mib.group(1))  # "24564 MiB"
     return True, tuple(gpus), driver, memory
-
-
-def _libb64() -> str | None:
-    out = _run(["ldconfig", "-p"]) or ""
-    m = re.search(r"libb64\.so\.0d \(libc6,x86-64\) => (\S+)", out)
-    if m:
-        return m.group(1)
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):
-        if Path(d, "libb64.so.0d").exists():
-            return str(Path(d, "libb64.so.0d"))
-    return None
 
 
 def _distro() -> str:
@@ -714,8 +697,6 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
     if python:
         out = _run([python, "-c", _PROBE], timeout=120)
         probe = json.loads(out) if out else {}
-    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
-    m = re.search(r"glibc (\d+)\.(\d+)", libc or "")
     disk = subprocess.run(
         ["bash", str(ROOT / "tools" / "check_disk.sh"), venv], capture_output=True, text=True
     )
@@ -748,7 +729,7 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
         python_has_venv=probe.get("has_venv"),
         packages=probe.get("packages", {}),
         pins=_pins(ROOT / "requirements.txt"),
-        glibc=(int(m.group(1)), int(m.group(2))) if m else None,
+        glibc=_glibc(),
         glibcxx=_glibcxx(),
         disk_rc=disk.returncode,
         disk_message=" ".join((disk.stdout + disk.stderr).split()),
@@ -764,7 +745,7 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
         or next(
             (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
         ),
-        libb64=_libb64(),
+        libb64=next(iter(_libraries("libb64.so.0d")), None),
         ci=os.environ.get("CI", "").lower() == "true",
         distro=_distro(),
         kernel_spec=kernel_spec,
@@ -790,10 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serving-ok", action="store_true", help="exit 0 if nvidia-pytriton fits here")
     args = ap.parse_args(argv)
     if args.serving_ok:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else ""
-        m = re.search(r"glibc (\d+)\.(\d+)", libc or "")
-        facts = Facts(glibc=(int(m.group(1)), int(m.group(2))) if m else None, glibcxx=_glibcxx())
-        return 0 if serving_ok(facts) else 1
+        return 0 if serving_ok(Facts(glibc=_glibc(), glibcxx=_glibcxx())) else 1
     try:
         rows = run_checks(gather(args.venv, args.python310, args.kernel_spec))
     except Exception as exc:  # a bug in the doctor must not stop an install
