@@ -42,7 +42,7 @@ sparse, 2,039 GB/s for the 80 GB SXM); NVIDIA L4 datasheet (FP32 30.3, TF32 120 
 sparsity, 300 GB/s); NVIDIA H100 datasheet (SXM: FP32 67, TF32 989 and BF16 1,979 with sparsity,
 3.35 TB/s).
 
-    python tools/gpu_estimate.py [--folder results/reference/<cpu>-full-cpu]
+    python tools/gpu_estimate.py [--write-setup]   # make fullcpu: also book/setup.md
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]
+import chapter_times as ct  # noqa: E402 - the reference CPU and how machines are numbered
+
 from helpers.core.hardware import describe_machine, same_machine  # noqa: E402
 
 GPUS = {  # TFLOP/s dense and TB/s, from the datasheets named above
@@ -423,15 +425,11 @@ def _minutes(s: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", type=Path, help="the make fullcpu results folder")
-    parser.add_argument(
-        "--setup-table", action="store_true", help="also print book/setup.md's table"
-    )
     parser.add_argument(
         "--write-setup", action="store_true", help="also rewrite book/setup.md's table"
     )
     args = parser.parse_args(argv)
-    folder = args.folder or reference_folder()
+    folder = reference_folder()
     run = json.loads((folder / "full_cpu.json").read_text())
     out: dict[str, Any] = {
         "label": "estimate until a GPU run replaces it",
@@ -514,29 +512,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     (folder / "GPU_ESTIMATE.md").write_text("\n".join(lines) + "\n")
     print(f"GPU estimate: {folder / 'GPU_ESTIMATE.md'}")
-    if args.setup_table or args.write_setup:  # the reference CPU's run, others beside it
-        ref = reference_folder()
-        run = json.loads((ref / "full_cpu.json").read_text())
-        out = json.loads((ref / "gpu_estimate.json").read_text())
-        others = other_runs(run)
-    if args.setup_table:
-        print(setup_block(run, out, others))
-    if args.write_setup:
-        changed = write_setup(run, out, others)
+    if args.write_setup:  # the reference CPU's run, others beside it
+        block = setup_block(run, out, other_runs(run))
+        changed = ct._swap(SETUP, _SETUP_BLOCK, block, dry=False)
         print("book/setup.md:", "rewritten" if changed else "unchanged")
     return 0
-
-
-def _chapter_times() -> Any:
-    """tools/chapter_times.py, for the reference CPU and how machines compare."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "chapter_times", ROOT / "tools" / "chapter_times.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _full_runs() -> list[Path]:
@@ -549,7 +529,6 @@ def _full_runs() -> list[Path]:
 def reference_folder() -> Path:
     """The ``make fullcpu`` folder of the reference CPU (the one chapter_times.json's quick
     run names); the newest folder where none matches it."""
-    ct = _chapter_times()
     folders = _full_runs()
     machine = ct._load_times()["machine"] if ct.TIMES.exists() else None
     for f in folders:
@@ -573,7 +552,6 @@ def other_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
 def cpu_numbers(others: list[dict[str, Any]]) -> list[int]:
     """The CPU number (2, 3 ...) each other run's CPU has on every page: the workshop's and
     the Time lines' numbering (chapter_times.json), so that "CPU 3" is one CPU throughout."""
-    ct = _chapter_times()
     times = ct._load_times() if ct.TIMES.exists() else {}
     return ct.cpu_numbers(times, [o["machine"] for o in others])
 
@@ -700,7 +678,6 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
             f"longest in {slow}."
         )
         texts.append(text)
-    ct = _chapter_times()
     times = ct._load_times() if ct.TIMES.exists() else {}
     for n, o in ct._numbered(times, "quick_also"):  # CPUs that left quick-mode times only
         if n not in numbers:
@@ -731,19 +708,6 @@ def setup_block(run: dict[str, Any], est: dict[str, Any], others: list[dict[str,
         + trained
         + "\n"
     )
-
-
-def write_setup(
-    run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = (), path: Path = SETUP
-) -> bool:
-    """Rewrite book/setup.md's generated part; True if it changed."""
-    text = path.read_text(encoding="utf-8")
-    if not _SETUP_BLOCK.search(text):
-        raise ValueError(f"{path}: no '<!-- full-cpu:start -->' block")
-    block = setup_block(run, est, others)
-    new = _SETUP_BLOCK.sub(lambda m: m.group(1) + block + m.group(2), text)
-    path.write_text(new, encoding="utf-8")
-    return new != text
 
 
 def setup_table(run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = ()) -> str:

@@ -314,7 +314,7 @@ def test_a_cpu_has_one_number_on_every_page():
     """book/setup.md numbers the other CPUs as the workshop and the Time lines do: a CPU with
     a quick run kept keeps its number, one with a full-size run only comes after those (the
     committed Genoa run is CPU 3 in both, not CPU 2 in setup.md)."""
-    ct = gpu._chapter_times()
+    ct = gpu.ct
     times = ct._load_times()
     quick = [o["machine"] for o in times["quick_also"]]
     new = {"cpu": "Some CPU", "cores": 2, "cpu_features": ["avx2"], "memory_gib": 8.0}
