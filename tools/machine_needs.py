@@ -20,10 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from chapter_times import _swap  # noqa: E402 - one way to rewrite a generated block
+
 MODULE = ROOT / "src" / "helpers" / "core" / "machine_needs.py"
 TIMES = ROOT / "results" / "reference" / "chapter_times.json"
 _BLOCK = re.compile(r"(# needs:start[^\n]*\n).*?(# needs:end)", re.S)
@@ -103,25 +107,14 @@ def block(root: Path = ROOT) -> str:
     return f"NEEDS: dict[str, Any] = {_literal(needs(root))}\n"
 
 
-def _swap(root: Path, dry: bool) -> bool:
-    path = root / MODULE.relative_to(ROOT)
-    text = path.read_text(encoding="utf-8")
-    if not _BLOCK.search(text):
-        raise ValueError(f"{path}: no '# needs:start' ... '# needs:end' block")
-    new = _BLOCK.sub(lambda m: m.group(1) + block(root) + m.group(2), text)
-    if new != text and not dry:
-        path.write_text(new, encoding="utf-8")
-    return new != text
-
-
 def write(root: Path = ROOT) -> bool:
     """Rewrite the block; True when it changed."""
-    return _swap(root, dry=False)
+    return _swap(root / MODULE.relative_to(ROOT), _BLOCK, block(root), dry=False)
 
 
 def check(root: Path = ROOT) -> bool:
     """True when the block differs from what the measurements give (stale)."""
-    return _swap(root, dry=True)
+    return _swap(root / MODULE.relative_to(ROOT), _BLOCK, block(root), dry=True)
 
 
 def main(argv: list[str] | None = None) -> int:
