@@ -47,6 +47,8 @@ from helpers.core.hardware import describe_machine, machine_facts  # noqa: E402
 
 MAX_DROP_POINTS = 1.0  # the best path loses at most this many points of accuracy
 MAX_RULE_DROP = 0.02  # the INT8 rule's accuracy drop (a fraction), as in chapter 8
+BATCH, IMAGE_SIZE, WARMUP, CALIBRATION = 16, 224, 2, 32  # calibration: images for INT8
+STREAMS = 2  # OpenVINO streams of the split variant
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -54,27 +56,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=available_cores())
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--streams", type=int, default=2, help="OpenVINO streams of the split variant")
-    p.add_argument("--calibration", type=int, default=32, help="calibration images")
     p.add_argument("--no-accuracy", action="store_true", help="skip training the accuracy model")
     p.add_argument(
         "--json", type=Path, default=ROOT / "results" / "cpu_deploy" / "resnet101_b16.json"
     )
-    p.add_argument("--work-dir", type=Path, default=None, help="where models are written")
     p.add_argument(
         "--fail-if-contended",
         action="store_true",
         help="exit with status 3 when other processes shared the cores (make bench)",
     )
     args = p.parse_args(argv)
-    if args.threads < 1 or args.batch < 1 or args.repeats < 1 or args.warmup < 0:
-        p.error("threads, batch and repeats must be positive, warmup non-negative")
-    if not 1 <= args.streams <= args.threads:
-        p.error(f"--streams must be between 1 and --threads ({args.threads})")
+    if args.repeats < 1 or args.threads < STREAMS:
+        p.error(f"--repeats must be positive and --threads at least {STREAMS} (OpenVINO streams)")
     return args
 
 
@@ -116,7 +110,7 @@ def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool
         work_dir=work / "trained",
         which=names,
         bf16=bf16,
-        streams=args.streams,
+        streams=STREAMS,
     )
     from helpers.core import comparison
 
@@ -177,11 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = roofline.ceilings("cpu", n=2048, repeats=3)
     print("ceilings (GFLOP/s, int8 GOP/s):", {k: round(v) for k, v in ceilings.items()})
 
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_cpu_deploy_"))
-    work.mkdir(parents=True, exist_ok=True)
-    n_img = args.batch + args.calibration
-    x_all = data.normalize(data.make_images(n_img, args.image_size, seed=5, num_classes=8)[0])
-    xb, calib = np.ascontiguousarray(x_all[: args.batch]), x_all[args.batch :]
+    work = Path(tempfile.mkdtemp(prefix="bench_cpu_deploy_"))
+    x_all = data.normalize(data.make_images(BATCH + CALIBRATION, IMAGE_SIZE, seed=5)[0])
+    xb, calib = np.ascontiguousarray(x_all[:BATCH]), x_all[BATCH:]
     r101 = models.build_classifier("torch", "resnet101", num_classes=8)
     models.calibrate_batchnorm(r101, torch.from_numpy(xb))
     r101.eval()
@@ -194,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         work_dir=work,
         bf16=bf16,
-        streams=args.streams,
+        streams=STREAMS,
     )
     print(f"built {len(variants)} variants in {time.perf_counter() - start:.0f} s")
     flops = roofline.count_flops(r101, torch.from_numpy(xb))
@@ -221,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, runs = cpu_target.measure_variants(
         variants,
         xb,
-        warmup=args.warmup,
+        warmup=WARMUP,
         repeats=args.repeats,
         flops=flops,
         ceilings=ceilings,
@@ -258,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     load = ledger.on_machine(*runs.values())["load"]
     print()
     print(
-        f"ResNet-101, {args.image_size}x{args.image_size}, batch {args.batch}, "
+        f"ResNet-101, {IMAGE_SIZE}x{IMAGE_SIZE}, batch {BATCH}, "
         f"{args.threads} threads, {args.repeats} interleaved rounds"
         + ("  ** CONTENDED: other processes shared the cores **" if contended else "")
     )
@@ -283,12 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "workload": {
             "model": "resnet101",
-            "image_size": args.image_size,
-            "batch": args.batch,
+            "image_size": IMAGE_SIZE,
+            "batch": BATCH,
             "flops_per_batch": flops,
         },
         "threads": args.threads,
-        "warmup": args.warmup,
+        "warmup": WARMUP,
         "repeats": args.repeats,
         "machine": machine_facts(),
         "libraries": report.get("libraries"),

@@ -27,7 +27,7 @@ The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json
 not reference timings (a few repeats); they say how long a full-size run takes on
 this CPU. ``--only 04 05`` reruns some notebooks and merges them into the existing table.
 
-    python tools/full_cpu_run.py [--only STEM ...] [--out DIR] [--cell-timeout S] [--refresh]
+    python tools/full_cpu_run.py [--only STEM ...]
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _first_error_line(text: str) -> str:
     return lines[0][:300] if lines else ""
 
 
-def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> dict[str, Any]:
+def run_notebook(nb: Path, cell_timeout: int = 3600) -> dict[str, Any]:
     """Execute one notebook under nbval in a pytest process of its own; its row of the table."""
     junit = WORK / "junit" / f"{nb.stem}.xml"
     junit.parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ def run_notebook(nb: Path, cell_timeout: int, python: str = sys.executable) -> d
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
     cmd = [
-        python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(nb.relative_to(ROOT)),
+        sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(nb.relative_to(ROOT)),
         "--nbval-lax", f"--nbval-cell-timeout={cell_timeout}", f"--junitxml={junit}",
     ]  # fmt: skip
     log = WORK / "logs" / f"{nb.stem}.log"
@@ -370,26 +370,15 @@ def write(out: Path, data: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="notebook name prefixes (default: all)")
-    parser.add_argument("--out", type=Path, help="results folder (default: by the CPU)")
-    parser.add_argument("--cell-timeout", type=int, default=3600)
-    parser.add_argument(
-        "--refresh", action="store_true", help="rewrite the table from the saved nbval files"
-    )
     args = parser.parse_args(argv)
-    out = args.out or default_out()
+    out = default_out()
     path = out / "full_cpu.json"
-    if args.refresh:
-        data = json.loads(path.read_text())
-        for stem, row in data["chapters"].items():
-            data["chapters"][stem] = cell_results(ROOT / "notebooks" / f"{stem}.ipynb", row)
-        write(out, data)
-        return 0
     data = json.loads(path.read_text()) if path.exists() and args.only else {"chapters": {}}
     data["machine"] = machine()
     data["command"] = "make fullcpu (python tools/full_cpu_run.py)"
     for nb in notebooks(args.only):
         print(f"{time.strftime('%H:%M:%S')} {nb.stem} ...", flush=True)
-        row = run_notebook(nb, args.cell_timeout)
+        row = run_notebook(nb)
         row["rerun"] = bool(args.only)  # merged into an earlier run's table
         data["chapters"][nb.stem] = row
         data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

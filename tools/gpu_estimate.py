@@ -59,6 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]
 import chapter_times as ct  # noqa: E402 - the reference CPU and how machines are numbered
+from full_cpu_run import _minutes  # noqa: E402
 
 from helpers.core.hardware import describe_machine, same_machine  # noqa: E402
 
@@ -417,10 +418,6 @@ GPU_MEMORY_NOTE = (
     f"plus {CONTEXT_GIB:g} GiB assumed per framework for its CUDA context, libraries and "
     "workspaces; OneFlow's and ONNX Runtime's passes counted as PyTorch's."
 )
-
-
-def _minutes(s: float) -> str:
-    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
