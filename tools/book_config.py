@@ -126,31 +126,18 @@ def book_config(env: dict[str, str] | None = None, base: Path = ROOT / "_config.
         if env.get(var, "").strip()
     }
 
-    if repo is None:
-        if hubs:
-            raise BookConfigError(
-                "a launch button needs the repository it pulls the notebooks from: "
-                "set COURSE_REPO_URL as well (or build from a clone whose origin is that repository)"
-            )
-        # No repository: no buttons that would point somewhere (JB's default URL is its own repo).
-        config["repository"] = {"url": "", "path_to_book": "", "branch": branch}
-        html.update(
-            use_repository_button=False, use_issues_button=False, use_edit_page_button=False
+    if repo is None and hubs:
+        raise BookConfigError(
+            "a launch button needs the repository it pulls the notebooks from: "
+            "set COURSE_REPO_URL as well (or build from a clone whose origin is that repository)"
         )
-        config["launch_buttons"] = {
-            "notebook_interface": "jupyterlab",
-            "binderhub_url": "",
-            "jupyterhub_url": "",
-            "colab_url": "",
-            "thebe": False,
-        }
-        return config
-
-    config["repository"] = {"url": repo, "path_to_book": "", "branch": branch}
+    # No repository: no buttons that would point somewhere (JB's default URL is its own repo).
+    config["repository"] = {"url": repo or "", "path_to_book": "", "branch": branch}
     html.update(
-        use_repository_button=True,
-        use_edit_page_button=True,
-        use_issues_button=urlparse(repo).netloc in ("github.com", "gitlab.com"),
+        use_repository_button=repo is not None,
+        use_edit_page_button=repo is not None,
+        use_issues_button=repo is not None
+        and urlparse(repo).netloc in ("github.com", "gitlab.com"),
     )
     config["launch_buttons"] = {
         "notebook_interface": "jupyterlab",
