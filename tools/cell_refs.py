@@ -23,6 +23,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("book/workshop.md", "book/zh/index.md")
@@ -65,36 +66,34 @@ def _number(ids: tuple[str, ...], index: dict[str, int]) -> tuple[str | None, st
     return (str(first) if first == last else f"{first}-{last}"), ""
 
 
+def _now(m: re.Match[str], cache: dict[str, Any], root: Path) -> tuple[str | None, str]:
+    """The number a marker's notebook gives now, or None and why not."""
+    nb = m.group("nb")
+    if nb not in cache:
+        path = root / "notebooks" / f"{nb}.ipynb"
+        cache[nb] = cell_ids(nb, root) if path.exists() else None
+    if cache[nb] is None:
+        return None, f"no notebook {nb}"
+    return _number(tuple(x for x in (m.group("a"), m.group("b")) if x), cache[nb])
+
+
 def refs(text: str, page: str = "", root: Path = ROOT) -> list[Ref]:
     """Every marked reference in ``text``, with the number its notebook gives now."""
     found, cache = [], {}
     for m in REF.finditer(text):
-        nb = m.group("nb")
         ids = tuple(x for x in (m.group("a"), m.group("b")) if x)
         line = text.count("\n", 0, m.start()) + 1
-        if nb not in cache:
-            try:
-                cache[nb] = cell_ids(nb, root)
-            except FileNotFoundError:
-                cache[nb] = None
-        if cache[nb] is None:
-            found.append(Ref(page, line, m.group("num"), nb, ids, None, f"no notebook {nb}"))
-            continue
-        now, problem = _number(ids, cache[nb])
-        found.append(Ref(page, line, m.group("num"), nb, ids, now, problem))
+        found.append(Ref(page, line, m.group("num"), m.group("nb"), ids, *_now(m, cache, root)))
     return found
 
 
 def render(text: str, root: Path = ROOT) -> str:
     """``text`` with every marked number replaced by what its notebook gives now (broken markers
     are left as they are: :func:`refs` reports them)."""
+    cache: dict[str, Any] = {}
 
     def sub(m: re.Match[str]) -> str:
-        ids = tuple(x for x in (m.group("a"), m.group("b")) if x)
-        try:
-            now, _ = _number(ids, cell_ids(m.group("nb"), root))
-        except FileNotFoundError:
-            now = None
+        now = _now(m, cache, root)[0]
         return m.group(0) if now is None else now + m.group(0)[len(m.group("num")) :]
 
     return REF.sub(sub, text)

@@ -37,12 +37,8 @@ _MARK_RE = re.compile(r"^#\s?@save\s+(helpers(?:\.\w+)+)\s*$")
 _MARK_START = re.compile(r"^#\s?@save\b")
 
 
-def _begin(notebook: str) -> str:
-    return f"# ---- saved from {notebook} by tools/save_cells.py: edit it there ----"
-
-
-def _end(notebook: str) -> str:
-    return f"# ---- end of cells saved from {notebook} ----"
+BEGIN = "# ---- saved from {} by tools/save_cells.py: edit it there ----"
+END = "# ---- end of cells saved from {} ----"
 
 
 def saved_cells(root: Path) -> dict[str, dict[str, list[str]]]:
@@ -93,7 +89,7 @@ def render_module(text: str, regions: dict[str, list[str]]) -> str:
 
 
 def _replace_region(text: str, notebook: str, body: str | None) -> str:
-    begin, end = _begin(notebook), _end(notebook)
+    begin, end = BEGIN.format(notebook), END.format(notebook)
     block = "" if body is None else f"{begin}\n{body}\n{end}\n"
     if begin in text:
         start = text.index(begin)
