@@ -82,12 +82,10 @@ class Facts:
 
     system: str = "Linux"
     machine: str = "x86_64"
-    uid: int = 1000
     venv: str = ".venv"
     venv_exists: bool = False
     python: str | None = None  # the Python 3.10 the install uses (the venv's, else PYTHON310)
     python_version: tuple[int, int] | None = None
-    python_shared: bool | None = None  # built with --enable-shared (sysconfig Py_ENABLE_SHARED)
     libpython: str | None = None  # its libpython3.10.so.1.0, where Triton's stub will look
     python_has_venv: bool | None = None  # `import venv, ensurepip` works (Debian: python3.10-venv)
     packages: dict[str, str] = field(default_factory=dict)  # installed in that Python
@@ -591,8 +589,8 @@ try:
     pkgs = {d.metadata["Name"].lower(): d.version for d in metadata.distributions() if d.metadata["Name"]}
 except Exception:
     pkgs = {}
-print(json.dumps({"version": list(sys.version_info[:2]), "shared": bool(cfg("Py_ENABLE_SHARED")),
-                  "libpython": lib, "has_venv": has_venv, "packages": pkgs}))
+print(json.dumps({"version": list(sys.version_info[:2]), "libpython": lib, "has_venv": has_venv,
+                  "packages": pkgs}))
 """
 
 
@@ -719,12 +717,10 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
     return Facts(
         system=platform.system(),
         machine=platform.machine(),
-        uid=os.getuid() if hasattr(os, "getuid") else -1,
         venv=venv,
         venv_exists=vpy.exists(),
         python=python if probe else None,
         python_version=tuple(probe["version"]) if probe else None,
-        python_shared=probe.get("shared"),
         libpython=probe.get("libpython"),
         python_has_venv=probe.get("has_venv"),
         packages=probe.get("packages", {}),

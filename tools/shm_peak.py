@@ -22,12 +22,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from helpers.core.process_memory import Sampler  # noqa: E402 - the course's one sampling thread
 
 __all__ = ["shm_mapped", "measure", "record", "main"]
 TIMES = ROOT / "results" / "reference" / "chapter_times.json"
@@ -65,6 +66,17 @@ def shm_mapped(pids: list[int], maps: dict[int, str] | None = None) -> int:
     return sum(sizes.values())
 
 
+class ShmPeak(Sampler):
+    """The largest :func:`shm_mapped` of process ``pid``'s tree, sampled every 0.1 s."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(0.1)
+        self.pid, self.peak = pid, 0
+
+    def sample(self) -> None:
+        self.peak = max(self.peak, shm_mapped(_tree(self.pid)))
+
+
 def measure(notebook: Path, timeout_s: int = 1800) -> dict[str, object]:
     """Run ``notebook`` under nbval (quick mode, cold start) and sample its /dev/shm peak."""
     env = dict(
@@ -80,28 +92,18 @@ def measure(notebook: Path, timeout_s: int = 1800) -> dict[str, object]:
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    peak, stop = [0], threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], shm_mapped(_tree(proc.pid)))
-            stop.wait(0.1)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        stop.set()
-        sampler.join()
+    with ShmPeak(proc.pid) as shm:
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return {
         "notebook": notebook.stem,
         "passed": proc.returncode == 0,
         "seconds": round(time.perf_counter() - t0, 1),
-        "shm_peak_mib": round(peak[0] / 2**20, 1),
+        "shm_peak_mib": round(shm.peak / 2**20, 1),
         "tail": out.decode(errors="replace").strip().splitlines()[-1:],
     }
 
@@ -132,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         print(json.dumps(record(args.record), indent=1))
         return 0
-    sys.path.insert(0, str(ROOT / "src"))
     from helpers.core.hardware import machine_facts
 
     runs = []

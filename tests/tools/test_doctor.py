@@ -34,7 +34,6 @@ GOOD = doctor.Facts(
     venv_exists=True,
     python="/x/.venv/bin/python",
     python_version=(3, 10),
-    python_shared=True,
     libpython="/usr/lib/libpython3.10.so",
     python_has_venv=True,
     glibc=(2, 35),
@@ -90,7 +89,7 @@ def test_python_missing_wrong_or_without_venv() -> None:
 
 
 def test_static_pyenv_build_warns_for_triton() -> None:
-    row = doctor.check_libpython(dataclasses.replace(GOOD, python_shared=False, libpython=None))
+    row = doctor.check_libpython(dataclasses.replace(GOOD, libpython=None))
     assert row.status == "WARN" and "PYTHON_CONFIGURE_OPTS=--enable-shared" in row.fix
 
 
