@@ -227,12 +227,16 @@ PLANS: dict[str, list[tuple[str, list[tuple[str, int]]]]] = {
 }
 
 
+def room_reading(size: dict[str, int]) -> float:
+    """Minutes to read a page in a room, along with the teacher."""
+    return size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN
+
+
 def room_minutes(stem: str, exercises: int, times: dict[str, Any], root: Path = ROOT) -> int:
     """Minutes a chapter takes in a room: participants read while it runs (the longer of the two,
     on the slowest CPU measured), then do ``exercises`` of its exercises, plus the teacher's
     discussion."""
-    size = page_size(root / "notebooks" / f"{stem}.ipynb")
-    read = size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN
+    read = room_reading(page_size(root / "notebooks" / f"{stem}.ipynb"))
     run = slowest_quick(stem, times) / 60
     return math.ceil(max(read, run) + exercises * MIN_PER_EXERCISE + DISCUSSION_MIN)
 
@@ -265,20 +269,16 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
         "| reading (estimate) | exercises (estimate) | peak memory, process tree (measured) |",
         "|---|---|---|---|---|---|",
     ]
+    quick_runs = [times["quick"], *(o["quick"] for o in also)]
+    full_runs = [times.get("full_cpu", {}), *(o["full"] for _, o in full_also)]
     for nb in chapters(root):
         size = page_size(nb)
-        quick = times["quick"].get(nb.stem)
-        quick_text = _minutes(quick) if quick else "not measured"
-        for o in also:
-            q = o["quick"].get(nb.stem)
-            quick_text += f" / {_minutes(q) if q else 'not measured'}"
-        full = times.get("full_cpu", {}).get(nb.stem)
-        full_text = _minutes(full) if full else "not measured"
-        for _, o in full_also:
-            f = o["full"].get(nb.stem)
-            full_text += f" / {_minutes(f) if f else 'not measured'}"
+        quick_text, full_text = (
+            " / ".join(_minutes(r[nb.stem]) if r.get(nb.stem) else "not measured" for r in runs)
+            for runs in (quick_runs, full_runs)
+        )
         peak = times.get("quick_peak_mb", {}).get(nb.stem)
-        read = math.ceil(size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN)
+        read = math.ceil(room_reading(size))
         rows.append(
             f"| {_title(nb)} | {quick_text} | {full_text} | {read} min | "
             f"{size['exercises']} x {MIN_PER_EXERCISE} min | "
@@ -378,11 +378,11 @@ def room_figures(times: dict[str, Any], root: Path = ROOT) -> dict[str, Any]:
     slowest_run = max(  # minutes, the slowest estimated chapter on any GPU column
         (s / 60, stem) for stem, per in est.items() for s in per.values()
     )
-    reading = {}
-    for _, sessions in PLANS["Two days"]:
-        for stem, _ in sessions:
-            size = page_size(root / "notebooks" / f"{stem}.ipynb")
-            reading[stem] = size["words"] / WORDS_PER_MIN + size["code_lines"] / CODE_LINES_PER_MIN
+    reading = {
+        stem: room_reading(page_size(root / "notebooks" / f"{stem}.ipynb"))
+        for _, sessions in PLANS["Two days"]
+        for stem, _ in sessions
+    }
     runs_shorter = all(
         max(est.get(stem, {}).values(), default=0) / 60 < read for stem, read in reading.items()
     )
