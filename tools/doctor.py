@@ -136,49 +136,35 @@ def _v(parts: tuple[int, ...] | None) -> str:
 
 
 def check_platform(f: Facts) -> Row:
-    found = f"{f.system} {f.machine}"
+    found, needed = f"{f.system} {f.machine}", "Linux x86-64"
     if f.system == "Linux" and f.machine in ("x86_64", "AMD64"):
-        return Row("platform", OK, found, "Linux x86-64")
-    return Row(
-        "platform",
-        FAIL,
-        found,
-        "Linux x86-64",
+        return Row("platform", OK, found, needed)
+    fix = (
         "OneFlow 0.9.0, nvidia-pytriton and onnxruntime-gpu ship Linux x86-64 wheels only: nothing "
-        "of OneFlow runs on macOS or native Windows. Use a Linux machine, a rented GPU, or WSL2.",
+        "of OneFlow runs on macOS or native Windows. Use a Linux machine, a rented GPU, or WSL2."
     )
+    return Row("platform", FAIL, found, needed, fix)
 
 
 def check_python(f: Facts) -> Row:
     needed = "Python 3.10 (OneFlow 0.9.0: wheels for 3.7-3.10)"
     if f.python is None or f.python_version is None:
-        return Row(
-            "python",
-            FAIL,
-            "no Python 3.10",
-            needed,
+        fix = (
             "pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install 3.10.13; Debian/Ubuntu: "
             "apt-get install python3.10 python3.10-venv; or conda: conda env create -f "
-            "environment.yml, then make setup VENV=$CONDA_PREFIX",
+            "environment.yml, then make setup VENV=$CONDA_PREFIX"
         )
+        return Row("python", FAIL, "no Python 3.10", needed, fix)
     found = f"{_v(f.python_version)} at {f.python}"
     if f.python_version != (3, 10):
-        return Row(
-            "python",
-            FAIL,
-            found,
-            needed,
+        fix = (
             f"{f.venv} was made with another Python: make distclean, then make setup "
-            "(or PYTHON310=/path/to/python3.10)",
+            "(or PYTHON310=/path/to/python3.10)"
         )
+        return Row("python", FAIL, found, needed, fix)
     if not f.venv_exists and f.python_has_venv is False:
-        return Row(
-            "python",
-            FAIL,
-            found + ", no venv module",
-            needed + " with venv",
-            "apt-get install python3.10-venv (Debian/Ubuntu split venv and ensurepip out)",
-        )
+        fix = "apt-get install python3.10-venv (Debian/Ubuntu split venv and ensurepip out)"
+        return Row("python", FAIL, found + ", no venv module", needed + " with venv", fix)
     return Row("python", OK, found, needed)
 
 
@@ -188,15 +174,12 @@ def check_libpython(f: Facts) -> Row:
         return Row("libpython", INFO, "no Python 3.10", needed)
     if f.libpython:  # conda's python is static but ships the shared library too: that is enough
         return Row("libpython", OK, f.libpython, needed)
-    return Row(
-        "libpython",
-        WARN,
-        "static build (no libpython3.10.so.1.0)",
-        needed,
+    fix = (
         "chapter 9's Triton server cannot start its Python models. pyenv: "
         "PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install --force 3.10.13, then make distclean "
-        "setup; or use conda's or your distribution's python3.10 (both are shared)",
+        "setup; or use conda's or your distribution's python3.10 (both are shared)"
     )
+    return Row("libpython", WARN, "static build (no libpython3.10.so.1.0)", needed, fix)
 
 
 def check_glibc(f: Facts) -> Row:
@@ -205,25 +188,20 @@ def check_glibc(f: Facts) -> Row:
     if f.glibc is None:
         return Row("glibc", WARN, "not glibc (musl? not Linux?)", needed, "use a glibc Linux image")
     if f.glibc < GLIBC_INSTALL:
-        return Row(
-            "glibc",
-            FAIL,
-            found,
-            f"glibc >= {_v(GLIBC_INSTALL)} (PyTorch's manylinux_2_28 wheels)",
+        needed = f"glibc >= {_v(GLIBC_INSTALL)} (PyTorch's manylinux_2_28 wheels)"
+        fix = (
             "use an image of Ubuntu 22.04 or newer, or Debian 12 (Ubuntu 20.04, Debian 11 and "
-            "Rocky / RHEL 9 install everything but chapter 9)",
+            "Rocky / RHEL 9 install everything but chapter 9)"
         )
-    if not serving_ok(f):
-        return Row(
-            "glibc",
-            WARN,
-            found,
-            needed,
-            "nvidia-pytriton (manylinux_2_35) cannot install here: make setup installs everything "
-            "else, chapter 9 is skipped and chapter 10 has no served rung. For them, rent an image "
-            "of Ubuntu 22.04 or newer, or Debian 12 (Rocky / RHEL 9's glibc 2.34 is too old too)",
-        )
-    return Row("glibc", OK, found, needed)
+        return Row("glibc", FAIL, found, needed, fix)
+    if serving_ok(f):
+        return Row("glibc", OK, found, needed)
+    fix = (
+        "nvidia-pytriton (manylinux_2_35) cannot install here: make setup installs everything "
+        "else, chapter 9 is skipped and chapter 10 has no served rung. For them, rent an image "
+        "of Ubuntu 22.04 or newer, or Debian 12 (Rocky / RHEL 9's glibc 2.34 is too old too)"
+    )
+    return Row("glibc", WARN, found, needed, fix)
 
 
 def serving_ok(f: Facts) -> bool:
@@ -237,9 +215,8 @@ def check_disk(f: Facts) -> Row:
     needed = "~20 GB free at the install's peak (tools/check_disk.sh)"
     if f.disk_rc in (None, 0):
         return Row("disk", OK if f.disk_rc == 0 else INFO, found, needed)
-    return Row(
-        "disk", FAIL, found, needed, f.disk_message or "free some space, or VENV=/bigdisk/venv"
-    )
+    fix = f.disk_message or "free some space, or VENV=/bigdisk/venv"
+    return Row("disk", FAIL, found, needed, fix)
 
 
 def check_shm(f: Facts) -> Row:
@@ -265,45 +242,33 @@ def check_gpu(f: Facts) -> Row:
         return Row("gpu", INFO, found, needed, "quick mode on the CPU; full mode wants a GPU")
     name, cc = f.gpus[0]
     found = f"{name}, CC {_v(cc)}" + (f" (+{len(f.gpus) - 1} more)" if len(f.gpus) > 1 else "")
+    fix = ""
     if cc is None:
-        return Row("gpu", WARN, found, needed, "driver too old to report compute capability")
-    if cc < TORCH_MIN_CC:
-        return Row(
-            "gpu",
-            WARN,
-            found,
-            needed,
-            "PyTorch 2.10 has no code for this GPU: everything runs on the CPU. Rent a newer GPU",
-        )
-    if not cuda_compat.runs_on(cc, cuda_compat.ONEFLOW_CUDA_ARCHS, cuda_compat.ONEFLOW_HAS_PTX):
-        return Row(
-            "gpu",
-            WARN,
-            found,
-            needed,
+        fix = "driver too old to report compute capability"
+    elif cc < TORCH_MIN_CC:
+        fix = "PyTorch 2.10 has no code for this GPU: everything runs on the CPU. Rent a newer GPU"
+    elif not cuda_compat.runs_on(cc, cuda_compat.ONEFLOW_CUDA_ARCHS, cuda_compat.ONEFLOW_HAS_PTX):
+        fix = (
             "OneFlow 0.9.0 has no code for this GPU (Hopper: H100, H200, H800, H20; Blackwell): its "
             "cells run on the CPU (PyTorch, ONNX Runtime and Triton use the GPU). To see OneFlow on "
-            "a GPU, rent one of compute capability 7.0-8.9 (A100/A800, A10, L20, L4, RTX 3090/4090)",
+            "a GPU, rent one of compute capability 7.0-8.9 (A100/A800, A10, L20, L4, RTX 3090/4090)"
         )
-    return Row("gpu", OK, found, needed)
+    return Row("gpu", WARN if fix else OK, found, needed, fix)
 
 
 def check_driver(f: Facts) -> Row:
     needed = f"NVIDIA driver >= {_v(DRIVER_MIN)} (CUDA 12 wheels)"
     if not f.gpus:
         return Row("driver", INFO, "no GPU", needed)
+    fix = ""
     if f.driver is None:
-        return Row("driver", WARN, "?", needed, "nvidia-smi did not report a driver version")
-    if f.driver < DRIVER_MIN:
-        return Row(
-            "driver",
-            WARN,
-            _v(f.driver),
-            needed,
+        fix = "nvidia-smi did not report a driver version"
+    elif f.driver < DRIVER_MIN:
+        fix = (
             "PyTorch and ONNX Runtime fall back to the CPU. Choose an image with a driver of the "
-            "525 series or newer (the rental's driver comes with the host)",
+            "525 series or newer (the rental's driver comes with the host)"
         )
-    return Row("driver", OK, _v(f.driver), needed)
+    return Row("driver", WARN if fix else OK, _v(f.driver), needed, fix)
 
 
 def _gib(n: float) -> str:
@@ -322,28 +287,22 @@ def check_memory(f: Facts) -> Row:
     have = f.host_memory / machine_needs.GIB
     found = f"{_gib(have)} ({f.host_memory_where})"
     if have < n["quick_host_gib"]:
-        return Row(
-            "memory",
-            WARN,
-            found,
-            needed,
+        fix = (
             f"below quick mode's heaviest chapter: {n['quick_host_chapter']} may be killed for "
             "memory. Close other programs, restart the kernel between chapters, or use a "
-            "larger machine (on WSL2, raise memory= in .wslconfig)",
+            "larger machine (on WSL2, raise memory= in .wslconfig)"
         )
+        return Row("memory", WARN, found, needed, fix)
     above = machine_needs.chapters_above(have)
-    if above:
-        names = ", ".join(f"{k} {_gib(v)}" for k, v in above)
-        return Row(
-            "memory",
-            WARN if f.gpus else INFO,
-            found,
-            needed,
-            f"full mode does not fit: its full-size peaks above this machine's RAM: {names} "
-            "(measured on a CPU). The course chooses quick mode here on its own; on a GPU "
-            "rental pick an instance with more RAM for full mode",
-        )
-    return Row("memory", OK, found, needed)
+    if not above:
+        return Row("memory", OK, found, needed)
+    fix = (
+        "full mode does not fit: its full-size peaks above this machine's RAM: "
+        + ", ".join(f"{k} {_gib(v)}" for k, v in above)
+        + " (measured on a CPU). The course chooses quick mode here on its own; on a GPU "
+        "rental pick an instance with more RAM for full mode"
+    )
+    return Row("memory", WARN if f.gpus else INFO, found, needed, fix)
 
 
 def check_gpu_memory(f: Facts) -> Row:
@@ -355,17 +314,14 @@ def check_gpu_memory(f: Facts) -> Row:
     if f.gpu_memory_mib is None:
         return Row("gpu memory", WARN, "?", needed, "nvidia-smi did not report memory.total")
     found = _gib(f.gpu_memory_mib / 1024)
-    if f.gpu_memory_mib * 2**20 < n["full_gpu_gib"] * machine_needs.GIB:
-        return Row(
-            "gpu memory",
-            WARN,
-            found,
-            needed,
-            "too small for full mode: the course chooses quick mode here on its own (its "
-            "PyTorch work still runs on this GPU). MODE=full would run out of memory in "
-            f"{n['full_gpu_chapter']}",
-        )
-    return Row("gpu memory", OK, found, needed)
+    if f.gpu_memory_mib * 2**20 >= n["full_gpu_gib"] * machine_needs.GIB:
+        return Row("gpu memory", OK, found, needed)
+    fix = (
+        "too small for full mode: the course chooses quick mode here on its own (its "
+        "PyTorch work still runs on this GPU). MODE=full would run out of memory in "
+        f"{n['full_gpu_chapter']}"
+    )
+    return Row("gpu memory", WARN, found, needed, fix)
 
 
 def check_mode(f: Facts) -> Row:
@@ -457,34 +413,24 @@ def check_kernel(f: Facts) -> Row:
     needed = "the kernel 'course' of make kernel (only for a JupyterLab you did not start)"
     if not f.kernel_spec:
         return Row("kernel", INFO, "not registered by make kernel", needed, "make kernel")
+    found, fix = f.kernel_spec, ""
     if f.kernel_spec_exists and f.kernel_mode == "full" and not f.gpus:
-        return Row(
-            "kernel",
-            WARN,
-            f"{f.kernel_spec} pins COURSE_MODE=full",
-            needed,
+        found = f"{f.kernel_spec} pins COURSE_MODE=full"
+        fix = (
             "this machine has no GPU (an instance started without its card?): every chapter "
             "would run at full size on the CPU, for hours. make kernel (without MODE) lets the "
-            "course choose",
+            "course choose"
         )
-    if not f.kernel_spec_exists:
-        return Row(
-            "kernel",
-            WARN,
-            f"missing: {f.kernel_spec}",
-            needed,
+    elif not f.kernel_spec_exists:
+        found = f"missing: {f.kernel_spec}"
+        fix = (
             "make kernel registered it there, and it is gone (a re-created instance loses the "
-            "system disk): make restore registers it again as it was",
+            "system disk): make restore registers it again as it was"
         )
-    if not f.kernel_python_exists:
-        return Row(
-            "kernel",
-            WARN,
-            f"{f.kernel_spec} starts a missing {f.kernel_python}",
-            needed,
-            "the environment it points at is gone: make setup, then make kernel",
-        )
-    return Row("kernel", OK, f.kernel_spec, needed)
+    elif not f.kernel_python_exists:
+        found = f"{f.kernel_spec} starts a missing {f.kernel_python}"
+        fix = "the environment it points at is gone: make setup, then make kernel"
+    return Row("kernel", WARN if fix else OK, found, needed, fix)
 
 
 def check_frameworks(f: Facts) -> Row:
@@ -497,14 +443,11 @@ def check_frameworks(f: Facts) -> Row:
     off = [n for n in wanted if f.packages.get(n) != f.pins[n]]
     if not off:
         return Row("frameworks", OK, found, needed)
-    return Row(
-        "frameworks",
-        INFO,
-        found,
-        ", ".join(f"{n} {f.pins[n]}" for n in wanted),
+    fix = (
         "this Python differs from the pins: let make setup build .venv beside it (the image's "
-        "own environment stays as it is) rather than installing into it",
+        "own environment stays as it is) rather than installing into it"
     )
+    return Row("frameworks", INFO, found, ", ".join(f"{n} {f.pins[n]}" for n in wanted), fix)
 
 
 CHECKS = (
