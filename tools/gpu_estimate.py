@@ -420,6 +420,12 @@ GPU_MEMORY_NOTE = (
 )
 
 
+def table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown table's lines: the head, its rule and one line per row."""
+    rule = "|" + "---|" * len(head)
+    return [rule if r is None else f"| {' | '.join(map(str, r))} |" for r in [head, None, *rows]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -469,44 +475,35 @@ def main(argv: list[str] | None = None) -> int:
         k: {g: v[g]["total_s"] for g in GPUS} for k, v in out["chapters"].items() if k[:2].isdigit()
     }
     (folder / "gpu_estimate.json").write_text(json.dumps(out, indent=1) + "\n")
-    lines = [
-        "# GPU estimate per chapter (an estimate until a GPU run replaces it)",
-        "",
-        GPU_NOTE,
-        "",
-        "| notebook | CPU, full size (measured) | "
-        + " | ".join(f"{g} (host + device)" for g in GPUS)
-        + " |",
-        "|---|---|" + "---|" * len(GPUS),
-    ]
-    for stem, v in out["chapters"].items():
-        cells = [
-            f"{_minutes(v[g]['total_s'])} ({_minutes(v[g]['host_s'])} + "
-            f"{_minutes(v[g]['device_s'])})"
-            for g in GPUS
-        ]
-        lines.append(f"| {stem} | {_minutes(v['full_cpu_s'])} | " + " | ".join(cells) + " |")
+    head = "# GPU estimate per chapter (an estimate until a GPU run replaces it)"
+    lines = [head, "", GPU_NOTE, ""]
+    lines += table(
+        ["notebook", "CPU, full size (measured)", *(f"{g} (host + device)" for g in GPUS)],
+        [
+            [stem, _minutes(v["full_cpu_s"])]
+            + [
+                f"{_minutes(v[g]['total_s'])} ({_minutes(v[g]['host_s'])} + "
+                f"{_minutes(v[g]['device_s'])})"
+                for g in GPUS
+            ]
+            for stem, v in out["chapters"].items()
+        ],
+    )
     lines += ["", GPU_MEMORY_NOTE, ""]
-    lines += [
-        "| notebook | " + " | ".join(f"{g} (GiB; frameworks on the GPU)" for g in GPUS) + " |"
-    ]
-    lines += ["|---|" + "---|" * len(GPUS)]
-    for stem, per in out["gpu_memory"].items():
-        cells = [f"{v['need_gib']:.1f} ({', '.join(v['frameworks']) or '-'})" for v in per.values()]
-        lines.append(f"| {stem} | " + " | ".join(cells) + " |")
+    lines += table(
+        ["notebook", *(f"{g} (GiB; frameworks on the GPU)" for g in GPUS)],
+        [
+            [stem]
+            + [f"{v['need_gib']:.1f} ({', '.join(v['frameworks']) or '-'})" for v in per.values()]
+            for stem, per in out["gpu_memory"].items()
+        ],
+    )
     lines += ["", "Each pass, on each GPU (ms):", ""]
-    lines += [
-        "| pass | GFLOP | GB moved | live tensors, peak (GiB) | operators | math | "
-        + " | ".join(GPUS)
-        + " |"
-    ]
-    lines += ["|---|---|---|---|---|---|" + "---|" * len(GPUS)]
-    for name, p in out["passes"].items():
-        lines.append(
-            f"| {name} | {p['gflop']} | {p['gbytes']} | {p['peak_gib']} | {p['ops']} | {p['math']} | "
-            + " | ".join(f"{p[g]}" for g in GPUS)
-            + " |"
-        )
+    keys = ["gflop", "gbytes", "peak_gib", "ops", "math", *GPUS]
+    lines += table(
+        ["pass", "GFLOP", "GB moved", "live tensors, peak (GiB)", "operators", "math", *GPUS],
+        [[name] + [p[k] for k in keys] for name, p in out["passes"].items()],
+    )
     (folder / "GPU_ESTIMATE.md").write_text("\n".join(lines) + "\n")
     print(f"GPU estimate: {folder / 'GPU_ESTIMATE.md'}")
     if args.write_setup:  # the reference CPU's run, others beside it
@@ -711,28 +708,21 @@ def setup_table(run: dict[str, Any], est: dict[str, Any], others: list[dict[str,
     """The per-chapter table of book/setup.md: measured CPU time and memory, GPU estimates;
     with other CPUs' full-size runs, a column of wall times for each (CPU 2, 3 ...)."""
     first = "CPU 1, full size" if others else "2-core CPU, full size"
-    rows = [
-        f"| chapter | {first} (measured) | peak memory{' (CPU 1)' if others else ''} | "
-        + "".join(f"CPU {n}, full size (measured) | " for n in cpu_numbers(list(others)))
-        + " | ".join(f"{g} (estimate)" for g in GPUS)
-        + " |",
-        "|---|---|---|" + "---|" * (len(others) + len(GPUS)),
-    ]
+    head = ["chapter", f"{first} (measured)", f"peak memory{' (CPU 1)' if others else ''}"]
+    head += [f"CPU {n}, full size (measured)" for n in cpu_numbers(list(others))]
 
     def wall(r: dict[str, Any] | None) -> str:
         if r is None:
             return "not run"
         return _minutes(r["wall_s"]) + ("" if r["passed"] else " (failed)")
 
-    for stem, r in sorted(run["chapters"].items()):
-        e = est["chapters"][stem]
-        rows.append(
-            f"| {stem} | {wall(r)} | {r.get('peak_pss_mib', r['peak_rss_mib']) / 1024:.1f} GiB | "
-            + "".join(f"{wall(o['chapters'].get(stem))} | " for o in others)
-            + " | ".join(_minutes(e[g]["total_s"]) for g in GPUS)
-            + " |"
-        )
-    return "\n".join(rows)
+    rows = [
+        [stem, wall(r), f"{r.get('peak_pss_mib', r['peak_rss_mib']) / 1024:.1f} GiB"]
+        + [wall(o["chapters"].get(stem)) for o in others]
+        + [_minutes(est["chapters"][stem][g]["total_s"]) for g in GPUS]
+        for stem, r in sorted(run["chapters"].items())
+    ]
+    return "\n".join(table(head + [f"{g} (estimate)" for g in GPUS], rows))
 
 
 if __name__ == "__main__":
