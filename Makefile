@@ -95,20 +95,20 @@ $(PY):
 # another one (a rental's small system disk): PIP_DIRS, from tools/check_disk.sh --pip-dirs.
 PIP_DIRS = $(shell bash tools/check_disk.sh --pip-dirs $(abspath $(VENV)))
 IPIP = $(if $(strip $(PIP_DIRS)),env $(PIP_DIRS) )$(PIP)
+INSTALL = $(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE)
 $(STAMP): requirements.txt pyproject.toml | $(PY)
 	@$(DOCTOR)
 	@$(foreach d,$(PIP_DIRS),mkdir -p $(lastword $(subst =, ,$(d))) && echo "pip uses $(d) (the environment's disk)";) true
 	@$(if $(strip $(PIP_DIRS)),env $(PIP_DIRS) )bash tools/check_disk.sh $(VENV)
-	$(IPIP) install --quiet --disable-pip-version-check $(FROM_WHEELHOUSE) $(BOOTSTRAP)
+	$(INSTALL) --quiet $(BOOTSTRAP)
 	@req=requirements.txt; if ! $(PY) tools/doctor.py --serving-ok; then \
 	  req=$(VENV)/requirements-without-triton.txt; grep -v '^nvidia-pytriton' requirements.txt > $$req; \
 	  echo "NOTE: glibc older than 2.35: installing without nvidia-pytriton; chapters 9 and 9b cannot run here."; fi; \
-	echo "$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req"; \
-	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) -r $$req
-	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: build it with our setuptools<81.
-	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-build-isolation --no-deps $(FLOWVISION)
-	# oneflow-onnx's unpinned dependencies would upgrade numpy/protobuf and break OneFlow.
-	$(IPIP) install --disable-pip-version-check $(FROM_WHEELHOUSE) --no-deps $(ONEFLOW_ONNX)
+	echo "$(INSTALL) -r $$req"; \
+	$(INSTALL) -r $$req
+	# flowvision 0.2.1 is an sdist whose setup.py imports pkg_resources: built with our setuptools<81;
+	# oneflow-onnx (a wheel) without its unpinned dependencies, which would upgrade numpy/protobuf.
+	$(INSTALL) --no-build-isolation --no-deps $(FLOWVISION) $(ONEFLOW_ONNX)
 	$(IPIP) install --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .
 	bash tools/install_system_deps.sh
 	$(PY) -c "import torch, torchvision, oneflow, flowvision, onnxruntime, openvino, helpers; print('environment OK')"
@@ -130,11 +130,11 @@ $(TRT_STAMP): | $(STAMP)
 # the room's machines (a hub, a USB stick), then `make setup WHEELHOUSE=that/folder` installs with
 # --no-index: nothing from the network. TensorRT is not included (NVIDIA's index serves its libraries).
 WHEELHOUSE_DIR = $(abspath $(or $(WHEELHOUSE),wheelhouse))
+DOWNLOAD = $(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR)
 wheelhouse: | $(PY)
-	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) $(BOOTSTRAP)
-	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) -r requirements.txt
-	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) --no-build-isolation --no-deps $(FLOWVISION)
-	$(PIP) download --disable-pip-version-check -d $(WHEELHOUSE_DIR) --no-deps $(ONEFLOW_ONNX)
+	$(DOWNLOAD) $(BOOTSTRAP)
+	$(DOWNLOAD) -r requirements.txt
+	$(DOWNLOAD) --no-build-isolation --no-deps $(FLOWVISION) $(ONEFLOW_ONNX)
 	@echo "wheelhouse: $$(ls $(WHEELHOUSE_DIR) | wc -l) files, $$(du -sh $(WHEELHOUSE_DIR) | cut -f1) in $(WHEELHOUSE_DIR)"
 	@echo "install from it with no network: make setup WHEELHOUSE=$(WHEELHOUSE_DIR)"
 
@@ -144,22 +144,21 @@ setup: $(STAMP) $(if $(filter 1,$(GPU) $(GPU_SEEN)),$(if $(filter 0,$(GPU)),,$(T
 	@$(if $(filter command line environment,$(origin VENV)),bash tools/remember.sh $(LOCAL_MK) VENV \
 	  $(if $(filter $(abspath .venv),$(abspath $(VENV))),,$(abspath $(VENV))))
 
-# Four pytest processes, each run once. The unit tests without OneFlow, then the OneFlow tests in a
-# process of their own, then the notebooks: nbval executes each once and its outputs go to the book's
-# execution cache (conftest.py), so the book test that follows renders them without executing again,
-# then checks every page in Chromium. Each notebook starts cold (COURSE_COLD_START=1: an empty ledger
-# folder of its own, no notebooks/artifacts), as for a participant who opens one chapter of a fresh
-# clone; nbval records each one's wall time and peak memory in _build/nbval_times/ (conftest.py).
-# The OneFlow split is not a crash guard (the native crashes in nn.Graph runs were a race in
-# OneFlow 0.9.0's launcher, fixed before OneFlow starts by helpers/core/oneflow_fix.py); it keeps OneFlow's runtime threads (its VM scheduler spins between
-# instructions) off the cores of the PyTorch tests, and it shows those tests need no OneFlow at all
+# Four pytest processes, each run once: test-unit's unit tests without OneFlow, then the OneFlow
+# tests in a process of their own; then the notebooks: nbval executes each once into the book's
+# execution cache (conftest.py), so tests/book renders them without executing again and checks every
+# page in Chromium. Each notebook starts cold (COURSE_COLD_START=1: an empty ledger folder of its own,
+# no notebooks/artifacts), as for a participant who opens one chapter of a fresh clone; nbval records
+# each one's wall time and peak memory in _build/nbval_times/ (conftest.py). The OneFlow split is not
+# a crash guard (nn.Graph's native crashes were a race in OneFlow 0.9.0's launcher, fixed before
+# OneFlow starts by helpers/core/oneflow_fix.py): it keeps OneFlow's runtime threads (its VM scheduler
+# spins between instructions) off the PyTorch tests' cores, and shows those tests need no OneFlow
 # (tests/conftest.py fails the no-oneflow test after which OneFlow is loaded; README.md says which
 # group guards what).
 UNIT := $(PY) -m pytest -q tests --ignore=tests/book
-test: setup
-	$(RUN_ENV) COURSE_TEST_GROUP=no-oneflow $(UNIT)
-	$(RUN_ENV) COURSE_TEST_GROUP=oneflow $(UNIT)
-	$(RUN_ENV) COURSE_COLD_START=1 $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
+NBVAL = $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
+test: test-unit
+	$(RUN_ENV) COURSE_COLD_START=1 $(NBVAL)
 	$(RUN_ENV) $(PY) -m pytest -q tests/book
 
 test-unit: setup
@@ -167,7 +166,7 @@ test-unit: setup
 	$(RUN_ENV) COURSE_TEST_GROUP=oneflow $(UNIT)
 
 test-notebooks: setup
-	$(RUN_ENV) $(PY) -m pytest -q -rs notebooks --nbval-lax --nbval-cell-timeout=900
+	$(RUN_ENV) $(NBVAL)
 
 # Repository links and launch buttons come from COURSE_REPO_URL (else the origin remote), COURSE_REPO_BRANCH,
 # COURSE_JUPYTERHUB_URL and COURSE_BINDERHUB_URL: see tools/book_config.py.
