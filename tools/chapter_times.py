@@ -306,27 +306,17 @@ def workshop_block(times: dict[str, Any], root: Path = ROOT) -> str:
             + " on them: give a room the slower, as the plans below do"
         )
     out += ".\n"
-    if full_also:
-        quick_cpus = [o["machine"] for o in also]
-        out += (
-            "\nFull size (`make fullcpu`, the fewest repeats): CPU 1, "
-            + ", ".join(
-                f"CPU {n}"
-                + (
-                    ""
-                    if any(same_machine(o["machine"], m) for m in quick_cpus)
-                    else f" ({describe_machine(o['machine'])})"
-                )
-                + f" on {o['date']}"
-                + (
-                    f" (load average up to {o['loadavg_max']:.1f})"
-                    if o["loadavg_max"] > BUSY_LOAD * o["machine"]["cores"]
-                    else ""
-                )
-                for n, o in full_also
-            )
-            + "; a chapter another CPU has not run at full size says not measured.\n"
+    named = []
+    for n, o in full_also:  # a CPU without a quick run is described here; a busy run says so
+        m, load = o["machine"], o["loadavg_max"]
+        seen = any(same_machine(m, q["machine"]) for q in also)
+        named.append(
+            f"CPU {n}" + ("" if seen else f" ({describe_machine(m)})") + f" on {o['date']}"
         )
+        named[-1] += f" (load average up to {load:.1f})" if load > BUSY_LOAD * m["cores"] else ""
+    if named:
+        out += "\nFull size (`make fullcpu`, the fewest repeats): CPU 1, " + ", ".join(named)
+        out += "; a chapter another CPU has not run at full size says not measured.\n"
     peaks = times.get("quick_peak_mb", {})
     if peaks:
         stem = max(peaks, key=lambda k: peaks[k][0])
