@@ -2,30 +2,26 @@
 
 Times fp32 eager PyTorch (the baseline), PyTorch bf16 autocast + channels-last, ONNX Runtime fp32,
 OpenVINO bf16, ONNX Runtime INT8 (QDQ, U8S8) and OpenVINO INT8 (NNCF; one stream, and the batch split
-across streams) in interleaved rounds, all on the same threads (set explicitly, printed per row).
-Prints one table (seconds per batch with its interquartile range, ratio to eager, % of the ceiling
-of the variant's own precision from :func:`helpers.measure.roofline.ceilings`, and the held-out
-accuracy of the same recipe on chapter 8's trained classifier), the best path within
+across streams) in interleaved rounds on the same threads. Prints one table (seconds per batch with
+its IQR, ratio to eager, % of the ceiling of the variant's own precision,
+:func:`helpers.measure.roofline.ceilings`, held-out accuracy), the best path within
 ``MAX_DROP_POINTS`` of accuracy among those that passed chapter 8's INT8 rule
-(:func:`helpers.core.comparison.assert_classifier_logits`), and the bound the measured int8 ceiling sets (the speedup over
-eager of a batch whose every operation ran at that ceiling), and writes it all as JSON.
+(:func:`helpers.core.comparison.assert_classifier_logits`), and the bound the measured int8 ceiling
+sets on any path; writes it all as JSON.
 
 Speed does not depend on what the weights learned, so the timed ResNet-101 has random weights with
-BatchNorm statistics set from images; accuracy needs a trained model, and training ResNet-101 at
-224x224 is not a 2-core job, so each recipe's accuracy is measured on chapter 8's trained model
-(the mode's architecture and size), with the same quantization settings. The reduced
-precisions are checked at task level there too: on random weights every image's logits sit so
-close together that the check could not tell a right recipe from a wrong one. The machine's load is
-read before and after; a contended run is flagged (ratios between runtimes move under contention,
-because runtimes suffer from it unequally).
-
-A benchmark, not a test: nothing here asserts a speed. Usage::
+BatchNorm statistics set from images. Accuracy, and the task-level check of the reduced precisions
+(on random weights every image's logits sit so close together that the check could not tell a right
+recipe from a wrong one), use chapter 8's trained model (the mode's architecture and size: training
+ResNet-101 at 224x224 is not a 2-core job) with the same quantization settings. A run during which
+other processes took the cores is flagged (runtimes suffer from contention unequally). A benchmark,
+not a test: nothing here asserts a speed.
 
     python tools/bench_cpu_deploy.py [--threads 2] [--repeats 7] [--json PATH] [--no-accuracy]
                                      [--fail-if-contended]
 
-``make bench`` runs it after the chapters with ``--fail-if-contended`` and publishes its JSON in
-the reference folder only when the run was quiet (exit status 3 otherwise, JSON still written).
+``make bench`` passes ``--fail-if-contended``: exit status 3 on a contended run (JSON still
+written), so that only a quiet run is published in the reference folder.
 """
 
 from __future__ import annotations

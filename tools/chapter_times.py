@@ -3,25 +3,18 @@
 A chapter header states how long the chapter takes: running it (measured: nbval's wall time of the
 whole notebook in quick mode on a named CPU; a full-size run on the same CPU; a GPU estimate
 labelled as one), reading it and doing its exercises (estimated from its words, code lines and
-exercises, and said to be estimates). The measured figures live in one file,
-``results/reference/chapter_times.json``; this tool writes the "**Time:**" paragraph of every
-chapter from it, so a page cannot state a time nobody measured (``tests/tools/test_chapter_times.py``
-checks that every page matches the file). CPUs differ (two-core cloud machines more than twofold
-in quick mode): ``record --also`` keeps another CPU's quick run beside the reference one, each
-page names both, and the workshop plans with the slower. ``record-full`` keeps a full-size run
-from another CPU the same way, beside the reference CPU's (the one its quick run was measured
-on): a chapter three times slower at full size on one CPU than another is worth planning with.
+exercises, and said to be estimates). The measured figures live in
+``results/reference/chapter_times.json``; this tool writes every chapter's "**Time:**" paragraph
+from it, so a page cannot state a time nobody measured. CPUs differ (two-core cloud machines more
+than twofold in quick mode): ``record --also`` and ``record-full`` keep another CPU's quick or
+full-size run beside the reference CPU's, each page names both, and the workshop plans with the
+slower.
 
     python tools/chapter_times.py record _build/nbval_times/quick.json   # a quiet nbval run's times
     python tools/chapter_times.py record --also _build/nbval_times/quick.json  # another CPU's
     python tools/chapter_times.py record-full results/reference/<cpu>-full-cpu  # make fullcpu's
     python tools/chapter_times.py write                                  # rewrite the Time lines
     python tools/chapter_times.py check                                  # exit 1 if a page differs
-
-Reading pace: in a room, 180 words and 25 lines of code a minute (participants read along while
-the teacher walks through the code); on one's own, for the first time, 120 words and 15 lines a
-minute (each page's Time line). An exercise: 7 minutes (learners took 3-14 minutes per exercise
-in the walkthroughs).
 """
 
 from __future__ import annotations
@@ -47,7 +40,7 @@ CODE_LINES_PER_MIN = 25
 # found the room's pace 1.5-2x short for them (../shared/reviews, issue 37)
 FIRST_WORDS_PER_MIN = 120
 FIRST_CODE_LINES_PER_MIN = 15
-MIN_PER_EXERCISE = 7
+MIN_PER_EXERCISE = 7  # learners took 3-14 minutes per exercise in the walkthroughs
 HIDDEN = {"remove-input", "remove-cell", "hide-cell", "hide-input"}
 _TIME_PARA = re.compile(r"\*\*Time:\*\*.*?(?=\n\n|\Z)", re.S)
 

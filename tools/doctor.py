@@ -1,17 +1,14 @@
 """`make doctor`: is this machine ready for the course? A table of what is found, what is needed, how to fix.
 
-Runs before anything is installed (``make setup`` calls it first), so it uses the standard library only
-and any Python 3 (the course's ``.venv`` if it exists, else the system ``python3``). It checks the
-things that otherwise fail half-way through an install or a chapter: Linux x86-64, Python 3.10 with a
-shared libpython, glibc, free disk, ``/dev/shm``, the GPU and its driver, host RAM and GPU memory
-against the chapters' measured peaks (and so the mode the course will choose), the CPUs a container
-may use (its cgroup's quota), a C++ compiler, nginx and libb64 (chapter 9), Chromium (the book's
-browser test only: optional off CI), and the Jupyter kernel ``make kernel`` registered (lost with
-the system disk when a rental instance is re-created: ``make restore``). What full mode needs and
-the cgroup readers come from the course's own ``helpers.core.machine_needs`` and
-``helpers.core.cgroup`` (standard library only, loaded from ``src/``), so the doctor and the
-notebooks apply one rule. Each check is a pure function of a :class:`Facts` record, so the tests fake machines (an old
-Ubuntu, a 64 MB container, an H100, a pyenv build without ``--enable-shared``) without owning one.
+Runs before anything is installed (``make setup`` calls it first), so with the standard library only
+and any Python 3 (the course's ``.venv`` if it exists, else the system ``python3``). It checks
+(:data:`CHECKS`) what otherwise fails half-way through an install or a chapter, down to the kernel
+``make kernel`` registered (lost with the system disk when a rental instance is re-created: ``make
+restore``). What full mode needs, the cgroup readers and OneFlow's GPU architectures come from
+``helpers.core`` (``machine_needs``, ``cgroup``, ``cuda_compat``: standard library only, loaded from
+``src/``), so the doctor and the notebooks apply one rule. Each check is a pure function of a
+:class:`Facts` record, so the tests fake machines (an old Ubuntu, a 64 MB container, an H100)
+without owning one.
 
 Exit status: 1 when something blocks the install itself (``FAIL``), else 0 (``WARN`` rows name the
 chapters or tests that will print a skip line). ``--serving-ok`` only answers whether

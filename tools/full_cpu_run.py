@@ -1,31 +1,22 @@
 """`make fullcpu`: every notebook at full-mode sizes on this CPU, with the fewest repeats.
 
-Full mode (ResNet-101, 224x224, batch 16) is what readers on rented GPUs run. This executes every
-notebook under nbval (``--nbval-lax``) with ``COURSE_MODE=full COURSE_FEWEST=1``: the full-mode
-sizes and code paths, one warm-up call and three timed calls, full mode's training steps cut to
-a tenth (``helpers.core.environment.fewest``), so that every branch and every assert runs on a CPU
-in about an hour. Each notebook runs in a pytest process of its own, so that its figures are its
-own:
+Each notebook runs under nbval (``--nbval-lax``) with ``COURSE_MODE=full COURSE_FEWEST=1``: full
+mode's sizes and code paths, one warm-up and three timed calls, a tenth of its training steps
+(``helpers.core.environment.fewest``), so that every branch and assert runs on a CPU in about an
+hour, in a pytest process of its own, so that its figures are its own:
 
-- ``wall_s``: the pytest process's wall time (kernel start, every cell, shutdown);
-- ``peak_pss_mib``: the largest sum of proportional memory (PSS) over the process tree
-  (pytest, the kernel, the kernel's children: OneFlow's, the pipelines' and the serving
-  chapters' processes), sampled every 0.5 s with psutil (``helpers.core.process_memory``): a
-  page that ``n`` processes share counts ``1/n`` in each, so forked workers that share a
-  model's weights count them once; ``peak_kernel_pss_mib`` the same without the pytest
-  process; ``peak_rss_mib`` the largest sum of resident memory (shared pages once per process:
-  an upper bound);
-- ``gpu_skips``: the cells that printed ``SKIPPED on this machine (no CUDA GPU): ...``
-  (``environment.skip_without_gpu``) or a skip line of their own (``SKIPPED here: ...``), and
-  what they would have measured;
-- ``trainings``: the cells that trained a model, with its steps, training time, held-out
-  accuracy and the bar the page asserted it above (``TrainResult``'s printed line);
+- ``wall_s``: the process's wall time (kernel start, every cell, shutdown);
+- ``peak_pss_mib``: the largest sum of proportional memory over the process tree (pytest, the
+  kernel and its children), sampled every 0.5 s (``helpers.core.process_memory``): forked workers
+  sharing a model's weights count them once; ``peak_kernel_pss_mib`` without pytest itself;
+  ``peak_rss_mib`` the sum of resident memory (shared pages once per process: an upper bound);
+- ``gpu_skips``: the cells that printed a GPU-only skip line, and what they would have measured;
+- ``trainings``: the cells that trained a model: steps, time, held-out accuracy and the page's bar;
 - ``passed``, the failing cells with their first error line, and the slowest cells.
 
-The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json`` and
-``README.md``), named by ``helpers.record.ledger.machine_slug(features=True)``. Its times are
-not reference timings (a few repeats); they say how long a full-size run takes on
-this CPU. ``--only 04 05`` reruns some notebooks and merges them into the existing table.
+The table goes to ``results/reference/<cpu>-<flags>-full-cpu/`` (``full_cpu.json``, ``README.md``;
+``helpers.record.ledger.machine_slug(features=True)``). Its times say how long a full-size run
+takes on this CPU, not reference timings. ``--only 04 05`` reruns some notebooks into the table.
 
     python tools/full_cpu_run.py [--only STEM ...]
 """

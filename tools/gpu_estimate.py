@@ -27,20 +27,11 @@ L4 and an H100 is estimated here, and labelled an estimate wherever it is shown:
   full size) a full-mode run takes longer: the host part is a lower bound there, and a 2-core
   host is slower than a rental's.
 
-Peaks (dense, no sparsity; NVIDIA's datasheets, which print the sparse figure for tensor cores
-with an asterisk, "1/2 lower without sparsity"):
-
-| GPU | FP64 | FP32 | TF32 | BF16 | memory bandwidth |
-|---|---|---|---|---|---|
-| A100 SXM 80 GB | 9.7 | 19.5 | 156 | 312 TFLOP/s | 2.04 TB/s |
-| L4 | 0.49 | 30.3 | 60 | 121 TFLOP/s | 0.30 TB/s |
-| H100 SXM | 34 | 67 | 495 | 989 TFLOP/s | 3.35 TB/s |
-
-FP64 (chapter 2's float64 reference) is the non-tensor-core rate (L4: 1/64 of FP32).
-Sources: NVIDIA A100 Tensor Core GPU datasheet (FP64 9.7, FP32 19.5, TF32 156 / 312 sparse, BF16 312 / 624
-sparse, 2,039 GB/s for the 80 GB SXM); NVIDIA L4 datasheet (FP32 30.3, TF32 120 and BF16 242 with
-sparsity, 300 GB/s); NVIDIA H100 datasheet (SXM: FP32 67, TF32 989 and BF16 1,979 with sparsity,
-3.35 TB/s).
+Peaks (:data:`GPUS`) are dense, from NVIDIA's datasheets, which print tensor-core figures with
+sparsity ("1/2 lower without"): A100 (SXM 80 GB: FP64 9.7, FP32 19.5, TF32 312 and BF16 624
+sparse, 2,039 GB/s), L4 (FP32 30.3, TF32 120 and BF16 242 sparse, 300 GB/s), H100 (SXM: FP32 67,
+TF32 989 and BF16 1,979 sparse, 3.35 TB/s). FP64 (chapter 2's float64 reference) is the
+non-tensor-core rate (L4: 1/64 of FP32).
 
     python tools/gpu_estimate.py [--write-setup]   # make fullcpu: also book/setup.md
 """
