@@ -69,12 +69,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _accuracy(args: argparse.Namespace, work: Path, names: list[str], bf16: bool) -> dict:
-    """Held-out accuracy of each recipe on chapter 8's trained classifier (its sizes and recipe).
-
-    As chapter 8 trains it: on the GPU when there is one, at the mode's sizes there
-    (``sizes_on``: quick sizes on a CPU, full mode included), and refused when it did not learn
-    (held-out accuracy below four times chance: its accuracies would compare nothing).
-    """
+    """Held-out accuracy of each recipe on chapter 8's classifier, trained as chapter 8 does (on
+    the GPU when there is one, at ``sizes_on``'s sizes), refused when it did not learn (held-out
+    accuracy below four times chance: its accuracies would compare nothing)."""
     import torch
 
     from helpers.chapters import ch08_cpu_target as cpu_target

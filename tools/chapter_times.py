@@ -157,11 +157,8 @@ def first_reading(size: dict[str, int]) -> int:
 
 
 def time_line(stem: str, size: dict[str, int], times: dict[str, Any]) -> str:
-    """A chapter's one-line "**Time:**": reading, exercises and running, in total.
-
-    Where each figure comes from (the CPUs, dates and loads) is in ``book/workshop.md``, which
-    the line links to; running is the range of the quick runs measured on every CPU.
-    """
+    """A chapter's one-line "**Time:**": reading, exercises and running (the range of the quick
+    runs on every CPU), in total; the line links to ``book/workshop.md`` for where each comes from."""
     runs = [times["quick"].get(stem), *(o["quick"].get(stem) for o in times.get("quick_also", []))]
     runs = [r for r in runs if r]
     read, ex = first_reading(size), size["exercises"] * MIN_PER_EXERCISE

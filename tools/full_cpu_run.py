@@ -77,12 +77,8 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
 def code_heads(nb: Path) -> list[str]:
     """The first line of each code cell, in order (nbval's ``Cell N`` counts code cells from 0)."""
     cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
-    heads = []
-    for c in cells:
-        if c["cell_type"] == "code":
-            lines = "".join(c["source"]).strip().splitlines()
-            heads.append(lines[0][:80] if lines else "")
-    return heads
+    sources = ["".join(c["source"]).strip() for c in cells if c["cell_type"] == "code"]
+    return [s.splitlines()[0][:80] if s else "" for s in sources]
 
 
 def cell_texts(executed: Path) -> list[str]:
@@ -91,16 +87,13 @@ def cell_texts(executed: Path) -> list[str]:
     if not executed.exists():
         return []
     cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
-    texts = []
-    for c in cells:
-        text = ""
-        for out in c.get("outputs", []):
-            if out.get("output_type") == "stream":
-                text += "".join(out.get("text", ""))
-            elif "data" in out:
-                text += "".join(out["data"].get("text/plain", ""))
-        texts.append(text)
-    return texts
+
+    def text(out: dict[str, Any]) -> str:
+        if out.get("output_type") == "stream":
+            return "".join(out.get("text", ""))
+        return "".join(out.get("data", {}).get("text/plain", ""))
+
+    return ["".join(map(text, c.get("outputs", []))) for c in cells]
 
 
 def gpu_skips(executed: Path) -> list[dict[str, Any]]:

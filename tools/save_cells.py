@@ -76,10 +76,8 @@ def module_path(root: Path, module: str) -> Path:
 
 
 def render_module(text: str, regions: dict[str, list[str]]) -> str:
-    """``text`` with each notebook's region replaced by its cells (appended at the end when new).
-
-    Regions of notebooks that no longer save anything into this module are removed.
-    """
+    """``text`` with each notebook's region replaced by its cells (appended at the end when new);
+    the regions of notebooks that no longer save anything into this module removed."""
     for notebook in re.findall(r"^# ---- saved from (\S+) by tools/save_cells\.py", text, re.M):
         if notebook not in regions:
             text = _replace_region(text, notebook, None)
@@ -104,13 +102,9 @@ def _replace_region(text: str, notebook: str, body: str | None) -> str:
 
 
 def _ruff_format(text: str, path: Path) -> str:
-    """``text`` as ``ruff format`` would write ``path`` (ruff is required: without it the check would
-    depend on the machine).
-
-    The module must stay ruff-clean after the copy (a saved cell that ends with a ``def`` gets two
-    blank lines before the region's end line, for example), and ``--check`` compares against the
-    same formatted text, so page, package and ``make check`` agree.
-    """
+    """``text`` as ``ruff format`` writes ``path``: the module stays ruff-clean after the copy (a
+    cell ending in a ``def`` gets two blank lines before the region's end), and ``--check`` compares
+    the same text. Ruff is required, or the check would depend on the machine."""
     import shutil
     import subprocess
 
