@@ -193,15 +193,11 @@ bench: setup
 	rm -rf results/reference/$$slug && mkdir -p results/reference && mv $$stage results/reference/$$slug
 	@echo "Commit results/reference/ to publish these figures in the book."
 
-# Full mode executed end to end on a CPU, before any GPU: every notebook under nbval with
-# COURSE_MODE=full COURSE_FEWEST=1 (full-mode sizes and code paths, the fewest repeats and training
-# steps that run every branch and assert), one pytest process per notebook, into
-# results/reference/<cpu>-<flags>-full-cpu/ (per chapter: wall time, peak memory of the process tree,
-# GPU-only skips, pass/fail), then the GPU estimate beside it (tools/gpu_estimate.py), book/setup.md's
-# table, results/reference/chapter_times.json and every chapter's Time line from them. A run on
-# another CPU than the reference (the one chapter_times.json's quick run names) goes beside it: a
-# column of book/setup.md's table, a figure in each Time line. Not part of make test.
-# CHAPTERS="04 05" runs only those notebooks, in that order, into the same table.
+# Full mode end to end on a CPU, before any GPU (tools/full_cpu_run.py says what it records), then
+# the GPU estimate beside it (tools/gpu_estimate.py), book/setup.md's table, chapter_times.json and
+# every chapter's Time line from them. A run on another CPU than the reference (the one
+# chapter_times.json's quick run names) goes beside it: a column of book/setup.md's table, a figure
+# in each Time line. Not part of make test. CHAPTERS="04 05" runs only those, in that order.
 fullcpu: setup
 	$(PY) tools/full_cpu_run.py $(if $(CHAPTERS),--only $(CHAPTERS))
 	$(PY) tools/gpu_estimate.py --write-setup
@@ -250,13 +246,9 @@ restore:
 	@$(DOCTOR)
 
 # Known vulnerabilities of the installed environment (of requirements.txt's pins when nothing is installed
-# yet), listed by pip-audit from a small venv of its own ($(AUDIT_VENV)), so that the course's environment
-# stays exactly as pinned. It needs the internet: pip-audit asks pypi.org's per-release JSON API
-# (AUDIT_SERVICE=osv: api.osv.dev) about every package. Where only a package index is reachable (a
-# mirror, a registry proxy) nothing can be audited, and pip-audit would still print "No known
-# vulnerabilities found": tools/audit.py says what was not checked and exits 2. The vulnerabilities the
-# pins cannot avoid (requirements.txt says why) are listed as accepted. Not part of check or test: CI
-# must pass offline.
+# yet), by pip-audit from a venv of its own ($(AUDIT_VENV)), so that the course's stays as pinned. It needs
+# pypi.org's per-release JSON API (AUDIT_SERVICE=osv: api.osv.dev); tools/audit.py says what could not be
+# checked (exit 2) and which vulnerabilities the pins accept. Not part of check or test: CI must pass offline.
 AUDIT_VENV ?= .cache/pip-audit-venv
 AUDIT_SERVICE ?= pypi
 PIP_AUDIT := pip-audit==2.10.1
