@@ -675,24 +675,15 @@ def others_summary(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
 
 def setup_block(run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = ()) -> str:
     """book/setup.md's generated part: the table and the paragraphs under it."""
-    extra = others_summary(run, list(others))
-    trained = ""
-    if not all("trainings" in r for r in run["chapters"].values()):
-        trained = "".join(
-            "\n\n" + training_summary(o, f"CPU {n}'s run")
+    parts = [setup_table(run, est, others), setup_summary(run), others_summary(run, list(others))]
+    parts.append(training_summary(run, "CPU 1's run" if others else "this run"))
+    if not all("trainings" in r for r in run["chapters"].values()):  # another CPU's, if recorded
+        parts += [
+            training_summary(o, f"CPU {n}'s run")
             for n, o in zip(cpu_numbers(list(others)), others, strict=True)
             if o["chapters"] and all("trainings" in r for r in o["chapters"].values())
-        )
-    return (
-        setup_table(run, est, others)
-        + "\n\n"
-        + setup_summary(run)
-        + ("\n\n" + extra if extra else "")
-        + "\n\n"
-        + training_summary(run, "CPU 1's run" if others else "this run")
-        + trained
-        + "\n"
-    )
+        ]
+    return "\n\n".join(p for p in parts if p) + "\n"
 
 
 def setup_table(run: dict[str, Any], est: dict[str, Any], others: list[dict[str, Any]] = ()) -> str:
