@@ -446,8 +446,8 @@ def room_block(times: dict[str, Any], root: Path = ROOT, zh: bool = False) -> st
     )
     rows = "\n".join(_card_rows(f, zh)) + "\n\n"
     above = ", ".join(f"{k} {v:.1f} GiB" for k, v in f["above_12"])
+    short = [c["card"] for c in f["cards"] if not c["holds_full"]]
     if zh:
-        short = [c["card"] for c in f["cards"] if not c["holds_full"]]
         holds = "每张卡的显存都超过" if not short else f"除 {'、'.join(short)} 外，显存都超过"
         text = rows + (
             f"{holds}完整模式最重一章的需求（约 {f['full_gpu_gib']:.1f} GiB，按元设备计数加上"
@@ -470,7 +470,6 @@ def room_block(times: dict[str, Any], root: Path = ROOT, zh: bool = False) -> st
                 "是下限；Docker 默认的 64 MB 不够）。\n"
             )
         return text
-    short = [c["card"] for c in f["cards"] if not c["holds_full"]]
     holds = "Every card here holds" if not short else f"All but {', '.join(short)} hold"
     text = rows + (
         f"{holds} full mode's heaviest chapter (about {f['full_gpu_gib']:.1f} GiB of "
