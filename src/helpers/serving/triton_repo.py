@@ -2,12 +2,11 @@
 
 A repository holds ``<repo>/<model>/config.pbtxt`` and numbered version folders with the model
 files. Configurations are Triton's ``ModelConfig`` messages (``tritonclient.grpc.model_config_pb2``,
-the schema the server parses), so a typo cannot reach the server; every written file is parsed
-back and checked by :func:`validate_model_dir`. Layouts: :func:`python_runtime_model` (the Python
-backend running ONNX Runtime, OpenVINO or OneFlow; runs with the ``tritonserver`` of
-``nvidia-pytriton``), :func:`onnxruntime_backend_model` (the NGC image's ``onnxruntime`` backend,
-optionally with TensorRT) and :func:`oneflow_serving_model` (OneFlow-Serving's ``oneflow``
-backend: ``INPUT_0``/``OUTPUT_0``, the graph ``flow.save(graph, ...)`` wrote as ``<version>/model/``).
+the schema the server parses); every written file is parsed back by :func:`validate_model_dir`.
+Layouts: the Python backend running ONNX Runtime or OpenVINO (runs with ``nvidia-pytriton``'s
+``tritonserver``), the NGC image's ``onnxruntime`` backend (optionally with TensorRT) and
+OneFlow-Serving's ``oneflow`` backend (``INPUT_0``/``OUTPUT_0``, ``flow.save(graph, ...)``'s folder
+as ``<version>/model/``).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ __all__ = [
     "RUNTIME_MODEL_FILE",
     "ConfigError",
     "TensorSpec",
-    "config_text",
     "docker_command",
     "oneflow_serving_model",
     "onnxruntime_backend_model",
@@ -49,7 +47,7 @@ TENSORRT_PRECISIONS = ("FP32", "FP16", "INT8")  # the onnxruntime backend's prec
 # (xrt: its --enable-tensorrt / --enable-openvino), and runtime_model.py's runtimes.
 PARAMETER_VALUES = {
     ("oneflow", "xrt"): ("tensorrt", "openvino"),
-    ("python", "runtime"): ("onnxruntime", "openvino", "oneflow"),
+    ("python", "runtime"): ("onnxruntime", "openvino"),
 }
 # The model file each backend loads from a version folder.
 MODEL_FILES = {
@@ -150,13 +148,6 @@ def make_config(
     return cfg
 
 
-def config_text(cfg: Any) -> str:
-    """The protobuf text format of a ``ModelConfig`` (what goes into ``config.pbtxt``)."""
-    from google.protobuf import text_format
-
-    return text_format.MessageToString(cfg)
-
-
 def parse_config(text: str, source: str = "config.pbtxt") -> Any:
     """Parse ``config.pbtxt`` text with Triton's schema; :class:`ConfigError` names the bad line."""
     from google.protobuf import text_format
@@ -167,8 +158,9 @@ def parse_config(text: str, source: str = "config.pbtxt") -> Any:
         raise ConfigError(f"{source}: not a valid Triton model config: {exc}") from exc
 
 
-def _problems(cfg: Any) -> list[str]:
-    """What Triton, or the backend named in ``cfg``, would refuse when loading it."""
+def check_config(cfg: Any, source: str = "config") -> None:
+    """Raise :class:`ConfigError` on the first thing Triton, or the backend named in ``cfg``,
+    would refuse when loading it (the parser accepts an empty config)."""
     pb = _pb()
     tensors = list(cfg.input) + list(cfg.output)
     names = [t.name for t in tensors]
@@ -227,19 +219,9 @@ def _problems(cfg: Any) -> list[str]:
         rules.append((bad, f"the onnxruntime backend knows accelerators {known}, not {bad}"))
         modes = {a.parameters.get("precision_mode", "FP32") for a in gpu if a.name == "tensorrt"}
         wrong = " ".join(map(repr, sorted(modes - set(TENSORRT_PRECISIONS))))
-        rules.append(
-            (
-                wrong,
-                f"TensorRT precision_mode is one of {', '.join(TENSORRT_PRECISIONS)}, got {wrong}",
-            )
-        )
-    return [what for wrong, what in rules if wrong]
-
-
-def check_config(cfg: Any, source: str = "config") -> None:
-    """Raise :class:`ConfigError` on the first thing Triton would refuse (the parser accepts an
-    empty config)."""
-    problems = _problems(cfg)
+        allowed = ", ".join(TENSORRT_PRECISIONS)
+        rules.append((wrong, f"TensorRT precision_mode is one of {allowed}, got {wrong}"))
+    problems = [what for wrong, what in rules if wrong]
     if problems:
         raise ConfigError(f"{source} (model {cfg.name or '?'}): {problems[0]}")
 
@@ -310,7 +292,9 @@ def _write_model(cfg: Any, repo: str | Path, files: Mapping[str, str | Path]) ->
             shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=_link_or_copy)
         else:
             _link_or_copy(str(src), str(dst))
-    (model_dir / "config.pbtxt").write_text(config_text(cfg), encoding="utf-8")
+    from google.protobuf import text_format
+
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg), encoding="utf-8")
     validate_model_dir(model_dir)
     return model_dir
 
@@ -329,11 +313,8 @@ def python_runtime_model(
     kind: str = "KIND_CPU",
     threads: int = 1,
 ) -> Path:
-    """A Python-backend model running ``runtime`` on ``model_path`` (a file, or a folder for OneFlow).
-
-    Version 1 holds the model under its own name next to ``model.py`` (a copy of
-    :data:`RUNTIME_MODEL_FILE`).
-    """
+    """A Python-backend model running ``runtime`` on the file ``model_path``, stored under its own
+    name in version 1 beside ``model.py`` (a copy of :data:`RUNTIME_MODEL_FILE`)."""
     if not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be a positive int, got {threads!r}")
     stored = Path(model_path).name
