@@ -1,21 +1,17 @@
 """The Kubernetes manifests that run the production chapter's front + replicas on a cluster.
 
-- a Triton **Deployment** whose readiness probe asks for the *model* it serves
-  (``/v2/models/<name>/ready``): with ``--strict-readiness=true`` one other model that failed to
-  load would make ``/v2/health/ready`` answer 400 for good and drain a pod that still serves.
-  The administrative APIs answer only a key held in a Secret;
-- a **Service** (gRPC port marked ``appProtocol: kubernetes.io/h2c``) and a
-  **HorizontalPodAutoscaler**;
-- the front: the **Gateway API** (ingress-nginx was retired in 2026). A **Gateway** terminates
-  TLS; an **HTTPRoute** and a **GRPCRoute** are the allow-list (anything else: 404 from the
-  Gateway, no pod involved). Body size and rate limit are not in the Gateway API standard: they
-  are policies of **NGINX Gateway Fabric** 2.6 (``ClientSettingsPolicy``, ``RateLimitPolicy``).
+A Triton **Deployment** whose readiness probe asks for the *model* it serves (with
+``--strict-readiness=true`` one other model that failed to load makes ``/v2/health/ready`` answer
+400 for good and drains a pod that still serves), its administrative APIs keyed by a Secret; a
+**Service** (gRPC port ``appProtocol: kubernetes.io/h2c``) and a **HorizontalPodAutoscaler**. The
+front is the **Gateway API** (ingress-nginx was retired in 2026): a **Gateway** terminating TLS, an
+**HTTPRoute** and a **GRPCRoute** as the allow-list (anything else: 404 from the Gateway); body
+size and rate limit are **NGINX Gateway Fabric** 2.6 policies, not Gateway API standard.
 
 :func:`validate_manifests` checks every object offline and strictly (unknown fields fail):
-built-in kinds against ``kubernetes-validate``'s schemas, the others against the CRD schemas in
-``k8s_schemas/gateway_api.json`` (Gateway API v1.5.1, NGINX Gateway Fabric v2.6.7; written by
-``tools/vendor_gateway_schemas.py``). Schemas check structure, not intent:
-:func:`audit_manifests` checks the protections the chapter teaches.
+built-in kinds with ``kubernetes-validate``, the others against ``k8s_schemas/gateway_api.json``
+(Gateway API v1.5.1, NGINX Gateway Fabric v2.6.7; ``tools/vendor_gateway_schemas.py``). Schemas
+check structure, not intent: :func:`audit_manifests` checks the protections the chapter teaches.
 """
 
 from __future__ import annotations
@@ -71,11 +67,10 @@ def _probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
 
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-GATEWAY_API, NGINX_POLICIES = "gateway.networking.k8s.io/v1", "gateway.nginx.org/v1alpha1"
-
-
-def _object(api: str, kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, **meta}, "spec": spec}
+GATEWAY_API, NGF = (
+    "gateway.networking.k8s.io/v1",
+    "gateway.nginx.org/v1alpha1",
+)  # NGINX Gateway Fabric
 
 
 def _container(name: str) -> dict[str, Any]:
@@ -152,6 +147,7 @@ def manifests(
         | {"allowedRoutes": {"namespaces": {"from": "Same"}}}
         for section, host in hosts.items()
     ]
+    gateway_spec = {"gatewayClassName": "nginx", "listeners": listeners}
 
     def route(section: str, matches: list[dict[str, Any]], port: int) -> dict[str, Any]:
         # the allow-list: no rule, no route (the Gateway answers 404 itself)
@@ -170,36 +166,29 @@ def manifests(
     body = {"maxSize": nginx_size(max_body_bytes), "timeout": "10s"}
     limit = {"key": "$binary_remote_addr", "rate": f"{rate_per_s}r/s", "burst": burst}
     limit |= {"noDelay": True, "zoneSize": "10m"}
-    rate_limit = {"local": {"rules": [limit]}, "rejectCode": 429}
+    rates = {"local": {"rules": [limit]}, "rejectCode": 429}
+    service = {"selector": labels, "ports": service_ports}
+    table = [  # (file, apiVersion, kind, name suffix, spec)
+        ("triton-deployment.yaml", "apps/v1", "Deployment", "-triton", deployment_spec),
+        ("triton-service.yaml", "v1", "Service", "-triton", service),
+        ("triton-hpa.yaml", "autoscaling/v2", "HorizontalPodAutoscaler", "-triton", hpa_spec),
+        ("gateway.yaml", GATEWAY_API, "Gateway", "", gateway_spec),
+        ("route-http.yaml", GATEWAY_API, "HTTPRoute", "-http", route("https", http, 8000)),
+        ("route-grpc.yaml", GATEWAY_API, "GRPCRoute", "-grpc", route("grpc", grpc, 8001)),
+        ("policy-client-settings.yaml", NGF, "ClientSettingsPolicy", "-client-settings",
+         {"targetRef": target, "body": body}),
+        ("policy-rate-limit.yaml", NGF, "RateLimitPolicy", "-rate-limit",
+         {"targetRefs": [target], "rateLimit": rates}),
+    ]  # fmt: skip
+    labelled = ("Deployment", "Service")
     return {
-        "triton-deployment.yaml": _object(
-            "apps/v1", "Deployment", svc, deployment_spec, labels=labels
-        ),
-        "triton-service.yaml": _object(
-            "v1", "Service", svc, {"selector": labels, "ports": service_ports}, labels=labels
-        ),
-        "triton-hpa.yaml": _object("autoscaling/v2", "HorizontalPodAutoscaler", svc, hpa_spec),
-        "gateway.yaml": _object(
-            GATEWAY_API, "Gateway", name, {"gatewayClassName": "nginx", "listeners": listeners}
-        ),
-        "route-http.yaml": _object(
-            GATEWAY_API, "HTTPRoute", f"{name}-http", route("https", http, 8000)
-        ),
-        "route-grpc.yaml": _object(
-            GATEWAY_API, "GRPCRoute", f"{name}-grpc", route("grpc", grpc, 8001)
-        ),
-        "policy-client-settings.yaml": _object(
-            NGINX_POLICIES,
-            "ClientSettingsPolicy",
-            f"{name}-client-settings",
-            {"targetRef": target, "body": body},
-        ),
-        "policy-rate-limit.yaml": _object(
-            NGINX_POLICIES,
-            "RateLimitPolicy",
-            f"{name}-rate-limit",
-            {"targetRefs": [target], "rateLimit": rate_limit},
-        ),
+        file: {
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": {"name": name + suffix} | ({"labels": labels} if kind in labelled else {}),
+            "spec": spec,
+        }
+        for file, api, kind, suffix, spec in table
     }
 
 
@@ -209,12 +198,9 @@ def write_manifests(objects: dict[str, dict[str, Any]], folder: str | Path) -> l
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
     for file_name, obj in objects.items():
-        path = out / file_name
-        path.write_text(yaml.safe_dump(obj, sort_keys=False))
-        paths.append(path)
-    return paths
+        (out / file_name).write_text(yaml.safe_dump(obj, sort_keys=False))
+    return [out / file_name for file_name in objects]
 
 
 def _strict(schema: Any) -> Any:
