@@ -3,10 +3,8 @@
 Clients never talk to Triton's own ports: Triton 2.51 (in ``nvidia-pytriton`` 0.7.0) answers every
 API it has (model control, shared memory, tracing, logging, statistics) on the port that serves
 inference, and reads a request body of any size (``--http-max-input-size`` came in 2.59): one
-well-formed JSON request of about 250 MB can kill it. :class:`NginxFront` checks the config of
-:mod:`helpers.serving.nginx_config` with ``nginx -t`` and runs nginx (Debian's package) on free
-loopback ports, stopped like the Triton server; :func:`probe_admin` sends every administrative
-request Triton knows through a front and reports which got through.
+well-formed JSON request of about 250 MB can kill it. :func:`probe_admin` sends every
+administrative request Triton knows through a front and reports which got through.
 """
 
 from __future__ import annotations
@@ -105,11 +103,8 @@ def _nginx_test(nginx: Path, conf: Path, prefix: Path) -> str:
 
 
 class NginxFront(ManagedProcess):
-    """nginx on free loopback ports in front of the given Triton servers (see :func:`front_config`).
-
-    ``allow_list=False`` runs the old, open front (to show the allow-list test failing); it skips
-    :func:`audit_config`, which would refuse it.
-    """
+    """nginx on free loopback ports in front of the given Triton servers (:func:`front_config`);
+    ``allow_list=False`` runs the old, open front, unaudited, to show the allow-list test failing."""
 
     def __init__(
         self,
@@ -201,12 +196,9 @@ class NginxFront(ManagedProcess):
 
 
 def probe_admin(front: NginxFront, model: str) -> list[dict[str, Any]]:
-    """Send every request of :data:`ADMIN_HTTP` and :data:`ADMIN_GRPC` through ``front``.
-
-    One row per request: protocol, what, status (HTTP status, or the gRPC status name) and
-    ``reached``, whether the front's access log shows it passed to a server. A front with an
-    allow-list answers every one with 403 (gRPC: PERMISSION_DENIED) and passes none on.
-    """
+    """Send every request of :data:`ADMIN_HTTP` and :data:`ADMIN_GRPC` through ``front``: one row
+    each with protocol, what, status (HTTP status or gRPC status name) and ``reached``, whether
+    the front's access log shows it passed to a server."""
     import tritonclient.grpc as grpcclient
 
     def send(protocol: str, what: str, request: Callable[[], Any]) -> dict[str, Any]:

@@ -1,8 +1,7 @@
 """Talk to a Triton server on this machine: raw HTTP (like ``curl``), KServe v2 bodies, the clients.
 
 Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk
-to a server you started (:class:`helpers.serving.triton_server.TritonServer`), not someone else's.
-Bodies may be deliberately wrong, to test how the server fails.
+to a server you started, not someone else's. Bodies may be deliberately wrong, to test failures.
 """
 
 from __future__ import annotations
@@ -147,10 +146,8 @@ def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = Non
 
 
 def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
-    """A KServe v2 request with tensors as raw bytes after the JSON header (Triton's extension).
-
-    Returns the body and the headers to send with it; far smaller and faster than JSON for images.
-    """
+    """``(body, headers)`` of a KServe v2 request with tensors as raw bytes after the JSON header
+    (Triton's extension): far smaller and faster than JSON for images."""
     arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
     parts = [
         {
@@ -171,11 +168,8 @@ def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str
 def request_tensors(
     client_module: Any, inputs: Mapping[str, np.ndarray], output: str
 ) -> tuple[list[Any], list[Any]]:
-    """The ``InferInput`` list and the requested output for one ``client.infer`` call.
-
-    ``client_module`` is ``tritonclient.http`` (tensors as raw bytes, Triton's binary extension)
-    or ``tritonclient.grpc`` (protobuf).
-    """
+    """The ``InferInput`` list and the requested output for one ``client.infer`` call of
+    ``client_module``: ``tritonclient.http`` (raw bytes, Triton's binary extension) or ``.grpc``."""
     reqs = []
     for name, array in inputs.items():
         array = np.ascontiguousarray(array)
@@ -258,12 +252,9 @@ def model_stats(
 
 
 def scrape_metrics(url: str, model: str | None = None) -> dict[str, float]:
-    """Triton's Prometheus metrics at ``url`` (its ``--metrics-port``), summed per metric name.
-
-    With ``model``, only the samples labelled ``model="<model>"`` count (all versions together):
-    e.g. ``nv_inference_request_success``, ``nv_inference_queue_duration_us`` and
-    ``nv_inference_compute_infer_duration_us``, cumulative counters since the model loaded.
-    """
+    """Triton's Prometheus metrics at ``url`` (its ``--metrics-port``), summed per metric name:
+    cumulative counters since load. With ``model``, only samples labelled ``model="<model>"``
+    (all versions together)."""
     resp = http_request(url, "GET", "/metrics", timeout=10)
     if resp.status != 200:
         raise TritonRequestError(resp.status, resp.body.decode("utf-8", "replace")[:200])

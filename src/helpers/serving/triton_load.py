@@ -1,8 +1,7 @@
 """Load a Triton server you own with a bounded number of concurrent clients, and measure it.
 
-:func:`perf_analyzer` runs Triton's ``perf_analyzer`` at a few concurrency levels; :func:`counted_run`
-sends an exact number of requests and counts answers and failures (chapter 9's server killed
-under load). Both refuse anything but a loopback address and bound levels, clients and seconds.
+Both :func:`perf_analyzer` and :func:`counted_run` (an exact number of requests, answers and
+failures counted) refuse anything but a loopback address and bound levels, clients and seconds.
 """
 
 from __future__ import annotations

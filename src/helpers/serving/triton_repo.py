@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DTYPES",
-    "KINDS",
     "ONEFLOW_SERVING_IMAGE",
     "RUNTIME_MODEL_FILE",
     "ConfigError",
@@ -149,7 +147,8 @@ def make_config(
 
 
 def parse_config(text: str, source: str = "config.pbtxt") -> Any:
-    """Parse ``config.pbtxt`` text with Triton's schema; :class:`ConfigError` names the bad line."""
+    """Parse ``config.pbtxt`` text with Triton's schema; :class:`ConfigError` names the line and
+    column of an unknown field, a wrongly typed value or an unknown enum value."""
     from google.protobuf import text_format
 
     try:
@@ -227,11 +226,8 @@ def check_config(cfg: Any, source: str = "config") -> None:
 
 
 def validate_model_dir(model_dir: str | Path) -> Any:
-    """Parse and check one model folder: its ``config.pbtxt``, name, versions and model files.
-
-    Parsed with Triton's schema (:func:`parse_config`: an unknown field, a wrongly typed value or
-    an unknown enum value names line and column), then checked by :func:`check_config`.
-    """
+    """Parse (:func:`parse_config`) and check (:func:`check_config`) one model folder: its
+    ``config.pbtxt``, name, versions and model files."""
     model_dir = Path(model_dir)
     path = model_dir / "config.pbtxt"
     if not path.is_file():
@@ -393,11 +389,8 @@ def docker_command(
     model: str | None = None,
     server: str = "tritonserver",
 ) -> str:
-    """The ``docker run`` line serving ``repo`` (or only its ``model``) with all GPUs.
-
-    ``server`` is the binary inside the image (``/opt/tritonserver/bin/tritonserver`` in
-    OneFlow-Serving's). For readers with Docker and a GPU; not run by the course.
-    """
+    """The ``docker run`` line serving ``repo`` (or only its ``model``) with all GPUs; ``server``
+    is the binary in the image. For readers with Docker and a GPU; not run by the course."""
     repo = Path(repo).resolve()
     mount = f"-v {repo}:/models" if model is None else f"-v {repo / model}:/models/{model}"
     return (

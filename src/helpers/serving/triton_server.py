@@ -1,15 +1,10 @@
 """Run a real Triton Inference Server on this machine, without Docker, and always stop it.
 
 ``nvidia-pytriton`` ships the ``tritonserver`` binary and the Python backend. :class:`TritonServer`
-prepares what the binary needs (a backend folder with the Python-backend stub of this Python;
-``libpython`` and PyTriton's libraries on ``LD_LIBRARY_PATH``), starts it on free loopback ports
-(HTTP, gRPC, Prometheus metrics), waits until the models are ready (or says *why* not, with the
-server log) and stops its whole process group, even when the Python process dies (a
-:class:`~helpers.core.processes.ManagedProcess`)::
-
-    with TritonServer("model_repository") as server:
-        ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
-        print(ready.status_line)  # HTTP/1.1 200 OK
+gives the binary a backend folder with the Python-backend stub of this Python, ``libpython`` and
+PyTriton's libraries on ``LD_LIBRARY_PATH``, free loopback ports (HTTP, gRPC, metrics); it waits
+until the models are ready (or says *why* not, with the server log) and stops its whole process
+group even when Python dies (a :class:`~helpers.core.processes.ManagedProcess`).
 """
 
 from __future__ import annotations
@@ -113,12 +108,8 @@ def glibc_version() -> tuple[int, int] | None:
 
 
 def unavailable_reason() -> str | None:
-    """Why Triton cannot run on this machine at all (old glibc, not Linux), or None.
-
-    None does not promise that the installation is complete (:func:`find_triton` checks that and
-    fails loudly): only a platform that can never run it gets a reason, so that a chapter may skip
-    its serving steps there with one line while a broken install still fails.
-    """
+    """Why Triton can never run on this machine (old glibc, not Linux), or None: a chapter skips
+    its serving steps there with one line; a broken install still fails in :func:`find_triton`."""
     if not sys.platform.startswith("linux"):
         return f"Triton's binaries in nvidia-pytriton are for Linux only (this is {sys.platform})"
     glibc = glibc_version()
@@ -264,10 +255,8 @@ class TritonServer(ManagedProcess):
         return cmd
 
     def start(self) -> TritonServer:
-        """Start the server and wait until it and its models are ready (see the class docstring).
-
-        Free ports can be taken between choosing and binding them: up to three tries then.
-        """
+        """Start the server and wait until it and its models are ready; up to three tries when
+        the free ports chosen were taken before the server bound them."""
         if self.is_alive():
             raise RuntimeError(f"server already running (pid {self.pid})")
         install = find_triton()

@@ -18,10 +18,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-__all__ = [
-    "RUNTIMES",
-    "TritonPythonModel",
-]
+__all__ = ["TritonPythonModel"]
 
 Runner = Callable[[np.ndarray], np.ndarray]
 
