@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.serving.nginx_config import ALLOWED_GRPC, GRPC_SERVICE
-from helpers.serving.triton_server import ADMIN_HEADER, RESTRICTED_APIS
+from helpers.serving.triton_server import restricted_api_args
 
 __all__ = [
     "TRITON_IMAGE",
@@ -75,7 +75,6 @@ GATEWAY_API, NGF = (
 
 def _container(name: str) -> dict[str, Any]:
     """The Triton container: restricted administrative APIs, readiness on the served model."""
-    restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}=$(TRITON_ADMIN_KEY)"
     model_ready = f"/v2/models/{name}/ready"
     secret = {"secretKeyRef": {"name": f"{name}-triton-admin", "key": "key"}}
     return {
@@ -88,8 +87,7 @@ def _container(name: str) -> dict[str, Any]:
             f"--load-model={name}",
             # /v2/health/ready then means "the server answers"; routing waits on the model
             "--strict-readiness=false",
-            f"--http-restricted-api={restricted}",
-            f"--grpc-restricted-protocol={restricted}",
+            *restricted_api_args("$(TRITON_ADMIN_KEY)"),
             "--allow-metrics=true",
             "--exit-timeout-secs=20",
         ],

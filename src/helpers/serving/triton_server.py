@@ -27,13 +27,12 @@ from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
 
 __all__ = [
-    "ADMIN_HEADER",
-    "RESTRICTED_APIS",
     "ServerStartError",
     "TritonServer",
     "find_triton",
     "GLIBC_SERVING",
     "free_ports",
+    "restricted_api_args",
     "unavailable_reason",
 ]
 
@@ -48,6 +47,12 @@ GLIBC_SERVING = (2, 35)
 ADMIN_HEADER = "triton-admin-key"
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace")
 RESTRICTED_APIS += ("logging",)
+
+
+def restricted_api_args(key: str) -> list[str]:
+    """Start options that open :data:`RESTRICTED_APIS` only to requests carrying ``key``."""
+    restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={key}"
+    return [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
 
 
 class TritonNotFoundError(RuntimeError):
@@ -244,11 +249,7 @@ class TritonServer(ManagedProcess):
             f"--strict-readiness={str(self.strict_readiness).lower()}",
         ]
         if self.admin_key:
-            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key}"
-            cmd += [
-                f"--http-restricted-api={restricted}",
-                f"--grpc-restricted-protocol={restricted}",
-            ]
+            cmd += restricted_api_args(self.admin_key)
         if self.models is not None:
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={m}" for m in self.models]
