@@ -241,12 +241,9 @@ def _validate_custom(doc: dict[str, Any]) -> None:
 
 
 def validate_manifests(folder: str | Path, version: str = K8S_VERSION) -> list[tuple[str, str]]:
-    """Check every YAML document in ``folder`` against its schema (strict: unknown fields fail).
-
-    Built-in kinds: the Kubernetes ``version`` schemas of ``kubernetes-validate``; Gateway API and
-    NGINX Gateway Fabric kinds: the vendored CRD schemas (their CEL rules are not evaluated).
-    Returns ``[(file, kind/name)]``; raises :class:`ManifestError` naming the file and the field.
-    """
+    """``[(file, kind/name)]`` of every YAML document in ``folder``, each checked strictly against
+    its schema (Kubernetes ``version``'s, or the vendored CRD's: their CEL rules not evaluated);
+    :class:`ManifestError` names the file and the field."""
     import kubernetes_validate
     import yaml
 
@@ -280,26 +277,22 @@ def _allowed(kind: str, match: dict[str, Any]) -> bool:
 
 
 def audit_manifests(objects: dict[str, dict[str, Any]], *, max_body_bytes: int) -> list[str]:
-    """What the manifests lack of the chapter's protections (empty when all are there).
+    """What the manifests lack of the chapter's protections (empty when all are there): exact
+    routes only, 429, the body limit, TLS, the served model's readiness, restricted admin APIs."""
 
-    Routes match exact paths + methods (or allowed gRPC methods) only, the rate limit answers
-    429, the body limit is ``max_body_bytes`` rounded up, both listeners have TLS, readiness is
-    the served model's, Triton's administrative APIs are restricted.
-    """
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for obj in objects.values():
-        by_kind.setdefault(obj["kind"], []).append(obj)
+    def of(*kinds: str) -> list[dict[str, Any]]:
+        return [obj for obj in objects.values() if obj["kind"] in kinds]
+
     routes = [
         (route["kind"], route["metadata"]["name"], m)
-        for route in by_kind.get("HTTPRoute", []) + by_kind.get("GRPCRoute", [])
+        for route in of("HTTPRoute", "GRPCRoute")
         for rule in route["spec"]["rules"]
         for m in rule.get("matches") or [{}]
     ]
-    listeners = [lst for gw in by_kind.get("Gateway", []) for lst in gw["spec"]["listeners"]]
-    pods = [d["spec"]["template"]["spec"]["containers"][0] for d in by_kind.get("Deployment", [])]
-    codes = {p["spec"]["rateLimit"].get("rejectCode") for p in by_kind.get("RateLimitPolicy", [])}
-    policies = by_kind.get("ClientSettingsPolicy", [])
-    sizes = {p["spec"].get("body", {}).get("maxSize") for p in policies}
+    listeners = [lst for gw in of("Gateway") for lst in gw["spec"]["listeners"]]
+    pods = [d["spec"]["template"]["spec"]["containers"][0] for d in of("Deployment")]
+    codes = {p["spec"]["rateLimit"].get("rejectCode") for p in of("RateLimitPolicy")}
+    sizes = {p["spec"].get("body", {}).get("maxSize") for p in of("ClientSettingsPolicy")}
     size = nginx_size(max_body_bytes)
     problems = [
         f"{name}: a match that is not exact path + method"
@@ -325,4 +318,5 @@ def audit_manifests(objects: dict[str, dict[str, Any]], *, max_body_bytes: int) 
     }
     problems += [why for why, missing in checks.items() if missing]
     needed = {"Gateway", "HTTPRoute", "GRPCRoute", "Deployment"}
-    return problems + [f"no {kind}" for kind in sorted(needed - set(by_kind))]
+    present = {obj["kind"] for obj in objects.values()}
+    return problems + [f"no {kind}" for kind in sorted(needed - present)]

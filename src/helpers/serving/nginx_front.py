@@ -136,11 +136,8 @@ class NginxFront(ManagedProcess):
         return self.kept("access.log").splitlines()
 
     def wait_for_log(self, since: int, timeout_s: float = 10.0) -> list[str]:
-        """The access-log lines after the first ``since``, waiting (``timeout_s``) for one.
-
-        nginx writes a request's line when it has finished with the connection; a request refused
-        from its headers (413) is logged only after nginx has closed that connection.
-        """
+        """The access-log lines after the first ``since``, waiting (``timeout_s``) for one: nginx
+        logs a request once done with its connection (a 413 only after closing it)."""
         deadline = time.monotonic() + timeout_s
         while len(lines := self.access_log()) <= since and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -71,10 +71,8 @@ class HttpResponse:
 
 
 def check_loopback(url: str) -> tuple[str, int]:
-    """``(host, port)`` of a ``127.0.0.1:PORT`` or ``localhost:PORT`` address, else ``ValueError``.
-
-    IPv6 loopback is refused too: the servers these helpers start listen on 127.0.0.1 only.
-    """
+    """``(host, port)`` of a ``127.0.0.1:PORT`` or ``localhost:PORT`` address, else ``ValueError``
+    (IPv6 loopback too: the servers these helpers start listen on 127.0.0.1 only)."""
     if "://" in url:
         raise ValueError(f"{url!r}: give HOST:PORT without a scheme, e.g. 127.0.0.1:8000")
     host, _, port = url.rpartition(":")
@@ -234,8 +232,7 @@ def model_stats(
         if counted >= min_requests or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    st = stats["inference_stats"]
-    n = int(st["success"]["count"])
+    st, n = stats["inference_stats"], counted
     inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
     return {
         "requests": n,

@@ -104,12 +104,9 @@ def make_config(
     parameters: Mapping[str, str] | None = None,
     gpu_accelerators: Sequence[Mapping[str, Any]] = (),
 ) -> Any:
-    """A checked Triton ``ModelConfig`` message (see Triton's model-configuration documentation).
-
-    ``dynamic_batching`` is ``False``, ``True`` (Triton's defaults) or a mapping with
-    ``max_queue_delay_us`` and/or ``preferred_batch_sizes``. ``instances`` copies of the model run
-    side by side (GPU instances on GPU 0). Accelerators are mappings ``{"name": ..., **params}``.
-    """
+    """A checked Triton ``ModelConfig`` message. ``dynamic_batching``: ``False``, ``True``
+    (Triton's defaults) or ``{max_queue_delay_us, preferred_batch_sizes}``; ``instances`` copies
+    side by side (GPU instances on GPU 0); accelerators: ``{"name": ..., **params}``."""
     pb = _pb()
     if bool(backend) == bool(platform):
         raise ConfigError(
@@ -360,12 +357,9 @@ def oneflow_serving_model(
     xrt: str | None = None,
     kind: str = "KIND_GPU",
 ) -> Path:
-    """The OneFlow-Serving layout: ``backend: "oneflow"``, ``INPUT_0``/``OUTPUT_0``, ``1/model/``.
-
-    ``saved_graph`` is the folder ``flow.save(graph, folder)`` wrote; ``xrt`` switches on OneFlow's
-    TensorRT (GPU) or OpenVINO (CPU) in ``config.pbtxt``, the course's alternative to case study
-    1's start options (``--enable-tensorrt``, ignored when a ``config.pbtxt`` exists).
-    """
+    """The OneFlow-Serving layout of the folder ``flow.save(graph, folder)`` wrote: ``1/model/``,
+    ``INPUT_0``/``OUTPUT_0``; ``xrt`` switches on OneFlow's TensorRT (GPU) or OpenVINO (CPU) in
+    ``config.pbtxt``, the alternative to case study 1's ``--enable-tensorrt`` start option."""
     if not (Path(saved_graph) / "model.mlir").is_file():
         raise ConfigError(
             f"{saved_graph} is not a saved OneFlow graph (no model.mlir): write it with flow.save(graph, folder)"
