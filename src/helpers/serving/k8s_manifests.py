@@ -205,12 +205,8 @@ def _strict(schema: Any) -> Any:
     """A CRD schema where objects with listed properties admit no other field (kubectl --strict)."""
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if (
-            "properties" in out
-            and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            out["additionalProperties"] = False
+        if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
         return out
     if isinstance(schema, list):
         return [_strict(v) for v in schema]

@@ -281,13 +281,9 @@ def _blocks(text: str, head: str) -> list[str]:
 
 def server_blocks(text: str) -> dict[str, list[str]]:
     """``{"http server": [...], "grpc server": [...]}``: each ``server`` block, by its listener."""
-    found: dict[str, list[str]] = {"http server": [], "grpc server": []}
-    for block in _blocks(text, "server"):
-        if not re.search(r"\blisten ", block):
-            continue
-        kind = "grpc server" if re.search(r"listen \S+ http2;", block) else "http server"
-        found[kind].append(block)
-    return found
+    blocks = [b for b in _blocks(text, "server") if re.search(r"\blisten ", b)]
+    grpc = [b for b in blocks if re.search(r"listen \S+ http2;", b)]
+    return {"http server": [b for b in blocks if b not in grpc], "grpc server": grpc}
 
 
 def audit_config(text: str) -> list[str]:

@@ -76,10 +76,8 @@ class TritonInstallation:
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment variables for the server process."""
         env = dict(os.environ if base is None else base)
-        libs = [str(p) for p in self.library_dirs]
-        if env.get("LD_LIBRARY_PATH"):
-            libs.append(env["LD_LIBRARY_PATH"])
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        libs = [*map(str, self.library_dirs), env.get("LD_LIBRARY_PATH", "")]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libs))
         env["PATH"] = os.pathsep.join([str(self.python_bin), env.get("PATH", "")])
         return env
 
