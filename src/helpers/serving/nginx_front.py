@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 
+_REGION = '{"key": "/r", "offset": 0, "byte_size": 64}'  # a shared-memory region to register
 # Every administrative request of Triton's HTTP API (KServe v2 and Triton's extensions):
 # (what, method, path, body). {m} is a served model's name.
 ADMIN_HTTP: tuple[tuple[str, str, str, str | None], ...] = (
@@ -44,12 +45,7 @@ ADMIN_HTTP: tuple[tuple[str, str, str, str | None], ...] = (
     ("statistics, all models", "GET", "/v2/models/stats", None),
     ("statistics, one model", "GET", "/v2/models/{m}/stats", None),
     ("system shared memory", "GET", "/v2/systemsharedmemory/status", None),
-    (
-        "register shared memory",
-        "POST",
-        "/v2/systemsharedmemory/region/r/register",
-        '{"key": "/r", "offset": 0, "byte_size": 64}',
-    ),
+    ("register shared memory", "POST", "/v2/systemsharedmemory/region/r/register", _REGION),
     ("CUDA shared memory", "GET", "/v2/cudasharedmemory/status", None),
     ("trace settings", "POST", "/v2/trace/setting", '{"trace_level": ["TIMESTAMPS"]}'),
     ("model trace settings", "GET", "/v2/models/{m}/trace/setting", None),

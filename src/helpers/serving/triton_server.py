@@ -328,15 +328,13 @@ class TritonServer(ManagedProcess):
         resp = self._repository("index", 10)
         return resp.json() if resp.status == 200 else []
 
-    def load_model(self, name: str, timeout: float = 120.0) -> float:
-        """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
-        start = time.perf_counter()
+    def load_model(self, name: str, timeout: float = 120.0) -> None:
+        """Load (or reload) ``name`` in explicit mode; :class:`ServerStartError` if it fails."""
         resp = self._repository(f"models/{name}/load", timeout)
         if resp.status != 200:
             raise self._fail(
                 f"loading model {name} failed: HTTP {resp.status} {resp.error_message()}"
             )
-        return time.perf_counter() - start
 
     def unload_model(self, name: str, timeout: float = 60.0) -> None:
         """Unload ``name`` (explicit model control); raises :class:`TritonRequestError` on failure."""

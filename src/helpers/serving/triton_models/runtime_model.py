@@ -44,14 +44,9 @@ def _openvino(path: str, params: dict[str, str], kind: str, device_id: int) -> R
 
     core = ov.Core()
     device = "GPU" if kind == "GPU" and "GPU" in core.available_devices else "CPU"
-    compiled = core.compile_model(
-        path,
-        device,
-        {
-            "INFERENCE_PRECISION_HINT": params.get("precision", "f32"),
-            "INFERENCE_NUM_THREADS": int(params.get("threads", "1")),
-        },
-    )
+    config = {"INFERENCE_PRECISION_HINT": params.get("precision", "f32")}
+    config["INFERENCE_NUM_THREADS"] = int(params.get("threads", "1"))
+    compiled = core.compile_model(path, device, config)
     request = compiled.create_infer_request()
     output = compiled.output(0)
     # The request reuses its output buffer: copy before the next call overwrites it.
