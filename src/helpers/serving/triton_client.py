@@ -129,17 +129,15 @@ def _datatype(name: str, array: np.ndarray) -> str:
     return datatype
 
 
+def _input(name: str, array: Any, datatype: str | None = None, **rest: Any) -> dict[str, Any]:
+    """One KServe v2 input: name, shape, datatype (the array's own unless given), then ``rest``."""
+    shape, datatype = list(np.shape(array)), datatype or _datatype(name, np.asarray(array))
+    return {"name": name, "shape": shape, "datatype": datatype, **rest}
+
+
 def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = None) -> str:
     """A KServe v2 JSON inference request (``datatype`` overrides the arrays' own, to test errors)."""
-    parts = [
-        {
-            "name": name,
-            "shape": list(np.shape(array)),
-            "datatype": datatype or _datatype(name, np.asarray(array)),
-            "data": np.asarray(array).flatten().tolist(),
-        }
-        for name, array in inputs.items()
-    ]
+    parts = [_input(n, a, datatype, data=np.ravel(a).tolist()) for n, a in inputs.items()]
     return json.dumps({"inputs": parts})
 
 
@@ -147,15 +145,7 @@ def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str
     """``(body, headers)`` of a KServe v2 request with tensors as raw bytes after the JSON header
     (Triton's extension): far smaller and faster than JSON for images."""
     arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
-    parts = [
-        {
-            "name": name,
-            "shape": list(a.shape),
-            "datatype": _datatype(name, a),
-            "parameters": {"binary_data_size": a.nbytes},
-        }
-        for name, a in arrays.items()
-    ]
+    parts = [_input(n, a, parameters={"binary_data_size": a.nbytes}) for n, a in arrays.items()]
     header = json.dumps({"inputs": parts}).encode("utf-8")
     return header + b"".join(a.tobytes() for a in arrays.values()), {
         "Inference-Header-Content-Length": str(len(header)),
