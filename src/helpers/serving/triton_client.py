@@ -108,13 +108,8 @@ def http_request(
             hdrs.setdefault("Content-Type", "application/json")
         conn.request(method, path, body=data, headers=hdrs)
         resp = conn.getresponse()
-        return HttpResponse(
-            status=resp.status,
-            reason=resp.reason,
-            version="HTTP/1.1" if resp.version == 11 else "HTTP/1.0",
-            headers={k: v for k, v in resp.getheaders()},
-            body=resp.read(),
-        )
+        version = "HTTP/1.1" if resp.version == 11 else "HTTP/1.0"
+        return HttpResponse(resp.status, resp.reason, version, dict(resp.getheaders()), resp.read())
     finally:
         conn.close()
 

@@ -398,13 +398,12 @@ def tree(repo: str | Path) -> str:
     lines = [Path(repo).name + "/"]
 
     def walk(folder: Path, prefix: str, depth: int) -> None:
-        entries = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
-        shown = entries if depth <= 3 else []
+        shown = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
         for i, entry in enumerate(shown[:12]):
             last = i == len(shown[:12]) - 1 and len(shown) <= 12
             mark = "/" if entry.is_dir() else ""
             lines.append(f"{prefix}{'`-- ' if last else '|-- '}{entry.name}{mark}")
-            if entry.is_dir():
+            if entry.is_dir() and depth < 3:
                 walk(entry, prefix + ("    " if last else "|   "), depth + 1)
         if len(shown) > 12:
             lines.append(f"{prefix}`-- ... ({len(shown) - 12} more)")
