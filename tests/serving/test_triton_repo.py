@@ -51,7 +51,9 @@ def test_make_config_round_trips_through_text():
         instances=2,
         parameters={"runtime": "onnxruntime"},
     )
-    text = sr.config_text(cfg)
+    from google.protobuf import text_format
+
+    text = text_format.MessageToString(cfg)
     back = sr.parse_config(text)
     assert back == cfg
     assert back.dynamic_batching.max_queue_delay_microseconds == 500

@@ -8,7 +8,6 @@ uncaught exception or by SIGKILL.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -564,35 +563,3 @@ def test_server_started_by_a_thread_outlives_the_thread(tiny, monkeypatch):
     finally:
         srv.stop()
     assert processes.alive([watchdog]) == [] and srv._watchdog is None
-
-
-# ------------------------------------------------------------------------------------- model.py pieces
-
-
-def _runtime_model_module():
-    """Import triton_models/runtime_model.py outside the server, with a stand-in for the stub's utils."""
-    sys.modules.setdefault(
-        "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils")
-    )
-    spec = importlib.util.spec_from_file_location("runtime_model_under_test", sr.RUNTIME_MODEL_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_read_graph_variables_reads_what_flow_save_wrote(flow, tmp_path):
-    from helpers.compiling import graphs
-
-    lin = flow.nn.Linear(3, 2)
-    graph = graphs.make_inference_graph(lin.eval())
-    graph(flow.ones(1, 3))
-    flow.save(graph, str(tmp_path / "model"))
-    variables = _runtime_model_module().read_graph_variables(str(tmp_path / "model"))
-    assert set(variables) == {"model.weight", "model.bias"}
-    np.testing.assert_array_equal(variables["model.weight"], lin.weight.numpy())
-    np.testing.assert_array_equal(variables["model.bias"], lin.bias.numpy())
-    with pytest.raises(FileNotFoundError, match="model.mlir"):
-        _runtime_model_module().read_graph_variables(str(tmp_path))
-    (tmp_path / "model" / "model.bias" / "out").write_bytes(b"\0" * 4)
-    with pytest.raises(ValueError, match="values on disk"):
-        _runtime_model_module().read_graph_variables(str(tmp_path / "model"))

@@ -1,21 +1,17 @@
 """The Kubernetes manifests that run the production chapter's front + replicas on a cluster.
 
-- a Triton **Deployment** whose readiness probe asks for the *model* it serves
-  (``/v2/models/<name>/ready``): with ``--strict-readiness=true`` one other model that failed to
-  load would make ``/v2/health/ready`` answer 400 for good and drain a pod that still serves.
-  The administrative APIs answer only a key held in a Secret;
-- a **Service** (gRPC port marked ``appProtocol: kubernetes.io/h2c``) and a
-  **HorizontalPodAutoscaler**;
-- the front: the **Gateway API** (ingress-nginx was retired in 2026). A **Gateway** terminates
-  TLS; an **HTTPRoute** and a **GRPCRoute** are the allow-list (anything else: 404 from the
-  Gateway, no pod involved). Body size and rate limit are not in the Gateway API standard: they
-  are policies of **NGINX Gateway Fabric** 2.6 (``ClientSettingsPolicy``, ``RateLimitPolicy``).
+A Triton **Deployment** whose readiness probe asks for the *model* it serves (with
+``--strict-readiness=true`` one other model that failed to load makes ``/v2/health/ready`` answer
+400 for good and drains a pod that still serves), its administrative APIs keyed by a Secret; a
+**Service** (gRPC port ``appProtocol: kubernetes.io/h2c``) and a **HorizontalPodAutoscaler**. The
+front is the **Gateway API** (ingress-nginx was retired in 2026): a **Gateway** terminating TLS, an
+**HTTPRoute** and a **GRPCRoute** as the allow-list (anything else: 404 from the Gateway); body
+size and rate limit are **NGINX Gateway Fabric** 2.6 policies, not Gateway API standard.
 
 :func:`validate_manifests` checks every object offline and strictly (unknown fields fail):
-built-in kinds against ``kubernetes-validate``'s schemas, the others against the CRD schemas in
-``k8s_schemas/gateway_api.json`` (Gateway API v1.5.1, NGINX Gateway Fabric v2.6.7; written by
-``tools/vendor_gateway_schemas.py``). Schemas check structure, not intent:
-:func:`audit_manifests` checks the protections the chapter teaches.
+built-in kinds with ``kubernetes-validate``, the others against ``k8s_schemas/gateway_api.json``
+(Gateway API v1.5.1, NGINX Gateway Fabric v2.6.7; ``tools/vendor_gateway_schemas.py``). Schemas
+check structure, not intent: :func:`audit_manifests` checks the protections the chapter teaches.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.serving.nginx_config import ALLOWED_GRPC, GRPC_SERVICE
-from helpers.serving.triton_server import ADMIN_HEADER, RESTRICTED_APIS
+from helpers.serving.triton_server import restricted_api_args
 
 __all__ = [
     "TRITON_IMAGE",
@@ -71,16 +67,14 @@ def _probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
 
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-GATEWAY_API, NGINX_POLICIES = "gateway.networking.k8s.io/v1", "gateway.nginx.org/v1alpha1"
-
-
-def _object(api: str, kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, **meta}, "spec": spec}
+GATEWAY_API, NGF = (
+    "gateway.networking.k8s.io/v1",
+    "gateway.nginx.org/v1alpha1",
+)  # NGINX Gateway Fabric
 
 
 def _container(name: str) -> dict[str, Any]:
     """The Triton container: restricted administrative APIs, readiness on the served model."""
-    restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}=$(TRITON_ADMIN_KEY)"
     model_ready = f"/v2/models/{name}/ready"
     secret = {"secretKeyRef": {"name": f"{name}-triton-admin", "key": "key"}}
     return {
@@ -93,8 +87,7 @@ def _container(name: str) -> dict[str, Any]:
             f"--load-model={name}",
             # /v2/health/ready then means "the server answers"; routing waits on the model
             "--strict-readiness=false",
-            f"--http-restricted-api={restricted}",
-            f"--grpc-restricted-protocol={restricted}",
+            *restricted_api_args("$(TRITON_ADMIN_KEY)"),
             "--allow-metrics=true",
             "--exit-timeout-secs=20",
         ],
@@ -152,6 +145,7 @@ def manifests(
         | {"allowedRoutes": {"namespaces": {"from": "Same"}}}
         for section, host in hosts.items()
     ]
+    gateway_spec = {"gatewayClassName": "nginx", "listeners": listeners}
 
     def route(section: str, matches: list[dict[str, Any]], port: int) -> dict[str, Any]:
         # the allow-list: no rule, no route (the Gateway answers 404 itself)
@@ -170,36 +164,29 @@ def manifests(
     body = {"maxSize": nginx_size(max_body_bytes), "timeout": "10s"}
     limit = {"key": "$binary_remote_addr", "rate": f"{rate_per_s}r/s", "burst": burst}
     limit |= {"noDelay": True, "zoneSize": "10m"}
-    rate_limit = {"local": {"rules": [limit]}, "rejectCode": 429}
+    rates = {"local": {"rules": [limit]}, "rejectCode": 429}
+    service = {"selector": labels, "ports": service_ports}
+    table = [  # (file, apiVersion, kind, name suffix, spec)
+        ("triton-deployment.yaml", "apps/v1", "Deployment", "-triton", deployment_spec),
+        ("triton-service.yaml", "v1", "Service", "-triton", service),
+        ("triton-hpa.yaml", "autoscaling/v2", "HorizontalPodAutoscaler", "-triton", hpa_spec),
+        ("gateway.yaml", GATEWAY_API, "Gateway", "", gateway_spec),
+        ("route-http.yaml", GATEWAY_API, "HTTPRoute", "-http", route("https", http, 8000)),
+        ("route-grpc.yaml", GATEWAY_API, "GRPCRoute", "-grpc", route("grpc", grpc, 8001)),
+        ("policy-client-settings.yaml", NGF, "ClientSettingsPolicy", "-client-settings",
+         {"targetRef": target, "body": body}),
+        ("policy-rate-limit.yaml", NGF, "RateLimitPolicy", "-rate-limit",
+         {"targetRefs": [target], "rateLimit": rates}),
+    ]  # fmt: skip
+    labelled = ("Deployment", "Service")
     return {
-        "triton-deployment.yaml": _object(
-            "apps/v1", "Deployment", svc, deployment_spec, labels=labels
-        ),
-        "triton-service.yaml": _object(
-            "v1", "Service", svc, {"selector": labels, "ports": service_ports}, labels=labels
-        ),
-        "triton-hpa.yaml": _object("autoscaling/v2", "HorizontalPodAutoscaler", svc, hpa_spec),
-        "gateway.yaml": _object(
-            GATEWAY_API, "Gateway", name, {"gatewayClassName": "nginx", "listeners": listeners}
-        ),
-        "route-http.yaml": _object(
-            GATEWAY_API, "HTTPRoute", f"{name}-http", route("https", http, 8000)
-        ),
-        "route-grpc.yaml": _object(
-            GATEWAY_API, "GRPCRoute", f"{name}-grpc", route("grpc", grpc, 8001)
-        ),
-        "policy-client-settings.yaml": _object(
-            NGINX_POLICIES,
-            "ClientSettingsPolicy",
-            f"{name}-client-settings",
-            {"targetRef": target, "body": body},
-        ),
-        "policy-rate-limit.yaml": _object(
-            NGINX_POLICIES,
-            "RateLimitPolicy",
-            f"{name}-rate-limit",
-            {"targetRefs": [target], "rateLimit": rate_limit},
-        ),
+        file: {
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": {"name": name + suffix} | ({"labels": labels} if kind in labelled else {}),
+            "spec": spec,
+        }
+        for file, api, kind, suffix, spec in table
     }
 
 
@@ -209,24 +196,17 @@ def write_manifests(objects: dict[str, dict[str, Any]], folder: str | Path) -> l
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
     for file_name, obj in objects.items():
-        path = out / file_name
-        path.write_text(yaml.safe_dump(obj, sort_keys=False))
-        paths.append(path)
-    return paths
+        (out / file_name).write_text(yaml.safe_dump(obj, sort_keys=False))
+    return [out / file_name for file_name in objects]
 
 
 def _strict(schema: Any) -> Any:
     """A CRD schema where objects with listed properties admit no other field (kubectl --strict)."""
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if (
-            "properties" in out
-            and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            out["additionalProperties"] = False
+        if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
         return out
     if isinstance(schema, list):
         return [_strict(v) for v in schema]
@@ -257,12 +237,9 @@ def _validate_custom(doc: dict[str, Any]) -> None:
 
 
 def validate_manifests(folder: str | Path, version: str = K8S_VERSION) -> list[tuple[str, str]]:
-    """Check every YAML document in ``folder`` against its schema (strict: unknown fields fail).
-
-    Built-in kinds: the Kubernetes ``version`` schemas of ``kubernetes-validate``; Gateway API and
-    NGINX Gateway Fabric kinds: the vendored CRD schemas (their CEL rules are not evaluated).
-    Returns ``[(file, kind/name)]``; raises :class:`ManifestError` naming the file and the field.
-    """
+    """``[(file, kind/name)]`` of every YAML document in ``folder``, each checked strictly against
+    its schema (Kubernetes ``version``'s, or the vendored CRD's: their CEL rules not evaluated);
+    :class:`ManifestError` names the file and the field."""
     import kubernetes_validate
     import yaml
 
@@ -296,26 +273,22 @@ def _allowed(kind: str, match: dict[str, Any]) -> bool:
 
 
 def audit_manifests(objects: dict[str, dict[str, Any]], *, max_body_bytes: int) -> list[str]:
-    """What the manifests lack of the chapter's protections (empty when all are there).
+    """What the manifests lack of the chapter's protections (empty when all are there): exact
+    routes only, 429, the body limit, TLS, the served model's readiness, restricted admin APIs."""
 
-    Routes match exact paths + methods (or allowed gRPC methods) only, the rate limit answers
-    429, the body limit is ``max_body_bytes`` rounded up, both listeners have TLS, readiness is
-    the served model's, Triton's administrative APIs are restricted.
-    """
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for obj in objects.values():
-        by_kind.setdefault(obj["kind"], []).append(obj)
+    def of(*kinds: str) -> list[dict[str, Any]]:
+        return [obj for obj in objects.values() if obj["kind"] in kinds]
+
     routes = [
         (route["kind"], route["metadata"]["name"], m)
-        for route in by_kind.get("HTTPRoute", []) + by_kind.get("GRPCRoute", [])
+        for route in of("HTTPRoute", "GRPCRoute")
         for rule in route["spec"]["rules"]
         for m in rule.get("matches") or [{}]
     ]
-    listeners = [lst for gw in by_kind.get("Gateway", []) for lst in gw["spec"]["listeners"]]
-    pods = [d["spec"]["template"]["spec"]["containers"][0] for d in by_kind.get("Deployment", [])]
-    codes = {p["spec"]["rateLimit"].get("rejectCode") for p in by_kind.get("RateLimitPolicy", [])}
-    policies = by_kind.get("ClientSettingsPolicy", [])
-    sizes = {p["spec"].get("body", {}).get("maxSize") for p in policies}
+    listeners = [lst for gw in of("Gateway") for lst in gw["spec"]["listeners"]]
+    pods = [d["spec"]["template"]["spec"]["containers"][0] for d in of("Deployment")]
+    codes = {p["spec"]["rateLimit"].get("rejectCode") for p in of("RateLimitPolicy")}
+    sizes = {p["spec"].get("body", {}).get("maxSize") for p in of("ClientSettingsPolicy")}
     size = nginx_size(max_body_bytes)
     problems = [
         f"{name}: a match that is not exact path + method"
@@ -341,4 +314,5 @@ def audit_manifests(objects: dict[str, dict[str, Any]], *, max_body_bytes: int) 
     }
     problems += [why for why, missing in checks.items() if missing]
     needed = {"Gateway", "HTTPRoute", "GRPCRoute", "Deployment"}
-    return problems + [f"no {kind}" for kind in sorted(needed - set(by_kind))]
+    present = {obj["kind"] for obj in objects.values()}
+    return problems + [f"no {kind}" for kind in sorted(needed - present)]

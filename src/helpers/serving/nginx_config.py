@@ -132,9 +132,8 @@ def front_config(
 ) -> str:
     """The ``nginx.conf`` of a front for Triton servers (see the module docstring).
 
-    ``allow_list=False`` writes the front this course had before: the whole ``/v2`` API (and
-    every gRPC method) passed on, only model control refused. It exists to show the allow-list
-    test failing; :func:`audit_config` refuses it.
+    ``allow_list=False`` writes the front this course had before (the whole ``/v2`` API and every
+    gRPC method passed on, only model control refused), to show the allow-list test failing.
     """
     if not http_upstreams or not grpc_upstreams:
         raise ValueError("give at least one HTTP and one gRPC upstream (127.0.0.1:PORT)")
@@ -282,21 +281,14 @@ def _blocks(text: str, head: str) -> list[str]:
 
 def server_blocks(text: str) -> dict[str, list[str]]:
     """``{"http server": [...], "grpc server": [...]}``: each ``server`` block, by its listener."""
-    found: dict[str, list[str]] = {"http server": [], "grpc server": []}
-    for block in _blocks(text, "server"):
-        if not re.search(r"\blisten ", block):
-            continue
-        kind = "grpc server" if re.search(r"listen \S+ http2;", block) else "http server"
-        found[kind].append(block)
-    return found
+    blocks = [b for b in _blocks(text, "server") if re.search(r"\blisten ", b)]
+    grpc = [b for b in blocks if re.search(r"listen \S+ http2;", b)]
+    return {"http server": [b for b in blocks if b not in grpc], "grpc server": grpc}
 
 
 def audit_config(text: str) -> list[str]:
-    """What a front config lacks (empty when every protection is in every place it belongs).
-
-    Each ``server`` block is checked on its own: a body limit in the gRPC block does not stand
-    in for the HTTP block's. A location that passes a whole prefix on fails the allow-list.
-    """
+    """What a front config lacks (empty when every protection is in every place it belongs):
+    each ``server`` block on its own, and no location passing a whole prefix on."""
     text = re.sub(r"#[^\n]*", "", text)
     flat = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
     missing = []

@@ -3,10 +3,8 @@
 Clients never talk to Triton's own ports: Triton 2.51 (in ``nvidia-pytriton`` 0.7.0) answers every
 API it has (model control, shared memory, tracing, logging, statistics) on the port that serves
 inference, and reads a request body of any size (``--http-max-input-size`` came in 2.59): one
-well-formed JSON request of about 250 MB can kill it. :class:`NginxFront` checks the config of
-:mod:`helpers.serving.nginx_config` with ``nginx -t`` and runs nginx (Debian's package) on free
-loopback ports, stopped like the Triton server; :func:`probe_admin` sends every administrative
-request Triton knows through a front and reports which got through.
+well-formed JSON request of about 250 MB can kill it. :func:`probe_admin` sends every
+administrative request Triton knows through a front and reports which got through.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ __all__ = [
 ]
 
 
+_REGION = '{"key": "/r", "offset": 0, "byte_size": 64}'  # a shared-memory region to register
 # Every administrative request of Triton's HTTP API (KServe v2 and Triton's extensions):
 # (what, method, path, body). {m} is a served model's name.
 ADMIN_HTTP: tuple[tuple[str, str, str, str | None], ...] = (
@@ -46,12 +45,7 @@ ADMIN_HTTP: tuple[tuple[str, str, str, str | None], ...] = (
     ("statistics, all models", "GET", "/v2/models/stats", None),
     ("statistics, one model", "GET", "/v2/models/{m}/stats", None),
     ("system shared memory", "GET", "/v2/systemsharedmemory/status", None),
-    (
-        "register shared memory",
-        "POST",
-        "/v2/systemsharedmemory/region/r/register",
-        '{"key": "/r", "offset": 0, "byte_size": 64}',
-    ),
+    ("register shared memory", "POST", "/v2/systemsharedmemory/region/r/register", _REGION),
     ("CUDA shared memory", "GET", "/v2/cudasharedmemory/status", None),
     ("trace settings", "POST", "/v2/trace/setting", '{"trace_level": ["TIMESTAMPS"]}'),
     ("model trace settings", "GET", "/v2/models/{m}/trace/setting", None),
@@ -105,11 +99,8 @@ def _nginx_test(nginx: Path, conf: Path, prefix: Path) -> str:
 
 
 class NginxFront(ManagedProcess):
-    """nginx on free loopback ports in front of the given Triton servers (see :func:`front_config`).
-
-    ``allow_list=False`` runs the old, open front (to show the allow-list test failing); it skips
-    :func:`audit_config`, which would refuse it.
-    """
+    """nginx on free loopback ports in front of the given Triton servers (:func:`front_config`);
+    ``allow_list=False`` runs the old, open front, unaudited, to show the allow-list test failing."""
 
     def __init__(
         self,
@@ -141,11 +132,8 @@ class NginxFront(ManagedProcess):
         return self.kept("access.log").splitlines()
 
     def wait_for_log(self, since: int, timeout_s: float = 10.0) -> list[str]:
-        """The access-log lines after the first ``since``, waiting (``timeout_s``) for one.
-
-        nginx writes a request's line when it has finished with the connection; a request refused
-        from its headers (413) is logged only after nginx has closed that connection.
-        """
+        """The access-log lines after the first ``since``, waiting (``timeout_s``) for one: nginx
+        logs a request once done with its connection (a 413 only after closing it)."""
         deadline = time.monotonic() + timeout_s
         while len(lines := self.access_log()) <= since and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -201,12 +189,9 @@ class NginxFront(ManagedProcess):
 
 
 def probe_admin(front: NginxFront, model: str) -> list[dict[str, Any]]:
-    """Send every request of :data:`ADMIN_HTTP` and :data:`ADMIN_GRPC` through ``front``.
-
-    One row per request: protocol, what, status (HTTP status, or the gRPC status name) and
-    ``reached``, whether the front's access log shows it passed to a server. A front with an
-    allow-list answers every one with 403 (gRPC: PERMISSION_DENIED) and passes none on.
-    """
+    """Send every request of :data:`ADMIN_HTTP` and :data:`ADMIN_GRPC` through ``front``: one row
+    each with protocol, what, status (HTTP status or gRPC status name) and ``reached``, whether
+    the front's access log shows it passed to a server."""
     import tritonclient.grpc as grpcclient
 
     def send(protocol: str, what: str, request: Callable[[], Any]) -> dict[str, Any]:

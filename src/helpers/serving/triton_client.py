@@ -1,8 +1,7 @@
 """Talk to a Triton server on this machine: raw HTTP (like ``curl``), KServe v2 bodies, the clients.
 
 Every function takes a ``127.0.0.1:PORT`` address and refuses any other host: these helpers talk
-to a server you started (:class:`helpers.serving.triton_server.TritonServer`), not someone else's.
-Bodies may be deliberately wrong, to test how the server fails.
+to a server you started, not someone else's. Bodies may be deliberately wrong, to test failures.
 """
 
 from __future__ import annotations
@@ -72,10 +71,8 @@ class HttpResponse:
 
 
 def check_loopback(url: str) -> tuple[str, int]:
-    """``(host, port)`` of a ``127.0.0.1:PORT`` or ``localhost:PORT`` address, else ``ValueError``.
-
-    IPv6 loopback is refused too: the servers these helpers start listen on 127.0.0.1 only.
-    """
+    """``(host, port)`` of a ``127.0.0.1:PORT`` or ``localhost:PORT`` address, else ``ValueError``
+    (IPv6 loopback too: the servers these helpers start listen on 127.0.0.1 only)."""
     if "://" in url:
         raise ValueError(f"{url!r}: give HOST:PORT without a scheme, e.g. 127.0.0.1:8000")
     host, _, port = url.rpartition(":")
@@ -111,13 +108,8 @@ def http_request(
             hdrs.setdefault("Content-Type", "application/json")
         conn.request(method, path, body=data, headers=hdrs)
         resp = conn.getresponse()
-        return HttpResponse(
-            status=resp.status,
-            reason=resp.reason,
-            version="HTTP/1.1" if resp.version == 11 else "HTTP/1.0",
-            headers={k: v for k, v in resp.getheaders()},
-            body=resp.read(),
-        )
+        version = "HTTP/1.1" if resp.version == 11 else "HTTP/1.0"
+        return HttpResponse(resp.status, resp.reason, version, dict(resp.getheaders()), resp.read())
     finally:
         conn.close()
 
@@ -132,35 +124,23 @@ def _datatype(name: str, array: np.ndarray) -> str:
     return datatype
 
 
+def _input(name: str, array: Any, datatype: str | None = None, **rest: Any) -> dict[str, Any]:
+    """One KServe v2 input: name, shape, datatype (the array's own unless given), then ``rest``."""
+    shape, datatype = list(np.shape(array)), datatype or _datatype(name, np.asarray(array))
+    return {"name": name, "shape": shape, "datatype": datatype, **rest}
+
+
 def infer_json_body(inputs: Mapping[str, np.ndarray], datatype: str | None = None) -> str:
     """A KServe v2 JSON inference request (``datatype`` overrides the arrays' own, to test errors)."""
-    parts = [
-        {
-            "name": name,
-            "shape": list(np.shape(array)),
-            "datatype": datatype or _datatype(name, np.asarray(array)),
-            "data": np.asarray(array).flatten().tolist(),
-        }
-        for name, array in inputs.items()
-    ]
+    parts = [_input(n, a, datatype, data=np.ravel(a).tolist()) for n, a in inputs.items()]
     return json.dumps({"inputs": parts})
 
 
 def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
-    """A KServe v2 request with tensors as raw bytes after the JSON header (Triton's extension).
-
-    Returns the body and the headers to send with it; far smaller and faster than JSON for images.
-    """
+    """``(body, headers)`` of a KServe v2 request with tensors as raw bytes after the JSON header
+    (Triton's extension): far smaller and faster than JSON for images."""
     arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
-    parts = [
-        {
-            "name": name,
-            "shape": list(a.shape),
-            "datatype": _datatype(name, a),
-            "parameters": {"binary_data_size": a.nbytes},
-        }
-        for name, a in arrays.items()
-    ]
+    parts = [_input(n, a, parameters={"binary_data_size": a.nbytes}) for n, a in arrays.items()]
     header = json.dumps({"inputs": parts}).encode("utf-8")
     return header + b"".join(a.tobytes() for a in arrays.values()), {
         "Inference-Header-Content-Length": str(len(header)),
@@ -171,11 +151,8 @@ def infer_binary_body(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str
 def request_tensors(
     client_module: Any, inputs: Mapping[str, np.ndarray], output: str
 ) -> tuple[list[Any], list[Any]]:
-    """The ``InferInput`` list and the requested output for one ``client.infer`` call.
-
-    ``client_module`` is ``tritonclient.http`` (tensors as raw bytes, Triton's binary extension)
-    or ``tritonclient.grpc`` (protobuf).
-    """
+    """The ``InferInput`` list and the requested output for one ``client.infer`` call of
+    ``client_module``: ``tritonclient.http`` (raw bytes, Triton's binary extension) or ``.grpc``."""
     reqs = []
     for name, array in inputs.items():
         array = np.ascontiguousarray(array)
@@ -240,8 +217,7 @@ def model_stats(
         if counted >= min_requests or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    st = stats["inference_stats"]
-    n = int(st["success"]["count"])
+    st, n = stats["inference_stats"], counted
     inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
     return {
         "requests": n,
@@ -258,12 +234,9 @@ def model_stats(
 
 
 def scrape_metrics(url: str, model: str | None = None) -> dict[str, float]:
-    """Triton's Prometheus metrics at ``url`` (its ``--metrics-port``), summed per metric name.
-
-    With ``model``, only the samples labelled ``model="<model>"`` count (all versions together):
-    e.g. ``nv_inference_request_success``, ``nv_inference_queue_duration_us`` and
-    ``nv_inference_compute_infer_duration_us``, cumulative counters since the model loaded.
-    """
+    """Triton's Prometheus metrics at ``url`` (its ``--metrics-port``), summed per metric name:
+    cumulative counters since load. With ``model``, only samples labelled ``model="<model>"``
+    (all versions together)."""
     resp = http_request(url, "GET", "/metrics", timeout=10)
     if resp.status != 200:
         raise TritonRequestError(resp.status, resp.body.decode("utf-8", "replace")[:200])

@@ -1,8 +1,7 @@
 """Load a Triton server you own with a bounded number of concurrent clients, and measure it.
 
-:func:`perf_analyzer` runs Triton's ``perf_analyzer`` at a few concurrency levels; :func:`counted_run`
-sends an exact number of requests and counts answers and failures (chapter 9's server killed
-under load). Both refuse anything but a loopback address and bound levels, clients and seconds.
+Both :func:`perf_analyzer` and :func:`counted_run` (an exact number of requests, answers and
+failures counted) refuse anything but a loopback address and bound levels, clients and seconds.
 """
 
 from __future__ import annotations
@@ -36,11 +35,8 @@ MAX_LEVELS = 12
 
 
 def find_perf_analyzer() -> tuple[Path, dict[str, str]]:
-    """``perf_analyzer`` (installed by ``tritonclient``) and the environment it runs in.
-
-    Raises ``FileNotFoundError`` saying what is missing: the binary, ``libcudart.so.12``
-    (CUDA 12 pip packages, put on the library path here) or ``libb64`` (Debian ``libb64-0d``).
-    """
+    """``perf_analyzer`` (from ``tritonclient``) and its environment (the CUDA 12 pip packages'
+    ``libcudart.so.12`` on the library path); ``FileNotFoundError`` names what is missing."""
     beside = Path(sys.executable).parent / "perf_analyzer"
     exe = beside if beside.exists() else shutil.which("perf_analyzer")
     if exe is None:
@@ -146,12 +142,9 @@ def counted_run(
     protocol: str = "http",
     at: tuple[int, Any] | None = None,
 ) -> CountedRun:
-    """Send exactly ``total`` requests from ``concurrency`` clients; count answers and failures.
-
-    ``at=(n, action)`` calls ``action()`` once, from the load's own thread pool, when ``n``
-    requests have been answered (e.g. kill a server mid-load). Bounded: at most 10,000 requests,
-    64 clients and 120 s; every request is tried once, never retried here.
-    """
+    """Send exactly ``total`` requests from ``concurrency`` clients, each tried once; count answers
+    and failures. ``at=(n, action)`` calls ``action()`` once, from a load thread, when ``n``
+    requests have been answered (e.g. kill a server mid-load). At most 10,000 requests, 120 s."""
     check_loopback(url)
     if not 1 <= total <= 10_000 or not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"need 1 <= total <= 10000 and 1 <= concurrency <= {MAX_CONCURRENCY}")

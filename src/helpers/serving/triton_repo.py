@@ -2,12 +2,11 @@
 
 A repository holds ``<repo>/<model>/config.pbtxt`` and numbered version folders with the model
 files. Configurations are Triton's ``ModelConfig`` messages (``tritonclient.grpc.model_config_pb2``,
-the schema the server parses), so a typo cannot reach the server; every written file is parsed
-back and checked by :func:`validate_model_dir`. Layouts: :func:`python_runtime_model` (the Python
-backend running ONNX Runtime, OpenVINO or OneFlow; runs with the ``tritonserver`` of
-``nvidia-pytriton``), :func:`onnxruntime_backend_model` (the NGC image's ``onnxruntime`` backend,
-optionally with TensorRT) and :func:`oneflow_serving_model` (OneFlow-Serving's ``oneflow``
-backend: ``INPUT_0``/``OUTPUT_0``, the graph ``flow.save(graph, ...)`` wrote as ``<version>/model/``).
+the schema the server parses); every written file is parsed back by :func:`validate_model_dir`.
+Layouts: the Python backend running ONNX Runtime or OpenVINO (runs with ``nvidia-pytriton``'s
+``tritonserver``), the NGC image's ``onnxruntime`` backend (optionally with TensorRT) and
+OneFlow-Serving's ``oneflow`` backend (``INPUT_0``/``OUTPUT_0``, ``flow.save(graph, ...)``'s folder
+as ``<version>/model/``).
 """
 
 from __future__ import annotations
@@ -22,13 +21,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DTYPES",
-    "KINDS",
     "ONEFLOW_SERVING_IMAGE",
     "RUNTIME_MODEL_FILE",
     "ConfigError",
     "TensorSpec",
-    "config_text",
     "docker_command",
     "oneflow_serving_model",
     "onnxruntime_backend_model",
@@ -49,7 +45,7 @@ TENSORRT_PRECISIONS = ("FP32", "FP16", "INT8")  # the onnxruntime backend's prec
 # (xrt: its --enable-tensorrt / --enable-openvino), and runtime_model.py's runtimes.
 PARAMETER_VALUES = {
     ("oneflow", "xrt"): ("tensorrt", "openvino"),
-    ("python", "runtime"): ("onnxruntime", "openvino", "oneflow"),
+    ("python", "runtime"): ("onnxruntime", "openvino"),
 }
 # The model file each backend loads from a version folder.
 MODEL_FILES = {
@@ -108,12 +104,9 @@ def make_config(
     parameters: Mapping[str, str] | None = None,
     gpu_accelerators: Sequence[Mapping[str, Any]] = (),
 ) -> Any:
-    """A checked Triton ``ModelConfig`` message (see Triton's model-configuration documentation).
-
-    ``dynamic_batching`` is ``False``, ``True`` (Triton's defaults) or a mapping with
-    ``max_queue_delay_us`` and/or ``preferred_batch_sizes``. ``instances`` copies of the model run
-    side by side (GPU instances on GPU 0). Accelerators are mappings ``{"name": ..., **params}``.
-    """
+    """A checked Triton ``ModelConfig`` message. ``dynamic_batching``: ``False``, ``True``
+    (Triton's defaults) or ``{max_queue_delay_us, preferred_batch_sizes}``; ``instances`` copies
+    side by side (GPU instances on GPU 0); accelerators: ``{"name": ..., **params}``."""
     pb = _pb()
     if bool(backend) == bool(platform):
         raise ConfigError(
@@ -150,15 +143,9 @@ def make_config(
     return cfg
 
 
-def config_text(cfg: Any) -> str:
-    """The protobuf text format of a ``ModelConfig`` (what goes into ``config.pbtxt``)."""
-    from google.protobuf import text_format
-
-    return text_format.MessageToString(cfg)
-
-
 def parse_config(text: str, source: str = "config.pbtxt") -> Any:
-    """Parse ``config.pbtxt`` text with Triton's schema; :class:`ConfigError` names the bad line."""
+    """Parse ``config.pbtxt`` text with Triton's schema; :class:`ConfigError` names the line and
+    column of an unknown field, a wrongly typed value or an unknown enum value."""
     from google.protobuf import text_format
 
     try:
@@ -167,8 +154,9 @@ def parse_config(text: str, source: str = "config.pbtxt") -> Any:
         raise ConfigError(f"{source}: not a valid Triton model config: {exc}") from exc
 
 
-def _problems(cfg: Any) -> list[str]:
-    """What Triton, or the backend named in ``cfg``, would refuse when loading it."""
+def check_config(cfg: Any, source: str = "config") -> None:
+    """Raise :class:`ConfigError` on the first thing Triton, or the backend named in ``cfg``,
+    would refuse when loading it (the parser accepts an empty config)."""
     pb = _pb()
     tensors = list(cfg.input) + list(cfg.output)
     names = [t.name for t in tensors]
@@ -227,29 +215,16 @@ def _problems(cfg: Any) -> list[str]:
         rules.append((bad, f"the onnxruntime backend knows accelerators {known}, not {bad}"))
         modes = {a.parameters.get("precision_mode", "FP32") for a in gpu if a.name == "tensorrt"}
         wrong = " ".join(map(repr, sorted(modes - set(TENSORRT_PRECISIONS))))
-        rules.append(
-            (
-                wrong,
-                f"TensorRT precision_mode is one of {', '.join(TENSORRT_PRECISIONS)}, got {wrong}",
-            )
-        )
-    return [what for wrong, what in rules if wrong]
-
-
-def check_config(cfg: Any, source: str = "config") -> None:
-    """Raise :class:`ConfigError` on the first thing Triton would refuse (the parser accepts an
-    empty config)."""
-    problems = _problems(cfg)
+        allowed = ", ".join(TENSORRT_PRECISIONS)
+        rules.append((wrong, f"TensorRT precision_mode is one of {allowed}, got {wrong}"))
+    problems = [what for wrong, what in rules if wrong]
     if problems:
         raise ConfigError(f"{source} (model {cfg.name or '?'}): {problems[0]}")
 
 
 def validate_model_dir(model_dir: str | Path) -> Any:
-    """Parse and check one model folder: its ``config.pbtxt``, name, versions and model files.
-
-    Parsed with Triton's schema (:func:`parse_config`: an unknown field, a wrongly typed value or
-    an unknown enum value names line and column), then checked by :func:`check_config`.
-    """
+    """Parse (:func:`parse_config`) and check (:func:`check_config`) one model folder: its
+    ``config.pbtxt``, name, versions and model files."""
     model_dir = Path(model_dir)
     path = model_dir / "config.pbtxt"
     if not path.is_file():
@@ -310,7 +285,9 @@ def _write_model(cfg: Any, repo: str | Path, files: Mapping[str, str | Path]) ->
             shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=_link_or_copy)
         else:
             _link_or_copy(str(src), str(dst))
-    (model_dir / "config.pbtxt").write_text(config_text(cfg), encoding="utf-8")
+    from google.protobuf import text_format
+
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg), encoding="utf-8")
     validate_model_dir(model_dir)
     return model_dir
 
@@ -329,11 +306,8 @@ def python_runtime_model(
     kind: str = "KIND_CPU",
     threads: int = 1,
 ) -> Path:
-    """A Python-backend model running ``runtime`` on ``model_path`` (a file, or a folder for OneFlow).
-
-    Version 1 holds the model under its own name next to ``model.py`` (a copy of
-    :data:`RUNTIME_MODEL_FILE`).
-    """
+    """A Python-backend model running ``runtime`` on the file ``model_path``, stored under its own
+    name in version 1 beside ``model.py`` (a copy of :data:`RUNTIME_MODEL_FILE`)."""
     if not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be a positive int, got {threads!r}")
     stored = Path(model_path).name
@@ -383,12 +357,9 @@ def oneflow_serving_model(
     xrt: str | None = None,
     kind: str = "KIND_GPU",
 ) -> Path:
-    """The OneFlow-Serving layout: ``backend: "oneflow"``, ``INPUT_0``/``OUTPUT_0``, ``1/model/``.
-
-    ``saved_graph`` is the folder ``flow.save(graph, folder)`` wrote; ``xrt`` switches on OneFlow's
-    TensorRT (GPU) or OpenVINO (CPU) in ``config.pbtxt``, the course's alternative to case study
-    1's start options (``--enable-tensorrt``, ignored when a ``config.pbtxt`` exists).
-    """
+    """The OneFlow-Serving layout of the folder ``flow.save(graph, folder)`` wrote: ``1/model/``,
+    ``INPUT_0``/``OUTPUT_0``; ``xrt`` switches on OneFlow's TensorRT (GPU) or OpenVINO (CPU) in
+    ``config.pbtxt``, the alternative to case study 1's ``--enable-tensorrt`` start option."""
     if not (Path(saved_graph) / "model.mlir").is_file():
         raise ConfigError(
             f"{saved_graph} is not a saved OneFlow graph (no model.mlir): write it with flow.save(graph, folder)"
@@ -412,11 +383,8 @@ def docker_command(
     model: str | None = None,
     server: str = "tritonserver",
 ) -> str:
-    """The ``docker run`` line serving ``repo`` (or only its ``model``) with all GPUs.
-
-    ``server`` is the binary inside the image (``/opt/tritonserver/bin/tritonserver`` in
-    OneFlow-Serving's). For readers with Docker and a GPU; not run by the course.
-    """
+    """The ``docker run`` line serving ``repo`` (or only its ``model``) with all GPUs; ``server``
+    is the binary in the image. For readers with Docker and a GPU; not run by the course."""
     repo = Path(repo).resolve()
     mount = f"-v {repo}:/models" if model is None else f"-v {repo / model}:/models/{model}"
     return (
@@ -430,13 +398,12 @@ def tree(repo: str | Path) -> str:
     lines = [Path(repo).name + "/"]
 
     def walk(folder: Path, prefix: str, depth: int) -> None:
-        entries = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
-        shown = entries if depth <= 3 else []
+        shown = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
         for i, entry in enumerate(shown[:12]):
             last = i == len(shown[:12]) - 1 and len(shown) <= 12
             mark = "/" if entry.is_dir() else ""
             lines.append(f"{prefix}{'`-- ' if last else '|-- '}{entry.name}{mark}")
-            if entry.is_dir():
+            if entry.is_dir() and depth < 3:
                 walk(entry, prefix + ("    " if last else "|   "), depth + 1)
         if len(shown) > 12:
             lines.append(f"{prefix}`-- ... ({len(shown) - 12} more)")

@@ -1,15 +1,10 @@
 """Run a real Triton Inference Server on this machine, without Docker, and always stop it.
 
 ``nvidia-pytriton`` ships the ``tritonserver`` binary and the Python backend. :class:`TritonServer`
-prepares what the binary needs (a backend folder with the Python-backend stub of this Python;
-``libpython`` and PyTriton's libraries on ``LD_LIBRARY_PATH``), starts it on free loopback ports
-(HTTP, gRPC, Prometheus metrics), waits until the models are ready (or says *why* not, with the
-server log) and stops its whole process group, even when the Python process dies (a
-:class:`~helpers.core.processes.ManagedProcess`)::
-
-    with TritonServer("model_repository") as server:
-        ready = triton_client.http_request(server.http_url, "GET", "/v2/health/ready")
-        print(ready.status_line)  # HTTP/1.1 200 OK
+gives the binary a backend folder with the Python-backend stub of this Python, ``libpython`` and
+PyTriton's libraries on ``LD_LIBRARY_PATH``, free loopback ports (HTTP, gRPC, metrics); it waits
+until the models are ready (or says *why* not, with the server log) and stops its whole process
+group even when Python dies (a :class:`~helpers.core.processes.ManagedProcess`).
 """
 
 from __future__ import annotations
@@ -32,13 +27,12 @@ from helpers.core.processes import ManagedProcess
 from helpers.serving.triton_client import LOOPBACK, TritonRequestError, http_request
 
 __all__ = [
-    "ADMIN_HEADER",
-    "RESTRICTED_APIS",
     "ServerStartError",
     "TritonServer",
     "find_triton",
     "GLIBC_SERVING",
     "free_ports",
+    "restricted_api_args",
     "unavailable_reason",
 ]
 
@@ -53,6 +47,12 @@ GLIBC_SERVING = (2, 35)
 ADMIN_HEADER = "triton-admin-key"
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace")
 RESTRICTED_APIS += ("logging",)
+
+
+def restricted_api_args(key: str) -> list[str]:
+    """Start options that open :data:`RESTRICTED_APIS` only to requests carrying ``key``."""
+    restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={key}"
+    return [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
 
 
 class TritonNotFoundError(RuntimeError):
@@ -76,10 +76,8 @@ class TritonInstallation:
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment variables for the server process."""
         env = dict(os.environ if base is None else base)
-        libs = [str(p) for p in self.library_dirs]
-        if env.get("LD_LIBRARY_PATH"):
-            libs.append(env["LD_LIBRARY_PATH"])
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        libs = [*map(str, self.library_dirs), env.get("LD_LIBRARY_PATH", "")]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libs))
         env["PATH"] = os.pathsep.join([str(self.python_bin), env.get("PATH", "")])
         return env
 
@@ -113,12 +111,8 @@ def glibc_version() -> tuple[int, int] | None:
 
 
 def unavailable_reason() -> str | None:
-    """Why Triton cannot run on this machine at all (old glibc, not Linux), or None.
-
-    None does not promise that the installation is complete (:func:`find_triton` checks that and
-    fails loudly): only a platform that can never run it gets a reason, so that a chapter may skip
-    its serving steps there with one line while a broken install still fails.
-    """
+    """Why Triton can never run on this machine (old glibc, not Linux), or None: a chapter skips
+    its serving steps there with one line; a broken install still fails in :func:`find_triton`."""
     if not sys.platform.startswith("linux"):
         return f"Triton's binaries in nvidia-pytriton are for Linux only (this is {sys.platform})"
     glibc = glibc_version()
@@ -253,21 +247,15 @@ class TritonServer(ManagedProcess):
             f"--strict-readiness={str(self.strict_readiness).lower()}",
         ]
         if self.admin_key:
-            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={self.admin_key}"
-            cmd += [
-                f"--http-restricted-api={restricted}",
-                f"--grpc-restricted-protocol={restricted}",
-            ]
+            cmd += restricted_api_args(self.admin_key)
         if self.models is not None:
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={m}" for m in self.models]
         return cmd
 
     def start(self) -> TritonServer:
-        """Start the server and wait until it and its models are ready (see the class docstring).
-
-        Free ports can be taken between choosing and binding them: up to three tries then.
-        """
+        """Start the server and wait until it and its models are ready; up to three tries when
+        the free ports chosen were taken before the server bound them."""
         if self.is_alive():
             raise RuntimeError(f"server already running (pid {self.pid})")
         install = find_triton()
@@ -340,15 +328,13 @@ class TritonServer(ManagedProcess):
         resp = self._repository("index", 10)
         return resp.json() if resp.status == 200 else []
 
-    def load_model(self, name: str, timeout: float = 120.0) -> float:
-        """Load (or reload) ``name`` in explicit mode; returns the seconds it took."""
-        start = time.perf_counter()
+    def load_model(self, name: str, timeout: float = 120.0) -> None:
+        """Load (or reload) ``name`` in explicit mode; :class:`ServerStartError` if it fails."""
         resp = self._repository(f"models/{name}/load", timeout)
         if resp.status != 200:
             raise self._fail(
                 f"loading model {name} failed: HTTP {resp.status} {resp.error_message()}"
             )
-        return time.perf_counter() - start
 
     def unload_model(self, name: str, timeout: float = 60.0) -> None:
         """Unload ``name`` (explicit model control); raises :class:`TritonRequestError` on failure."""

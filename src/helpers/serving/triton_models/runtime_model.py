@@ -1,79 +1,26 @@
-"""A Triton Python-backend model: an exported network served with ONNX Runtime, OpenVINO or OneFlow.
+"""A Triton Python-backend model: an exported network served with ONNX Runtime or OpenVINO.
 
 Standalone code: the Python-backend stub runs this file as ``<repo>/<model>/<version>/model.py``
 (:mod:`helpers.serving.triton_repo` copies it there); it needs only NumPy, the stub's
 ``triton_python_backend_utils`` and the runtime it serves. ``config.pbtxt`` names one input and
-one output and sets ``parameters``: ``runtime`` (``onnxruntime``, ``openvino`` or ``oneflow``),
-``model_file`` (in the version folder), ``threads`` (intra-op threads of one instance, default 1),
-``precision`` (OpenVINO: ``f32`` by default, explicit so results reproduce; or ``bf16``/``f16``),
-``arch`` and ``num_classes`` (OneFlow: the flowvision network rebuilt around the saved variables).
-
-Triton's dynamic batcher hands ``execute`` several requests at once and the Python backend does not
-merge them: this model concatenates them, runs the network once and splits the result; that single
-run is where dynamic batching saves time.
+one output and sets ``parameters``: ``runtime`` (``onnxruntime`` or ``openvino``), ``model_file``
+(in the version folder), ``threads`` (intra-op threads of one instance, default 1) and
+``precision`` (OpenVINO: ``f32`` by default, explicit so results reproduce; or ``bf16``/``f16``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-__all__ = [
-    "RUNTIMES",
-    "TritonPythonModel",
-]
+__all__ = ["TritonPythonModel"]
 
 Runner = Callable[[np.ndarray], np.ndarray]
-
-# OneFlow's variable files (written by flow.save(graph, folder)): <folder>/<name>/out holds the raw
-# bytes, <folder>/<name>/meta a text protobuf with the shape and data type.
-_ONEFLOW_DTYPES = {
-    "kFloat": np.float32,
-    "kDouble": np.float64,
-    "kFloat16": np.float16,
-    "kInt8": np.int8,
-    "kUInt8": np.uint8,
-    "kInt32": np.int32,
-    "kInt64": np.int64,
-    "kBool": np.bool_,
-}
-
-
-def read_graph_variables(folder: str) -> dict[str, np.ndarray]:
-    """The variables of a graph saved with ``flow.save(graph, folder)``, as NumPy arrays by name."""
-    if not os.path.isfile(os.path.join(folder, "model.mlir")):
-        raise FileNotFoundError(
-            f"{folder} is not a saved OneFlow graph (no model.mlir); "
-            "write it with flow.save(graph, folder)"
-        )
-    out: dict[str, np.ndarray] = {}
-    for name in sorted(os.listdir(folder)):
-        meta_path = os.path.join(folder, name, "meta")
-        if not os.path.isfile(meta_path):
-            continue
-        with open(meta_path, encoding="utf-8") as fh:
-            meta = fh.read()
-        dtype_name = re.search(r"data_type:\s*(\w+)", meta)
-        if dtype_name is None or dtype_name.group(1) not in _ONEFLOW_DTYPES:
-            raise ValueError(
-                f"variable {name}: unsupported or missing data type in {meta_path}: {meta!r}"
-            )
-        shape = tuple(int(d) for d in re.findall(r"dim:\s*(\d+)", meta))
-        raw = np.fromfile(
-            os.path.join(folder, name, "out"), dtype=_ONEFLOW_DTYPES[dtype_name.group(1)]
-        )
-        if raw.size != int(np.prod(shape)):
-            raise ValueError(f"variable {name}: {raw.size} values on disk for shape {shape}")
-        out[name] = raw.reshape(shape)
-    if not out:
-        raise ValueError(f"{folder} holds no variables")
-    return out
 
 
 def _onnxruntime(path: str, params: dict[str, str], kind: str, device_id: int) -> Runner:
@@ -97,67 +44,16 @@ def _openvino(path: str, params: dict[str, str], kind: str, device_id: int) -> R
 
     core = ov.Core()
     device = "GPU" if kind == "GPU" and "GPU" in core.available_devices else "CPU"
-    compiled = core.compile_model(
-        path,
-        device,
-        {
-            "INFERENCE_PRECISION_HINT": params.get("precision", "f32"),
-            "INFERENCE_NUM_THREADS": int(params.get("threads", "1")),
-        },
-    )
+    config = {"INFERENCE_PRECISION_HINT": params.get("precision", "f32")}
+    config["INFERENCE_NUM_THREADS"] = int(params.get("threads", "1"))
+    compiled = core.compile_model(path, device, config)
     request = compiled.create_infer_request()
     output = compiled.output(0)
     # The request reuses its output buffer: copy before the next call overwrites it.
     return lambda x: np.array(request.infer({0: x})[output], copy=True)
 
 
-def _oneflow(path: str, params: dict[str, str], kind: str, device_id: int) -> Runner:
-    import warnings
-
-    import flowvision
-    import oneflow as flow
-
-    variables = read_graph_variables(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = getattr(flowvision.models, params.get("arch", "resnet101"))(
-            pretrained=False, num_classes=int(params.get("num_classes", "1000"))
-        ).eval()
-    # Saved names carry the graph's attribute name first ("model.conv1.weight"): strip it.
-    prefixes = {name.split(".", 1)[0] for name in variables}
-    if len(prefixes) != 1:
-        raise ValueError(
-            f"expected one graph attribute prefix in the saved variables, found {sorted(prefixes)}"
-        )
-    state = {name.split(".", 1)[1]: flow.tensor(value) for name, value in variables.items()}
-    model.load_state_dict(state)
-    device = flow.device(
-        f"cuda:{device_id}" if kind == "GPU" and flow.cuda.is_available() else "cpu"
-    )
-    model.to(device)
-
-    class Inference(flow.nn.Graph):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def build(self, x: Any) -> Any:
-            return self.model(x)
-
-    # nn.Graph compiles for one static input shape: one graph per shape.
-    graphs: dict[tuple[int, ...], Any] = {}
-
-    def run(x: np.ndarray) -> np.ndarray:
-        graph = graphs.get(x.shape)
-        if graph is None:
-            graph = graphs[x.shape] = Inference()
-        with flow.no_grad():
-            return graph(flow.tensor(x, device=device)).numpy()
-
-    return run
-
-
-RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino, "oneflow": _oneflow}
+RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino}
 
 
 class TritonPythonModel:
