@@ -10,11 +10,9 @@ import numpy as np
 
 from helpers.deploy.export import op_counts
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
-from helpers.record.ledger import slug as key
 from helpers.show.table import Table, paired_table
 
 __all__ = [
-    "key",
     "levels_table",
     "wait_sentences",
     "precisions",

@@ -225,32 +225,31 @@ def build_variants(
     unknown = [w for w in wanted if w not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
-    if not bf16:
-        wanted = [w for w in wanted if "bf16" not in w]
+    wanted = [w for w in wanted if bf16 or "bf16" not in w]
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Variant] = {}
-    tv = torch_variants(model, threads)
-    for name in wanted:
-        if name in tv:
-            out[name] = tv[name]
-        elif name == "ORT fp32":
-            out[name] = ort_variant(name, onnx_path, threads)
-        elif name == "OpenVINO bf16":
-            out[name] = openvino_variant(name, onnx_path, threads, precision="bf16")
-        elif name == "ORT int8 (QDQ, U8S8)":
-            rep = quantize_onnx(
-                onnx_path, work / (Path(onnx_path).stem + ".int8.onnx"), calibration
-            )
-            out[name] = ort_variant(name, rep.path, threads, precision="int8")
-    nncf_names = [w for w in wanted if w.startswith("OpenVINO int8")]
-    if nncf_names:
+    if any(w.startswith("OpenVINO int8") for w in wanted):
         with quiet_progress():
             q = nncf_quantize(onnx_path, calibration)
-        for name in nncf_names:
-            n = streams if "streams" in name else 1
-            out[name] = openvino_variant(name, q, threads, precision="f32", streams=n)
-    return {k: out[k] for k in wanted if k in out}
+
+    def ort_int8(name: str) -> Variant:
+        dst = work / (Path(onnx_path).stem + ".int8.onnx")
+        return ort_variant(
+            name, quantize_onnx(onnx_path, dst, calibration).path, threads, precision="int8"
+        )
+
+    tv = torch_variants(model, threads)
+    build: dict[str, Callable[[str], Variant]] = {
+        **dict.fromkeys(tv, tv.__getitem__),
+        "ORT fp32": lambda k: ort_variant(k, onnx_path, threads),
+        "OpenVINO bf16": lambda k: openvino_variant(k, onnx_path, threads, precision="bf16"),
+        "ORT int8 (QDQ, U8S8)": ort_int8,
+        "OpenVINO int8 (NNCF)": lambda k: openvino_variant(k, q, threads),
+        "OpenVINO int8 (NNCF, 2 streams)": lambda k: openvino_variant(
+            k, q, threads, streams=streams
+        ),
+    }
+    return {k: build[k](k) for k in wanted}
 
 
 def measure_variants(

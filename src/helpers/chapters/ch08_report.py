@@ -20,7 +20,6 @@ __all__ = [
     "ratio_of",
     "variant_records",
     "model_name",
-    "slug",
     "variants_table",
     "training_table",
     "preprocess_sentence",
@@ -92,27 +91,20 @@ def variants_table(
     return Table(out, formats={k: v for k, v in formats.items() if k in out[0]}, **kwargs)
 
 
-def task_row(check: Any, accuracy: float | None = None, reference: float | None = None) -> dict:
-    """One table row of a :class:`helpers.core.comparison.TaskCheck` (and held-out accuracy).
-
-    Shows what was required (each row nearest its own reference; decided rows kept), what was
-    only counted (top-1 agreement overall) and the two controls that had to fail.
-    """
-    row: dict[str, Any] = {
-        "variant": check.name,
-        "mode": check.mode,
-        "nearest own": f"{check.nearest_own:.0%}",
-        "lowest cosine": f"{check.min_cosine:.4f}",
-    }
-    if check.decided is not None:
-        row["decided rows kept"] = f"{check.kept}/{check.decided}"
-        row["top-1 agreement"] = f"{check.top1:.1%}"
-    row["controls (negated / shifted)"] = " / ".join(f"{v:.0%}" for v in check.controls.values())
-    if accuracy is not None:
-        row["accuracy"] = f"{accuracy:.2%}"
-        if reference is not None:
-            row["drop (points)"] = f"{100 * (reference - accuracy):+.2f}"
-    return row
+def check_text(c: Any) -> str:
+    """A task-level check (:class:`helpers.core.comparison.TaskCheck`) in one cell: what was
+    required (each row nearest its own reference, decided rows kept), what was only counted (top-1
+    agreement overall), the two controls that had to fail; or, for a caught error, why it FAILS."""
+    if isinstance(c, BaseException):
+        return "FAILS: " + str(c).split("check: ", 1)[-1]
+    own = ("decided rows " if c.decided_only else "") + "nearest own" + " class" * c.by_class
+    kept = "" if c.decided is None else f", decided rows kept {c.kept}/{c.decided}"
+    top1 = "" if c.top1 is None else f", top-1 agreement {c.top1:.1%}"
+    controls = " / ".join(f"{v:.0%}" for v in c.controls.values())
+    return (
+        f"passes ({c.mode}): {own} {c.nearest_own:.0%}{kept}{top1}, lowest cosine "
+        f"{c.min_cosine:.4f}; controls (negated / shifted) {controls} nearest own"
+    )
 
 
 def training_table(result: Any, untrained: float, needed: float, model: str) -> Table:
@@ -163,43 +155,26 @@ def checks_table(
     ``fp32`` (a :class:`helpers.core.comparison.Comparison`) adds the float32 row; ``planted``
     (the caught error, the buggy model's accuracy) a row for the planted bug that had to fail.
     """
-    keys = ("variant", "check", "accuracy", "drop (points)")
-
-    def drop(accuracy: float) -> str:
-        return f"{100 * (acc[base] - accuracy):+.2f}"
-
-    rows = []
+    rows = [(k, check_text(checks[k]), acc[k]) for k in (checks if names is None else names)]
     if fp32 is not None:
         used = f"float32 bound, {fp32.used:.2g} of it used"
-        rows.append(("ORT fp32", used, f"{acc.get('ORT fp32', acc[base]):.2%}", ""))
-    for name in names if names is not None else checks:
-        c = checks[name]
-        if isinstance(c, BaseException):  # a variant that failed the check
-            reason = str(c).split("check: ", 1)[-1]
-            rows.append((name, f"FAILS: {reason}", f"{acc[name]:.2%}", drop(acc[name])))
-            continue
-        r = task_row(c, acc[name], acc[base])
-        own = "nearest own" + (" class" if c.by_class else "")
-        own = ("decided rows " + own) if c.decided_only else own
-        check = (
-            f"passes ({r['mode']}): {own} {r['nearest own']}, decided rows kept "
-            f"{r.get('decided rows kept', '-')}, top-1 agreement {r.get('top-1 agreement', '-')}; "
-            f"controls (negated / shifted) {r['controls (negated / shifted)']} nearest own"
-        )
-        rows.append((name, check, r["accuracy"], r["drop (points)"]))
+        rows.insert(0, ("ORT fp32", used, acc.get("ORT fp32", acc[base])))
     if planted is not None:
         err, bug_acc = planted
         reason = str(err).split(": ", 1)[-1].split(";")[0]
         bug = "planted bug: calibrated on un-normalised images"
-        rows.append((bug, f"FAILS, as it must ({reason})", f"{bug_acc:.2%}", drop(bug_acc)))
-    rows = [dict(zip(keys, r)) for r in rows]
+        rows.append((bug, f"FAILS, as it must ({reason})", bug_acc))
     notes = []
-    if any(r["check"].startswith("FAILS:") for r in rows if not r["variant"].startswith("planted")):
+    if any(check.startswith("FAILS:") for _, check, _ in rows):
         notes.append(
             "A variant that FAILS lost more accuracy than allowed, flipped a decision its "
             "precision cannot flip, or moved a row nearer another class's logits: it is not the "
             "fp32 model's task. Section 7 and the closing table name the fastest path that passed."
         )
+    keys = ("variant", "check", "accuracy", "drop (points)")
+    rows = [
+        dict(zip(keys, (k, c, f"{a:.2%}", f"{100 * (acc[base] - a):+.2f}"))) for k, c, a in rows
+    ]
     return Table(rows, title=f"held-out checks against {base} ({acc[base]:.2%})", notes=notes)
 
 
@@ -287,18 +262,12 @@ def small_model_sentences(
 
 
 def wait_policy_sentences(
-    timed: Mapping[int, tuple[list, dict]],
-    runtime: str,
-    policy: str,
-    *,
-    one: str = "PyTorch eager fp32, 1 thread",
-    base: str = "PyTorch eager fp32",
+    timed: Mapping[int, tuple[list, dict]], runtime: str, policy: str
 ) -> list[str]:
-    """Which wait policy each side ran under, and ``runtime`` over PyTorch on both thread counts.
-
-    ``one`` is PyTorch on one thread, where no thread waits (chapter 7's rule); absent (a one-core
-    machine), only the policy is stated.
-    """
+    """Which wait policy each side ran under, and ``runtime`` over PyTorch on both thread counts:
+    fp32 eager, and on one thread, where no thread waits (chapter 7's rule); without that row (a
+    one-core machine), only the policy is stated."""
+    one, base = "PyTorch eager fp32, 1 thread", "PyTorch eager fp32"
     b1 = min(timed)
     if one not in timed[b1][1]:
         return [f"Wait policy: {policy}."]
@@ -427,17 +396,14 @@ def embedder_table(
     """The embedder's task-level checks, with each variant's mean cosine to fp32."""
     from helpers.core.comparison import max_cross_cosine, rowwise_cosine
 
-    rows = []
-    for name, check in checks.items():
-        mean = f"{rowwise_cosine(variants[name].call(x), want).mean():.4f}"
-        if isinstance(check, BaseException):
-            reason = str(check).split("check: ", 1)[-1]
-            row = {"variant": name, "mode": variants[name].precision, "nearest own": "FAILS"}
-            row.update({"lowest cosine": reason, "controls (negated / shifted)": "-"})
-        else:
-            row = task_row(check)
-        row["mean cosine"] = mean
-        rows.append(row)
+    rows = [
+        {
+            "variant": k,
+            "check": check_text(c),
+            "mean cosine": f"{rowwise_cosine(variants[k].call(x), want).mean():.4f}",
+        }
+        for k, c in checks.items()
+    ]
     return Table(
         rows,
         title=f"embedder, {len(x)} held-out images: each embedding nearest its own fp32 one",
