@@ -10,7 +10,7 @@ reported as missing, never invented).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,83 +253,65 @@ def ladder_table(lad: Ladder, title: str = "") -> Any:
 # ---- the chapters' own factors (the ledger view) ----
 
 
-def _meta(record: Mapping[str, Any] | None, key: str) -> str:
-    """``record[key]`` as text (``device`` or ``precision``), or :data:`NOT_RECORDED`."""
-    value = record.get(key) if record is not None else None
-    text = "" if value is None else str(value).strip()
-    return text or NOT_RECORDED
-
-
 @dataclass(frozen=True)
 class Step:
-    """One step of the journey: where its measured factor lives and what the case study reported."""
+    """One step of the journey: where its measured factor lives, what the case study reported,
+    and the ladder rungs (``Rung.key``) it is set beside."""
 
     key: str
     label: str
     chapter: str
     record: str
-    reported: float | None
+    reported: float
+    rungs: tuple[str, ...]
 
 
 TASK_STEPS: tuple[Step, ...] = tuple(
-    Step(key, label, *JOURNEY[key], RESNET101_ONEFLOW[reported])
-    for key, label, reported in (
-        ("static", "dynamic -> static (nn.Graph)", "static_graph"),
-        ("pruning", "algorithmic pruning", "pruning_total"),
-        ("parallel", "batch + pipeline", "parallel_total"),
-        ("compile", "compile optimisations", "compile_total"),
+    Step(key, label, *JOURNEY[key], RESNET101_ONEFLOW[reported], rungs)
+    for key, label, reported, rungs in (
+        ("static", "dynamic -> static (nn.Graph)", "static_graph", ("graph",)),
+        ("pruning", "algorithmic pruning", "pruning_total", ("pruning",)),
+        ("parallel", "batch + pipeline", "parallel_total", ("batching", "pipelining")),
+        ("compile", "compile optimisations", "compile_total", ("precision", "compiler")),
     )
 )
 
-# Which ladder rungs (Rung.key) make up each chapter step of TASK_STEPS (Step.key).
-STEP_RUNGS: dict[str, tuple[str, ...]] = {
-    "static": ("graph",),
-    "pruning": ("pruning",),
-    "parallel": ("batching", "pipelining"),
-    "compile": ("precision", "compiler"),
-}
 
+def journey_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per step of :data:`TASK_STEPS`: the ledger's measured factor, the reported one,
+    both cumulative.
 
-def journey_rows(
-    records: Iterable[Mapping[str, Any]],
-    steps: Sequence[Step] = TASK_STEPS,
-) -> list[dict[str, Any]]:
-    """One row per step: the ledger's measured factor, the reported one, both cumulative.
-
-    A step without a ledger record has ``measured=None`` and is skipped in the measured
-    cumulative product (the row says which chapter to run). Each row names the ``device`` and
-    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say; a step
-    whose record is a ratio of medians across processes (chapter 6's chain) says so.
+    A step without a ledger record has ``measured=None``, is skipped in the measured product and
+    says which chapter to run. ``device`` and ``precision`` are the record's, or
+    :data:`NOT_RECORDED`; a ratio of medians across processes (chapter 6's chain) says so.
     """
-    if not steps:
-        raise ValueError("no steps given")
     idx = {(r["chapter"], r["name"]): r for r in records}
     rows: list[dict[str, Any]] = []
     cum_m: float | None = None  # no product until a step was measured
     cum_r = 1.0
-    for s in steps:
-        rec = idx.get((s.chapter, s.record))
-        value = float(rec["value"]) if rec is not None else None
-        source = "ledger" if rec is not None else f"missing: run {s.chapter}"
+    for s in TASK_STEPS:
+        rec = idx.get((s.chapter, s.record), {})
+        value = float(rec["value"]) if rec else None
         if value is not None:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(
                     f"step {s.key!r} has a non-positive or non-finite factor {value!r}"
                 )
             cum_m = value if cum_m is None else cum_m * value
-        if s.reported is not None:
-            cum_r *= s.reported
-        across = rec is not None and "across processes" in str(rec.get("statistic", ""))
+        cum_r *= s.reported
+        across = "across processes" in str(rec.get("statistic", ""))
         rows.append(
             {
-                "step": s.label + (" (medians across processes)" if across else ""),
-                "device": _meta(rec, "device"),
-                "precision": _meta(rec, "precision"),
+                "step": s.label + " (medians across processes)" * across,
+                **{
+                    k: str(rec.get(k) or "").strip() or NOT_RECORDED
+                    for k in ("device", "precision")
+                },
                 "measured": value,
                 "reported": s.reported,
                 "cumulative_measured": cum_m,
                 "cumulative_reported": cum_r,
-                "source": source,
+                "source": "ledger" if rec else f"missing: run {s.chapter}",
             }
         )
     return rows

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from helpers.chapters.ch10_ladder import STEP_RUNGS, TASK_STEPS, Step
+from helpers.chapters.ch10_ladder import TASK_STEPS
 from helpers.core.comparison import Comparison
 from helpers.measure.ladder import Ladder, chain
 from helpers.measure.measurement import paired_ratio
@@ -225,17 +225,12 @@ def dropped_lines(lad: Ladder) -> list[str]:
     return lines
 
 
-def explain_gap(
-    lad: Ladder,
-    ledger_rows: Sequence[Mapping[str, Any]],
-    steps: Sequence[Step] | None = None,
-) -> list[str]:
+def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
 
-    ``ledger_rows`` are :func:`journey_rows` of ``steps`` (the chapters' factors). Each chapter
-    step is set beside the ladder rungs of :data:`STEP_RUNGS`.
+    ``ledger_rows``: :func:`~helpers.chapters.ch10_ladder.journey_rows`, the chapters' factors,
+    each set beside the ladder rungs of its step.
     """
-    steps = TASK_STEPS if steps is None else steps
     e2e = lad.end_to_end or chain([])
     task = _task(lad)
     product = chain([r["ratio"] for r in lad.kept()]).median
@@ -263,8 +258,8 @@ def explain_gap(
         )
     by_key = {r["key"]: r for r in task}
     diffs = []
-    for step, row in zip(steps, ledger_rows):
-        group = [by_key[k] for k in STEP_RUNGS.get(step.key, ()) if k in by_key]
+    for step, row in zip(TASK_STEPS, ledger_rows):
+        group = [by_key[k] for k in step.rungs if k in by_key]
         if row["measured"] is None or not group:
             continue
         here = math.prod(r["factor"] for r in group if r["kept"])
