@@ -1,10 +1,6 @@
-"""The capstone's speed-up ladder (chapter 10): what its page calls.
-
-The page builds case study 1's saliency service rung by rung and times every rung in one
-interleaved run (the engine: :mod:`helpers.measure.ladder`). Here: the test images whose saliency
-map does not depend on float32 summation order, the served rung, the case study's factor per
-rung, and the chapters' own factors from the ledger (:func:`journey_rows`: a missing step is
-reported as missing, never invented).
+"""The capstone's speed-up ladder (chapter 10; the engine: :mod:`helpers.measure.ladder`): the
+test images whose saliency map does not depend on float32 summation order, the served rung, the
+case study's factor per rung, and the chapters' own factors from the ledger.
 """
 
 from __future__ import annotations
@@ -65,14 +61,12 @@ def order_stable_images(
 ) -> ImageChoice:
     """The ``n`` images of ``x`` whose saliency map does not depend on the summation order.
 
-    A saliency map is a gradient through ReLU and max-pooling, which choose a branch wherever
-    their inputs tie (flat regions of a generated JPEG make near-ties): there a float32 summation
-    order (batch size, thread count) can pick another, equally valid map. ``task`` (a saliency
-    task returning ``.logits`` and ``.saliency``) runs on ``x`` in strict float32 one image per
-    call, in batches of ``batch`` with ``threads`` threads, and in batches with one thread; an
-    image is kept when its three maps agree within float32's bound at the maps' scale
-    (:func:`helpers.core.precision.tolerance`, ``mode="fp32"``, ``network``). Of those, the ``n``
-    with the widest top-2 logit margin are chosen. Raises when fewer than ``n`` are stable.
+    ReLU and max-pooling choose a branch wherever their inputs tie (flat regions of a generated
+    JPEG make near-ties): there another float32 summation order (batch, threads) can pick
+    another, equally valid map. ``task`` runs in strict float32 one image per call, in batches of
+    ``batch`` on ``threads`` threads and on one; an image is kept when its three maps agree
+    within float32's bound at the maps' scale, and of those the ``n`` with the widest top-2 logit
+    margin are chosen. Raises when fewer than ``n`` are stable.
     """
     import torch
 
@@ -90,16 +84,12 @@ def order_stable_images(
                 maps = [task(x[i : i + batch]).saliency for i in range(0, total, batch)]
             orders.append(torch.cat(maps))
         logits = torch.cat([r.logits for r in single])
-    ref = orders[0]
-    scale = precision.output_scale(ref, floor=0.0)
-    bound = precision.tolerance("fp32", network=network, scale=scale)
-    limit = bound.atol + bound.rtol * ref.abs()
-    stable = torch.ones(total, dtype=torch.bool, device=ref.device)
-    for other in orders[1:]:
-        stable &= ((other - ref).abs() <= limit).flatten(1).all(1)
+    ref, scale = orders[0], precision.output_scale(orders[0], floor=0.0)
+    atol, rtol = precision.tolerance("fp32", network=network, scale=scale)
+    close = [torch.isclose(o, ref, rtol=rtol, atol=atol).flatten(1).all(1) for o in orders[1:]]
+    stable = torch.stack(close).all(0).cpu()
     top2 = logits.topk(2, dim=1).values
     margin = (top2[:, 0] - top2[:, 1]).detach().cpu()
-    stable = stable.cpu()
     ranked = [i for i in margin.argsort(descending=True).tolist() if stable[i]]
     if len(ranked) < n:
         raise AssertionError(
@@ -111,12 +101,9 @@ def order_stable_images(
 
 
 def answer(results: Iterable[Any]) -> tuple[Any, Any]:
-    """All images' saliency maps and logits, in image order, as float32 CPU tensors.
-
-    ``results`` are the task's answers (``.saliency``, ``.logits``: PyTorch or OneFlow tensors,
-    NumPy arrays), one per call; a forward-only answer has ``saliency=None`` and gives ``None``
-    for the maps.
-    """
+    """All images' saliency maps and logits, in image order, as float32 CPU tensors, from the
+    task's answers (PyTorch or OneFlow tensors, NumPy arrays) one per call; ``None`` for the maps
+    of forward-only answers (``saliency=None``)."""
     import torch
 
     from helpers.core.arrays import to_numpy
@@ -135,13 +122,9 @@ def answer(results: Iterable[Any]) -> tuple[Any, Any]:
 def serve_onnx(
     repository: Any, model_path: Any, image_size: int, classes: int, batch: int, threads: int
 ) -> Any:
-    """Chapter 9's served model: ``model_path`` (ONNX) in ONNX Runtime behind Triton, started.
-
-    A Python-backend model ``task`` on the CPU (one instance with ``threads`` intra-op
-    threads) with dynamic batching up to ``batch`` one-image requests, written to
-    ``repository``; returns the started :class:`~helpers.serving.triton_server.TritonServer`
-    (stop it with ``.stop()``).
-    """
+    """Chapter 9's served model, started: ``model_path`` (ONNX) in ONNX Runtime behind Triton, a
+    Python-backend model ``task`` on the CPU (one instance, ``threads`` intra-op threads) with
+    dynamic batching up to ``batch`` one-image requests. Stop it with ``.stop()``."""
     from helpers.serving import triton_repo, triton_server
 
     spec = triton_repo.TensorSpec
@@ -160,12 +143,9 @@ def serve_onnx(
 
 
 def served_reason(stats: Mapping[str, Any], row: Mapping[str, Any]) -> str:
-    """Where a served image's time goes, from Triton's counters (``triton_client.model_stats``).
-
-    One execution serves ``avg_batch`` images, so the server's compute per image is the compute
-    per request over the mean batch; ``row`` is the served rung's row (its base: the same model
-    run locally, timed in the same rounds).
-    """
+    """Where a served image's time goes, from Triton's counters (``triton_client.model_stats``):
+    compute per request over the mean batch, against ``row``'s base (the served rung's row: the
+    same model run locally, in the same rounds)."""
     busy = stats["compute_ms"] / max(stats["avg_batch"], 1e-9)
     base = row["stage"][row["base"]]
     local = base.median / base.items * 1e3
@@ -192,10 +172,8 @@ REPORTED: dict[str, float] = {
 
 
 def order_sentence(runs: Mapping[str, Measurement]) -> str:
-    """Exercise 1's answer: precision and batching in the ladder's order and swapped.
-
-    ``runs``: one interleaved run of ``pruned``, ``+ batching``, ``+ precision``, ``+ both``.
-    """
+    """Exercise 1's answer: precision and batching in the ladder's order and swapped, from one
+    interleaved run of ``pruned``, ``+ batching``, ``+ precision``, ``+ both``."""
 
     def r(a: str, b: str) -> RatioSummary:
         return paired_ratio(runs[a], runs[b])

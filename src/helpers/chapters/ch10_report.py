@@ -53,16 +53,14 @@ def checks_table(
     bound: Any,
     notes: Sequence[str] = (),
 ) -> Table:
-    """Every path's answer against the naive task's: what its checks found, and how many maps lie
-    beyond float32's ``bound`` (:func:`helpers.core.precision.tolerance`) of ``ref_maps``.
+    """Every path's answer against the naive task's: what its checks (path -> [logits check, maps
+    check]) found, or why it failed, and how many of its maps (``results``: path -> (maps,
+    logits)) lie beyond float32's ``bound`` of ``ref_maps`` (OneFlow's: checked against its own
+    eager task's instead)."""
+    import torch
 
-    ``checks``: path -> [logits check, maps check]; ``results``: path -> (maps, logits); a path in
-    ``lad.failed`` shows why it fails. OneFlow's maps are checked against its own eager task's,
-    so they are not counted here.
-    """
-    limit = bound.atol + bound.rtol * ref_maps.abs()
     moved = {
-        k: int(((maps - ref_maps).abs() > limit).flatten(1).any(1).sum())
+        k: int((~torch.isclose(maps, ref_maps, bound.rtol, bound.atol)).flatten(1).any(1).sum())
         for k, (maps, _) in results.items()
         if maps is not None and lad.paths[k].get("graph") != "oneflow"
     }
@@ -84,13 +82,9 @@ def checks_table(
 
 
 def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
-    """The waterfall: each rung's step from the level it is measured over, beside the case study.
-
-    Bars span from the level of the path a rung is measured over to the rung's own (log scale),
-    with the level's chained interval as an error bar; a rung that was not kept is hatched and
-    leaves the level where it was; forward-only rungs sit right of a dotted line. The measured
-    end-to-end factor is drawn as a dashed line with its interval as a band.
-    """
+    """The waterfall: each rung's bar from the level of the path it is measured over to its own
+    (log scale), beside the case study's; a rung not kept is hatched, forward-only rungs sit right
+    of a dotted line, the measured end-to-end factor is a dashed line in its interval's band."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -143,12 +137,9 @@ def _task(lad: Ladder) -> list[dict[str, Any]]:
 
 
 def headline(lad: Ladder, where: str, quick: str | None = None) -> str:
-    """The end-to-end sentence: factor with its interval, where it was measured, quick-mode caveat.
-
-    ``where`` names the device, precision and threads; ``quick`` (quick mode only) says what the
-    quick sizes are, in the same sentence, so the figure is never read beside the case study's
-    without it. The figure is the naive and the final path timed together.
-    """
+    """The end-to-end sentence (naive and final path timed together): factor, interval, ``where``
+    (device, precision, threads), and in quick mode what the ``quick`` sizes are, in the same
+    sentence, so the figure is never read beside the case study's without it."""
     caveat = f", a quick-mode figure ({quick})" if quick else ""
     if lad.end_to_end is None:
         return f"End to end on {where}{caveat}: no rung paid, the naive task is the final one."
@@ -321,12 +312,9 @@ def ladder_sentences(
     served: Mapping[str, float] | None = None,
     in_flight: int = 1,
 ) -> list[str]:
-    """The page's findings under the ladder table, generated from the numbers.
-
-    The headline, the article's figures, the static-graph line, the dropped rungs, what the
-    pipelining rung's controls say (``keep``: the page's keep rule), a contended run, and the
-    served rung's figures (``served``: ``rps`` and ``p99_ms``, with ``in_flight`` requests).
-    """
+    """The page's findings under the ladder table: the headline, the article's figures, static
+    graphs, dropped rungs, the pipelining rung's controls (``keep``: the page's keep rule), a
+    contended run, the served rung (``served``: ``rps``, ``p99_ms``; ``in_flight`` requests)."""
     pipe = next(r for r in lad.rows if r["key"] == "pipelining")
     stage, base = pipe["stage"], pipe["base"]
     over = {k: paired_ratio(stage[base], stage[k]) for k in ("pipelining", REPLICAS)}
