@@ -1,6 +1,4 @@
-"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings
-(``measure_variants``' rows and Measurements, each with its paired ratio computed once).
-"""
+"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from IPython.display import display
 from helpers.measure.measurement import Measurement, paired_ratio
 from helpers.record.ledger import slug
 from helpers.show.plots import plot_speed_accuracy, plot_speedups
-from helpers.show.table import Table
+from helpers.show.table import CORES_BUSY, Table
 from helpers.show.text import say
 
 __all__ = [
@@ -43,9 +41,8 @@ def ratio_of(rows: Iterable[Mapping[str, Any]], name: str) -> Any:
 def variant_records(
     timed: Mapping[int, tuple[list, dict]],
 ) -> Iterator[tuple[int, str, Measurement, dict[str, Any]]]:
-    """Per batch and variant of ``measure_variants`` runs: the batch, the variant's
-    :func:`slug` (the page writes the record name from both), its Measurement, and its batch
-    and precision."""
+    """Per batch and variant of ``measure_variants`` runs: the batch and the variant's slug (the
+    record name's parts), its Measurement, and its batch and precision."""
     for b, (rows, runs) in timed.items():
         for r in rows:
             how = {"batch": b, "precision": r["precision"]}
@@ -60,14 +57,10 @@ def model_name(arch: str) -> str:
 def variants_table(
     rows: Iterable[Mapping[str, Any]], accuracy_label: str = "accuracy", **kwargs: Any
 ) -> Table:
-    """The rows of ``measure_variants`` as a :class:`~helpers.show.table.Table`, numbers kept.
-
-    Columns: variant, precision, threads, seconds per batch with its interquartile range, the
-    paired speedup over the baseline, cores really used, and the share of the ceiling of the
-    variant's own precision (with the ceiling). A row with ``accuracy`` (and ``drop_points``)
-    adds them, the accuracy column named ``accuracy_label`` (say which model it was measured on
-    when it is not the timed one). ``kwargs`` go to the Table (title, notes).
-    """
+    """The rows of ``measure_variants`` as a Table, numbers kept: seconds per batch and IQR, paired
+    speedup, cores busy, % of the ceiling of the row's own precision, and ``accuracy`` (in a
+    column named ``accuracy_label``: say the model when it is not the timed one) and
+    ``drop_points`` where a row has them. ``kwargs`` go to the Table."""
     out = []
     for r in rows:
         row = {
@@ -77,7 +70,7 @@ def variants_table(
             "s / batch": r["median_s"],
             "IQR": f"{r['p25_s']:.3f}-{r['p75_s']:.3f}",
             "vs eager": r["vs_eager"],
-            "cores busy (computing or spinning)": r.get("cores_used"),
+            CORES_BUSY: r.get("cores_used"),
         }
         if "pct_of_ceiling" in r:
             row["% of own ceiling"] = r["pct_of_ceiling"] if r["ceiling_gops"] else None
@@ -190,17 +183,14 @@ def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Tab
             m = timed[b][1][name]
             row[f"batch {b}: images/s"] = m.throughput
             row[f"batch {b}: IQR"] = f"{100 * m.relative_iqr:.0f}%"
-        last = timed[batches[-1]][1][name]
-        row["cores busy (computing or spinning)"] = (
-            None if last.cores_used is None else round(last.cores_used, 2)
-        )
+        row[CORES_BUSY] = timed[batches[-1]][1][name].cores_used
         rows.append(row)
     threads = {r["threads"] for r in first_rows}
     contended = any(m.contended for _, runs in timed.values() for m in runs.values())
     return Table(
         rows,
         floatfmt=".0f",
-        formats={"cores busy (computing or spinning)": ".2f"},
+        formats={CORES_BUSY: ".2f"},
         title=f"{title}, {'/'.join(map(str, sorted(threads)))} threads, interleaved rounds"
         + (" (CONTENDED: other processes shared the cores)" if contended else ""),
     )
@@ -250,8 +240,7 @@ def small_model_sentences(
     out.append(f"ORT INT8 (U8S8) against ORT fp32: {_per_batch(timed, 'ORT fp32', u8)}.")
     out.append(f"Against fp32 eager PyTorch at batch {bn}: {ratio_of(timed[bn][0], u8).verdict()}.")
     fixed_i, share_i = _fixed_share(timed, u8)
-    _, share_f = _fixed_share(timed, "ORT fp32")
-    _, share_e = _fixed_share(timed, base)
+    share_f, share_e = (_fixed_share(timed, k)[1] for k in ("ORT fp32", base))
     out.append(
         f"Of a batch-{bn} call, costs that do not grow with the batch (dispatch, quantizing the "
         f"input, Python) take {share_i:.0%} in ORT INT8 ({1e3 * fixed_i:.2f} ms), {share_f:.0%} "
@@ -304,12 +293,9 @@ def target_sentences(
     top_passed: Mapping[str, Any] | None = None,
     cross_cosine: float | None = None,
 ) -> list[str]:
-    """Section 7's claims: the best path, and the bound the measured int8 ceiling sets.
-
-    ``top`` is the fastest row within the accuracy bound (:func:`best_path`), ``top_passed`` the
-    fastest whose recipe also passed the task-level check (named when it is another row);
-    ``cross_cosine``: how alike the random network's logits of two images are (why no task check).
-    """
+    """Section 7's claims: the best path (``top``; ``top_passed``, the fastest whose recipe also
+    passed the task-level check, named when another), the bound the measured int8 ceiling sets,
+    and ``cross_cosine``: how alike two images' logits are in the random network (no task check)."""
     eager = rows[0]
     ratio = top["ratio"]
     out = [
@@ -369,8 +355,7 @@ def target_report(
     size: int,
 ) -> None:
     """Section 7: the ResNet-101 table (accuracy from the trained ``arch`` at ``size`` px), its
-    sentences, and each variant's speedup over fp32 eager as bars; ``want``: the random
-    network's fp32 logits (how alike two images' are: why it gets no task-level check)."""
+    sentences, each variant's speedup as bars; ``want``: the random network's fp32 logits."""
     from helpers.core.comparison import max_cross_cosine
 
     title = "ResNet-101, 224x224, batch 16"
@@ -416,8 +401,8 @@ def embedder_table(
 
 
 def ablation_report(ablation: Iterable[Mapping[str, Any]]) -> None:
-    """The embedder's ablation as a table, and what it shows: per-channel vs per-tensor, and
-    calibration size."""
+    """The embedder's ablation as a table, and what it shows (per-channel vs per-tensor scales,
+    calibration size)."""
     rows = list(ablation)
     display(Table(rows, formats={"mean cosine": ".4f", "nearest own": ".0%"}))
     most = max(r["calibration images"] for r in rows)
@@ -470,11 +455,8 @@ def summary_table(
     size: int,
     emb_alone: Measurement,
 ) -> Table:
-    """This chapter's own figures, each with what was measured (for the page's last table).
-
-    ``top`` is the fastest path within a point of accuracy whose recipe passed the INT8 rule
-    (:func:`helpers.core.comparison.assert_classifier_logits`): a failed path is never "best".
-    """
+    """This chapter's own figures, each with what was measured; ``top``: the fastest path within a
+    point of accuracy whose recipe passed the INT8 rule (a failed path is never "best")."""
     u8, r16, bn = "ORT int8 (QDQ, U8S8)", "ResNet-101, 224 px, batch 16", max(timed)
     model, alone = f"trained {model_name(arch)}, {size} px", "PyTorch eager fp32 images/s"
 
