@@ -146,13 +146,12 @@ def cpu_rivals(path: str | Path, threads: int, precisions: Sequence[str]) -> dic
     ONNX Runtime (level 'all') as ``"ORT CPU fp32"`` and one OpenVINO model per precision in
     ``precisions`` (``"f32"``, ``"bf16"``: what this CPU runs) as ``"OpenVINO <precision>"``.
     """
-    quiet = dict(verbose=False)
-    rivals = {"ORT CPU fp32": runtimes.create_session(path, intra_op_threads=threads, **quiet)}
-    for p in precisions:
-        rivals[f"OpenVINO {p}"] = runtimes.openvino_model(
-            path, precision=p, threads=threads, **quiet
-        )
-    return rivals
+    ort = runtimes.create_session(path, "cpu", intra_op_threads=threads, verbose=False)
+    ov = {
+        f"OpenVINO {p}": runtimes.openvino_model(path, precision=p, threads=threads, verbose=False)
+        for p in precisions
+    }
+    return {"ORT CPU fp32": ort, **ov}
 
 
 def compare_at_224(
@@ -192,13 +191,15 @@ def compare_at_224(
     except Exception:  # noqa: BLE001 - that row is then left out
         folded = None
 
-    ort_all, ort_ext = (
-        runtimes.create_session(
+    rivals = {  # NCHWc is level 'all''s blocked layout; 'extended' has the same fusions
+        k: runtimes.create_session(
             path, "cpu", optimization=o, intra_op_threads=threads, verbose=False
         )
-        for o in ("all", "extended")
+        for k, o in (("ONNX Runtime", "all"), ("ONNX Runtime, no NCHWc", "extended"))
+    }
+    rivals["OpenVINO f32"] = runtimes.openvino_model(
+        path, precision="f32", threads=threads, verbose=False
     )
-    ov_model = runtimes.openvino_model(path, precision="f32", threads=threads, verbose=False)
 
     def cl(xb: torch.Tensor) -> torch.Tensor:
         return xb.contiguous(memory_format=torch.channels_last)
@@ -218,9 +219,7 @@ def compare_at_224(
                 frozen(x[:b])
         compile_s = time.perf_counter() - start
         calls["PyTorch compiled (freezing)"] = frozen
-    calls["ONNX Runtime"] = lambda xb: ort_all.run(xb.numpy())
-    calls["ONNX Runtime, no NCHWc"] = lambda xb: ort_ext.run(xb.numpy())
-    calls["OpenVINO f32"] = lambda xb: ov_model.run(xb.numpy())
+    calls |= {k: lambda xb, r=r: r.run(xb.numpy()) for k, r in rivals.items()}
     frameworks = {k: "torch" if k.startswith("PyTorch") else "none" for k in calls}
     bound = {"mode": "fp32", "network": net, "min_cosine": 0.99999}
     timing = {"framework": frameworks, "warmup": warmup, "repeats": repeats, "threads": threads}
