@@ -42,9 +42,8 @@ EMBEDDER_ENV = "COURSE_EMBEDDER"
 
 
 def network_of(model: torch.nn.Module, arch: str, x: torch.Tensor) -> str:
-    """``arch``, the precision policy's name for the embedder, measured first when the course
-    has no measured accumulation for it (:func:`helpers.core.precision.measure_accumulation`
-    on ``model`` and inputs ``x``: your own backbone gets its own float32 bound)."""
+    """``arch``, the precision policy's name for the embedder; your own backbone's accumulation is
+    measured first on ``x`` (:func:`helpers.core.precision.measure_accumulation`)."""
     if arch not in precision.NETWORK_ACCUMULATION and arch not in precision.MEASURED_ACCUMULATION:
         print(precision.measure_accumulation(model.eval(), x, name=arch))
     return arch
@@ -102,11 +101,8 @@ def embedder_timings(
 def wait_ratios(
     runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str
 ) -> dict[str, RatioSummary]:
-    """Per timed call, ``other``'s paired speedup over ``base`` (base time / other time).
-
-    ``runs[policy]`` holds one :func:`embedder_timings` result per round; round *i* of the two
-    policies ran one after the other, so the speedup is the median of the per-round ratios.
-    """
+    """Per timed call, ``other``'s paired speedup over ``base``: ``runs[policy]`` holds one
+    :func:`embedder_timings` result per round, round *i* of both policies run one after the other."""
     if len(runs[base]) != len(runs[other]) or not runs[base]:
         raise ValueError("need the same number (at least one) of rounds for both policies")
 
@@ -141,11 +137,8 @@ def policy_table(runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, oth
 
 
 def cpu_rivals(path: str | Path, threads: int, precisions: Sequence[str]) -> dict[str, Any]:
-    """The CPU runtimes of chapter 7's FPS table, each given ``threads`` threads.
-
-    ONNX Runtime (level 'all') as ``"ORT CPU fp32"`` and one OpenVINO model per precision in
-    ``precisions`` (``"f32"``, ``"bf16"``: what this CPU runs) as ``"OpenVINO <precision>"``.
-    """
+    """The CPU runtimes of chapter 7's FPS table on ``threads`` threads: ONNX Runtime (level
+    'all') and one OpenVINO model per precision (``"f32"``, ``"bf16"``: what this CPU runs)."""
     ort = runtimes.create_session(path, "cpu", intra_op_threads=threads, verbose=False)
     ov = {
         f"OpenVINO {p}": runtimes.openvino_model(path, precision=p, threads=threads, verbose=False)

@@ -147,8 +147,7 @@ def served_reason(stats: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     compute per request over the mean batch, against ``row``'s base (the served rung's row: the
     same model run locally, in the same rounds)."""
     busy = stats["compute_ms"] / max(stats["avg_batch"], 1e-9)
-    base = row["stage"][row["base"]]
-    local = base.median / base.items * 1e3
+    local = 1e3 / row["stage"][row["base"]].throughput
     return (
         f"the server computed {busy:.2f} ms per image (batches of {stats['avg_batch']:.1f} on "
         f"average, {stats['queue_ms']:.2f} ms queued per request) against {local:.2f} ms run "

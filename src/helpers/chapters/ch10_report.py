@@ -89,8 +89,6 @@ def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     import numpy as np
 
     rows = lad.rows
-    if not rows:
-        raise ValueError("nothing to plot")
     ax = ax or plt.subplots(figsize=(10, 4.5))[1]
     x = np.arange(len(rows))
     level = {lad.naive: 1.0}
@@ -144,9 +142,7 @@ def headline(lad: Ladder, where: str, quick: str | None = None) -> str:
     if lad.end_to_end is None:
         return f"End to end on {where}{caveat}: no rung paid, the naive task is the final one."
     e2e = lad.end_to_end
-    m = lad.final_stage
-    naive = m[lad.naive].median / m[lad.naive].items * 1e3
-    last = m[lad.final].median / m[lad.final].items * 1e3
+    naive, last = (1e3 / lad.final_stage[k].throughput for k in (lad.naive, lad.final))
     return (
         f"End to end on {where}{caveat}, the saliency task runs **{e2e.median:.1f}x** faster than "
         f"the naive task (naive and final path timed together: {e2e.spread} over {e2e.rounds} "
