@@ -297,10 +297,9 @@ def target_sentences(
     passed the task-level check, named when another), the bound the measured int8 ceiling sets,
     and ``cross_cosine``: how alike two images' logits are in the random network (no task check)."""
     eager = rows[0]
-    ratio = top["ratio"]
     out = [
         f"The fastest path within one point of accuracy is **{top['variant']}**: "
-        f"{ratio.verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
+        f"{top['ratio'].verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
         f"{eager['median_s']:.2f} s per batch of {eager['batch']}; {ceiling_share(top)}), "
         f"{top['drop_points']:+.2f} points of accuracy on the trained model.",
         f"fp32 eager runs at {ceiling_share(eager)}"
@@ -311,12 +310,11 @@ def target_sentences(
         ),
     ]
     if top_passed is not None and top_passed["variant"] != top["variant"]:
-        ratio = top_passed["ratio"]
         out.insert(
             1,
             f"Its recipe failed the INT8 rule on the trained model (section 3's table says "
             f"why); the fastest path whose recipe passed it is "
-            f"**{top_passed['variant']}**, {ratio.verdict()} than eager.",
+            f"**{top_passed['variant']}**, {top_passed['ratio'].verdict()} than eager.",
         )
     if ceilings.get("int8") and eager.get("gops"):
         bound = ceilings["int8"] / eager["gops"]
