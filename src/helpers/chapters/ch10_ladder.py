@@ -76,20 +76,18 @@ def order_stable_images(
     total = len(x)
     if not 1 <= n <= total:
         raise ValueError(f"n must be in 1..{total}, got {n}")
-    with precision.strict_fp32():
-        single = [task(x[i : i + 1]) for i in range(total)]
-        orders = [torch.cat([r.saliency for r in single])]
+    with precision.strict_fp32():  # maps one image per call, then batched on t threads
+        ref, logits = answer(task(x[i : i + 1]) for i in range(total))
+        orders = []
         for t in (threads, 1):
             with torch_threads(t):
-                maps = [task(x[i : i + batch]).saliency for i in range(0, total, batch)]
-            orders.append(torch.cat(maps))
-        logits = torch.cat([r.logits for r in single])
-    ref, scale = orders[0], precision.output_scale(orders[0], floor=0.0)
+                orders.append(answer(task(x[i : i + batch]) for i in range(0, total, batch))[0])
+    scale = precision.output_scale(ref, floor=0.0)
     atol, rtol = precision.tolerance("fp32", network=network, scale=scale)
-    close = [torch.isclose(o, ref, rtol=rtol, atol=atol).flatten(1).all(1) for o in orders[1:]]
-    stable = torch.stack(close).all(0).cpu()
+    close = [torch.isclose(o, ref, rtol=rtol, atol=atol).flatten(1).all(1) for o in orders]
+    stable = torch.stack(close).all(0)
     top2 = logits.topk(2, dim=1).values
-    margin = (top2[:, 0] - top2[:, 1]).detach().cpu()
+    margin = top2[:, 0] - top2[:, 1]
     ranked = [i for i in margin.argsort(descending=True).tolist() if stable[i]]
     if len(ranked) < n:
         raise AssertionError(
