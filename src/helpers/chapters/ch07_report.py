@@ -56,8 +56,8 @@ def wait_sentences(
     ratios: Mapping[str, RatioSummary],
     batch: int,
 ) -> str:
-    """What the wait-policy table says (``ratios``: spinning over PASSIVE per call), ONNX Runtime's
-    lead under each policy, whether the smaller call gains more, and whether the machine was quiet."""
+    """What the wait-policy table says (``ratios``: spinning over PASSIVE per call), ONNX
+    Runtime's lead under each policy, whether the smaller call gains more, the machine's load."""
     one = ["PyTorch eager, batch 1", "ONNX Runtime, batch 1"]
     many = [f"PyTorch eager, batch {batch}", f"ONNX Runtime, batch {batch}"]
     lead = {

@@ -102,7 +102,7 @@ def wait_ratios(
     runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str
 ) -> dict[str, RatioSummary]:
     """Per timed call, ``other``'s paired speedup over ``base``: ``runs[policy]`` holds one
-    :func:`embedder_timings` result per round, round *i* of both policies run one after the other."""
+    :func:`embedder_timings` result per round, round *i* of both policies run back to back."""
     if len(runs[base]) != len(runs[other]) or not runs[base]:
         raise ValueError("need the same number (at least one) of rounds for both policies")
 

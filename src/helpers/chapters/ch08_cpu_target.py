@@ -187,7 +187,7 @@ def build_variants(
     bf16: bool = True,
     streams: int = 2,
 ) -> dict[str, Variant]:
-    """The variants of :data:`VARIANTS` named in ``which`` for ``model`` (exported as ``onnx_path``),
+    """The variants of :data:`VARIANTS` named in ``which`` for ``model`` (exported: ``onnx_path``)
     on ``threads`` threads; ``calibration`` (never evaluation images) feeds both INT8 tools;
     ``bf16=False`` (no AVX-512 BF16 or AMX) leaves out the bf16 ones."""
     from helpers.deploy.quantization import quantize_onnx

@@ -1,4 +1,4 @@
-"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings."""
+"""Chapter 8's report: the tables and generated sentences its hidden cells show."""
 
 from __future__ import annotations
 
@@ -296,10 +296,10 @@ def target_sentences(
     """Section 7's claims: the best path (``top``; ``top_passed``, the fastest whose recipe also
     passed the task-level check, named when another), the bound the measured int8 ceiling sets,
     and ``cross_cosine``: how alike two images' logits are in the random network (no task check)."""
-    eager = rows[0]
+    eager, ratio = rows[0], top["ratio"]
     out = [
         f"The fastest path within one point of accuracy is **{top['variant']}**: "
-        f"{top['ratio'].verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
+        f"{ratio.verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
         f"{eager['median_s']:.2f} s per batch of {eager['batch']}; {ceiling_share(top)}), "
         f"{top['drop_points']:+.2f} points of accuracy on the trained model.",
         f"fp32 eager runs at {ceiling_share(eager)}"
@@ -409,10 +409,8 @@ def ablation_report(ablation: Iterable[Mapping[str, Any]]) -> None:
     def get(n: int, weights: str) -> Mapping[str, Any]:
         return next(r for r in rows if r["calibration images"] == n and r["weights"] == weights)
 
-    pc, pt = get(most, "per-channel"), get(most, "per-tensor")
-    one = get(least, "per-channel")
-    gap = pc["mean cosine"] - pt["mean cosine"]
-    word = "closer to" if gap > 0 else "further from"
+    pc, pt, one = get(most, "per-channel"), get(most, "per-tensor"), get(least, "per-channel")
+    word = "closer to" if pc["mean cosine"] > pt["mean cosine"] else "further from"
     say(
         f"With {most} calibration images, per-channel weight scales keep the INT8 embeddings "
         f"{word} fp32 than per-tensor ones (mean cosine {pc['mean cosine']:.4f} against "
@@ -429,8 +427,7 @@ def embedder_speed_sentences(
 ) -> list[str]:
     """The embedder's batch-1 figures (alone, interleaved) and INT8's ratios to ORT fp32."""
     b1 = min(timed)
-    runs1 = timed[b1][1]
-    eager = runs1["PyTorch eager fp32"]
+    eager = timed[b1][1]["PyTorch eager fp32"]
     ratios = _per_batch(timed, "ORT fp32", "ORT int8 (minmax)")
     return [
         f"PyTorch eager fp32 embeds {alone.throughput:.0f} images/s at batch 1 timed alone "
