@@ -14,6 +14,7 @@ from helpers.measure.ladder import Ladder
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 from helpers.record.ledger_names import JOURNEY
 from helpers.record.reported import RESNET101_ONEFLOW
+from helpers.show.table import Table
 
 __all__ = [
     "order_stable_images",
@@ -193,10 +194,8 @@ def order_sentence(runs: Mapping[str, Measurement]) -> str:
     )
 
 
-def ladder_table(lad: Ladder, title: str = "") -> Any:
-    """The ladder as a :class:`helpers.show.Table`: each rung's pick, its base, factor, verdict."""
-    from helpers.show import Table
-
+def ladder_table(lad: Ladder, title: str = "") -> Table:
+    """The ladder as a Table: each rung's pick, its base, factor, verdict."""
     return Table(
         [
             {

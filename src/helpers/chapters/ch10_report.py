@@ -156,12 +156,11 @@ def _is_static(name: str) -> bool:
 
 def static_graph_line(lad: Ladder) -> str:
     """Whether the final path contains a static graph, and what each static-graph candidate gave."""
-    task = _task(lad)
     final = lad.kept()
     static = [r for r in final if _is_static(r["candidate"])]
     tried = [
         f"{name} at the {r['rung']} rung, {ratio.verdict()}"
-        for r in task
+        for r in _task(lad)
         for name, ratio in r["candidates"].items()
         if _is_static(name)
     ]
@@ -203,13 +202,13 @@ def article_line(reported: Mapping[str, float] = RESNET101_ONEFLOW) -> str:
 
 def dropped_lines(lad: Ladder) -> list[str]:
     """One line per rung that was not built on, and per candidate that failed its check."""
-    lines = []
-    for r in lad.rows[1:]:
-        if not r["kept"]:
-            lines.append(f"{r['candidate']}: {r['reason']}")
-        elif r["reason"]:  # kept, but another candidate failed its check
-            lines.append(f"{r['rung']}: {r['candidate']} kept; {r['reason']}")
-    return lines
+    return [  # a kept row with a reason: another candidate of its rung failed its check
+        f"{r['candidate']}: {r['reason']}"
+        if not r["kept"]
+        else f"{r['rung']}: {r['candidate']} kept; {r['reason']}"
+        for r in lad.rows[1:]
+        if not r["kept"] or r["reason"]
+    ]
 
 
 def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -269,8 +268,7 @@ def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[s
 
 def ladder_guide(lad: Ladder, device: str) -> list[str]:
     """Decision-guide lines from this machine's ladder: what paid, what did not and why, deployment."""
-    task = _task(lad)
-    if not task:
+    if not _task(lad):
         raise ValueError("no rungs above the baseline")
     kept = sorted(lad.kept(), key=lambda r: -r["factor"])
     lines = [
