@@ -98,17 +98,15 @@ def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     level_r = 1.0
     ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
     bar, text = partial(ax.bar, width=0.38), partial(ax.text, ha="center", fontsize=7)
-    labelled: set[str] = set()
     for i, r in enumerate(rows[1:], start=1):
-        kind = "measured here, kept" if r["kept"] else "measured here, not kept"
-        start, label = level[r["base"]], None if kind in labelled else kind
-        new, color = start * r["factor"], "C2" if r["forward_only"] else "C0"
+        label = "measured here, kept" if r["kept"] else "measured here, not kept"
+        start, color = level[r["base"]], "C2" if r["forward_only"] else "C0"
+        new = start * r["factor"]
         look = {"alpha": 0.85, "hatch": None} if r["kept"] else {"alpha": 0.3, "hatch": "//"}
         bar(x[i] - 0.2, abs(new - start), bottom=min(start, new), color=color, label=label, **look)
-        labelled.add(kind)
         text(x[i] - 0.2, max(start, new) * 1.05, f"{r['factor']:.2f}x")
         if r["reported"] is not None:
-            new_r, label = level_r * r["reported"], "case study" if level_r == 1.0 else None
+            new_r, label = level_r * r["reported"], "case study"
             bar(x[i] + 0.2, new_r - level_r, bottom=level_r, color="C1", alpha=0.85, label=label)
             text(x[i] + 0.2, new_r * 1.05, f"{r['reported']:.2f}x", color="C1")
             level_r = new_r
@@ -123,7 +121,8 @@ def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     ax.set_xticks(x, [r["rung"] for r in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("speed-up over naive (x, log)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    legend = dict(zip(*reversed(ax.get_legend_handles_labels())))  # each label once
+    ax.legend(legend.values(), legend.keys(), fontsize=8)
     return ax
 
 
