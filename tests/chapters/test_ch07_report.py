@@ -26,9 +26,11 @@ def _waits(passive_ms, spin_ms, contended=False):
     return {"PASSIVE": [run(passive_ms)] * 3, "spinning": [run(spin_ms)] * 3}
 
 
-def test_key_is_a_record_name_segment():
-    assert report.key("ONNX Runtime, no NCHWc") == "onnx_runtime_no_nchwc"
-    assert report.key("PyTorch eager, batch 1") == report.key("PyTorch eager batch 1")
+def test_slug_makes_the_pages_labels_record_name_segments():
+    from helpers.record.ledger import slug
+
+    assert slug("ONNX Runtime, no NCHWc") == "onnx_runtime_no_nchwc"
+    assert slug("PyTorch eager, batch 1") == slug("PyTorch eager batch 1")
 
 
 def test_levels_table_counts_runtime_ops_and_names_the_fastest(tmp_path):

@@ -54,7 +54,7 @@ def test_variants_table_keeps_numbers_and_names_the_accuracy_model():
     assert "75.00%" in text and "+0.39" in text and "0.400-0.600" in text
 
 
-def test_task_row_shows_what_was_required_and_the_controls():
+def test_check_text_shows_what_was_required_and_the_controls():
     from helpers.core.comparison import assert_task_level
 
     rng = np.random.default_rng(0)
@@ -67,9 +67,10 @@ def test_task_row_shows_what_was_required_and_the_controls():
         network="resnet18",
         name="int8",
     )
-    row = report.task_row(check, accuracy=0.70, reference=0.72)
-    assert row["nearest own"] == "100%" and row["drop (points)"] == "+2.00"
-    assert row["controls (negated / shifted)"].endswith("%") and "decided rows kept" in row
+    text = report.check_text(check)
+    assert text.startswith("passes (int8): nearest own 100%, decided rows kept ")
+    assert "lowest cosine 1.0000; controls (negated / shifted) 0% / 0% nearest own" in text
+    assert report.check_text(AssertionError("task-level check: moved")) == "FAILS: moved"
 
 
 def test_small_model_sentences_say_inconclusive_when_the_interval_holds_one():

@@ -10,11 +10,9 @@ import numpy as np
 
 from helpers.deploy.export import op_counts
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
-from helpers.record.ledger import slug as key
 from helpers.show.table import Table, paired_table
 
 __all__ = [
-    "key",
     "levels_table",
     "wait_sentences",
     "precisions",
@@ -58,9 +56,8 @@ def wait_sentences(
     ratios: Mapping[str, RatioSummary],
     batch: int,
 ) -> str:
-    """What the wait-policy table says (``ratios``: spinning over PASSIVE per call, from
-    :func:`~helpers.chapters.ch07_runtimes.wait_ratios`), with ONNX Runtime's lead under each
-    policy, whether the smaller call gains more, and whether the machine was quiet."""
+    """What the wait-policy table says (``ratios``: spinning over PASSIVE per call), ONNX
+    Runtime's lead under each policy, whether the smaller call gains more, the machine's load."""
     one = ["PyTorch eager, batch 1", "ONNX Runtime, batch 1"]
     many = [f"PyTorch eager, batch {batch}", f"ONNX Runtime, batch {batch}"]
     lead = {
@@ -82,8 +79,7 @@ def wait_sentences(
             f"{small.split(',')[0]}: spinning's ratio at batch 1, {a.median:.2f}x, is {side} "
             f"than at batch {batch}, {b.median:.2f}x ({how}). "
         )
-    rows = [r["rows"][c] for rs in waits.values() for r in rs for c in r["rows"]]
-    if any(row["contended"] for row in rows):
+    if any(row["contended"] for rs in waits.values() for r in rs for row in r["rows"].values()):
         return text + (
             "Other processes took CPU time during these runs (*CONTENDED*): spinning "
             "threads then compete with them for the cores, and can lose badly."
@@ -142,9 +138,9 @@ def headline_sentence(
 
 
 def lead_at_224(runs: Mapping[int, Mapping[str, Measurement]], batch: int) -> dict[str, Any]:
-    """ONNX Runtime's paired lead over every row at 224 px (``leads[(b, label)]``), and at
-    ``batch``: over eager, over PyTorch's best path (``best_torch``), the NCHWc layout's worth
-    (``nchwc``) and the share of the gap PyTorch itself closes, on a log scale (``closed``)."""
+    """ONNX Runtime's paired lead over every row at 224 px (``leads[(b, label)]``); at ``batch``
+    over eager, over PyTorch's best path (``best_torch``: ``left``), the NCHWc layout's worth
+    (``nchwc``), and the share of the gap PyTorch itself closes on a log scale (``closed``)."""
     leads = {(b, k): paired_ratio(rs[k], rs[ORT]) for b, rs in runs.items() for k in rs}
     paths = [k for k in runs[batch] if k.startswith("PyTorch")]
     best = min(paths, key=lambda k: leads[(batch, k)].median)
@@ -208,11 +204,9 @@ def summary_table(
     pre_share: float,
     title: str,
 ) -> Table:
-    """This run's figures beside case study 2's (``case_fps``: its PyTorch images/s at batch 1).
-
-    ``eager_fps`` and ``aoti`` are this run's figures in words; ``top`` from :func:`headline`,
-    ``lead`` from :func:`lead_at_224`, ``spin``: spinning's ratio per call (PyTorch's and ONNX
-    Runtime's at batch 1 shown); ``nodes``: the graph as captured and simplified."""
+    """This run's figures beside case study 2's (``case_fps``: its PyTorch images/s at batch 1);
+    ``top`` from :func:`headline`, ``lead`` from :func:`lead_at_224`, ``spin``: spinning's ratio
+    per call, ``nodes``: the graph as captured and simplified."""
     (top1, r1), (topb, rb) = top[1], top[batch]
     rows = [
         ("PyTorch eager images/s, batch 1, timed alone", eager_fps),

@@ -1,10 +1,7 @@
 """Chapter 7's companion: the embedder it deploys, the wait-policy control, the 224 px comparison.
 
-:func:`build_embedder` is written on the page (``#@save``). :func:`embedder_timings` is the
-wait-policy control's subprocess target: GNU OpenMP reads ``OMP_WAIT_POLICY`` once, when PyTorch
-starts, hence a fresh process per policy. :func:`compare_at_224` times the case study's input
-size: PyTorch's eager CPU paths, ONNX Runtime with and without NCHWc, OpenVINO, all checked in
-strict float32.
+:func:`embedder_timings` runs in a fresh process per policy: GNU OpenMP reads ``OMP_WAIT_POLICY``
+once, when PyTorch starts.
 """
 
 from __future__ import annotations
@@ -45,16 +42,11 @@ EMBEDDER_ENV = "COURSE_EMBEDDER"
 
 
 def network_of(model: torch.nn.Module, arch: str, x: torch.Tensor) -> str:
-    """``arch``, the precision policy's name for the embedder, measured first when the course
-    has no measured accumulation for it (:func:`helpers.core.precision.measure_accumulation`
-    on ``model`` and inputs ``x``: your own backbone gets its own float32 bound)."""
+    """``arch``, the precision policy's name for the embedder; your own backbone's accumulation is
+    measured first on ``x`` (:func:`helpers.core.precision.measure_accumulation`)."""
     if arch not in precision.NETWORK_ACCUMULATION and arch not in precision.MEASURED_ACCUMULATION:
         print(precision.measure_accumulation(model.eval(), x, name=arch))
     return arch
-
-
-def _policy() -> str:
-    return os.environ.get(WAIT_POLICY_ENV, "").strip().upper() or "unset"
 
 
 def embedder_timings(
@@ -71,55 +63,46 @@ def embedder_timings(
 ) -> dict[str, Any]:
     """Time the embedder in PyTorch eager and in ONNX Runtime, in this process (a subprocess target).
 
-    ``work_dir`` holds what chapter 7 wrote: ``weights.npz`` (the embedder's state dict),
-    ``inputs.npy`` (a batch) and ``embedder_simplified.onnx``. PyTorch's OpenMP threads wait as
-    this process's ``OMP_WAIT_POLICY`` says (the caller sets it before the process starts); the
-    ONNX Runtime session spins or not as ``spinning`` says. Each framework's calls are timed in a
-    block of their own (PyTorch first, then ONNX Runtime), every batch size with the same warm-up
-    and repeats. Returns the policy and the session's spinning setting read back, and per row
-    (``"PyTorch eager, batch 1"``, ...) the median seconds, the cores used and whether other
-    processes took CPU time meanwhile.
+    ``work_dir`` holds chapter 7's ``weights.npz``, ``inputs.npy`` and ``embedder_simplified.onnx``.
+    PyTorch's OpenMP threads wait as this process's ``OMP_WAIT_POLICY`` says (set before it
+    starts); the session spins as ``spinning`` says. PyTorch's calls are timed first, then ONNX
+    Runtime's, every batch with the same warm-up and repeats. Returns the policy and spinning
+    setting read back, and per row (``"PyTorch eager, batch 1"``, ...) the median seconds, the
+    cores used and whether other processes took CPU time meanwhile.
     """
     work = Path(work_dir)
     torch.set_num_threads(threads)
     model = build_embedder(arch, dim, width)
     with np.load(work / "weights.npz") as npz:
         models.load_numpy_state(model, dict(npz))
-    model.eval()
-    x = np.load(work / "inputs.npy")
+    x, timing = np.load(work / "inputs.npy"), {"warmup": warmup, "repeats": repeats}
     kw = {"intra_op_threads": threads, "spinning": spinning, "verbose": False}
     session = runtimes.create_session(work / "embedder_simplified.onnx", "cpu", **kw)
-    options = session.handle.get_session_options()
-    rows: dict[str, dict[str, Any]] = {}
-
-    def keep(name: str, m: Measurement) -> None:
-        rows[name] = {"median_s": m.median, "cores": m.cores_used, "contended": m.contended}
-
     with torch.inference_mode():
-        for b in batches:
-            call = partial(model, torch.from_numpy(x[:b]))
-            keep(
-                f"PyTorch eager, batch {b}",
-                benchmark(call, warmup=warmup, repeats=repeats, items=b),
+        runs = {
+            f"PyTorch eager, batch {b}": benchmark(
+                partial(model.eval(), torch.from_numpy(x[:b])), items=b, **timing
             )
-    for b in batches:
-        keep(f"ONNX Runtime, batch {b}", session.benchmark(x[:b], warmup=warmup, repeats=repeats))
+            for b in batches
+        }
+    runs |= {f"ONNX Runtime, batch {b}": session.benchmark(x[:b], **timing) for b in batches}
+    options = session.handle.get_session_options()
     return {
-        "policy": _policy(),
+        "policy": os.environ.get(WAIT_POLICY_ENV, "").strip().upper() or "unset",
         "torch_threads": torch.get_num_threads(),
         "ort_spinning": options.get_session_config_entry("session.intra_op.allow_spinning"),
-        "rows": rows,
+        "rows": {
+            k: {"median_s": m.median, "cores": m.cores_used, "contended": m.contended}
+            for k, m in runs.items()
+        },
     }
 
 
 def wait_ratios(
     runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, other: str
 ) -> dict[str, RatioSummary]:
-    """Per timed call, ``other``'s paired speedup over ``base`` (base time / other time).
-
-    ``runs[policy]`` holds one :func:`embedder_timings` result per round; round *i* of the two
-    policies ran one after the other, so the speedup is the median of the per-round ratios.
-    """
+    """Per timed call, ``other``'s paired speedup over ``base``: ``runs[policy]`` holds one
+    :func:`embedder_timings` result per round, round *i* of both policies run back to back."""
     if len(runs[base]) != len(runs[other]) or not runs[base]:
         raise ValueError("need the same number (at least one) of rounds for both policies")
 
@@ -154,18 +137,14 @@ def policy_table(runs: Mapping[str, Sequence[dict[str, Any]]], *, base: str, oth
 
 
 def cpu_rivals(path: str | Path, threads: int, precisions: Sequence[str]) -> dict[str, Any]:
-    """The CPU runtimes of chapter 7's FPS table, each given ``threads`` threads.
-
-    ONNX Runtime (level 'all') as ``"ORT CPU fp32"`` and one OpenVINO model per precision in
-    ``precisions`` (``"f32"``, ``"bf16"``: what this CPU runs) as ``"OpenVINO <precision>"``.
-    """
-    quiet = dict(verbose=False)
-    rivals = {"ORT CPU fp32": runtimes.create_session(path, intra_op_threads=threads, **quiet)}
-    for p in precisions:
-        rivals[f"OpenVINO {p}"] = runtimes.openvino_model(
-            path, precision=p, threads=threads, **quiet
-        )
-    return rivals
+    """The CPU runtimes of chapter 7's FPS table on ``threads`` threads: ONNX Runtime (level
+    'all') and one OpenVINO model per precision (``"f32"``, ``"bf16"``: what this CPU runs)."""
+    ort = runtimes.create_session(path, "cpu", intra_op_threads=threads, verbose=False)
+    ov = {
+        f"OpenVINO {p}": runtimes.openvino_model(path, precision=p, threads=threads, verbose=False)
+        for p in precisions
+    }
+    return {"ORT CPU fp32": ort, **ov}
 
 
 def compare_at_224(
@@ -181,16 +160,13 @@ def compare_at_224(
 ) -> dict[str, Any]:
     """The embedder at 224 px, full width: PyTorch's CPU paths against ONNX Runtime and OpenVINO.
 
-    Builds the full-width embedder, sets its BatchNorm statistics from 224 px images, exports and
-    verifies it, and checks every contender's output against PyTorch eager in strict float32
-    (the network's bound, cosine 0.99999) before timing them interleaved (random order per round)
-    at batch 1 and ``batch``. Contenders: PyTorch eager (NCHW); PyTorch channels-last (weights and
-    input in NHWC, so oneDNN keeps one layout between convolutions); PyTorch with BatchNorm folded
-    into the convolutions (``torch.fx``'s ``fuse``, chapter 6) and channels-last; with ``freeze``,
-    PyTorch compiled with Inductor's freezing (minutes of compiling on a small CPU); ONNX Runtime
-    at level 'all' (NCHWc blocked layout) and at 'extended' (the same fusions, no NCHWc); OpenVINO
-    f32. Returns ``runs`` (batch -> label -> Measurement), ``checks`` (label -> Comparison) and
-    ``compile_s`` (None without ``freeze``).
+    Its BatchNorm statistics set from 224 px images, exported and verified; every contender is
+    checked against PyTorch eager in strict float32 (cosine 0.99999), then timed interleaved at
+    batch 1 and ``batch``: PyTorch eager (NCHW), channels-last (oneDNN keeps one layout between
+    convolutions), BatchNorm folded (``torch.fx``'s ``fuse``, chapter 6) + channels-last, with
+    ``freeze`` Inductor with freezing (minutes of compiling); ONNX Runtime at 'all' (NCHWc) and
+    'extended' (no NCHWc); OpenVINO f32. Returns ``runs`` (batch -> label -> Measurement),
+    ``checks`` (label -> Comparison), ``compile_s`` (None without ``freeze``), ``onnx_path``.
     """
     import time
 
@@ -208,13 +184,15 @@ def compare_at_224(
     except Exception:  # noqa: BLE001 - that row is then left out
         folded = None
 
-    ort_all, ort_ext = (
-        runtimes.create_session(
+    rivals = {  # NCHWc is level 'all''s blocked layout; 'extended' has the same fusions
+        k: runtimes.create_session(
             path, "cpu", optimization=o, intra_op_threads=threads, verbose=False
         )
-        for o in ("all", "extended")
+        for k, o in (("ONNX Runtime", "all"), ("ONNX Runtime, no NCHWc", "extended"))
+    }
+    rivals["OpenVINO f32"] = runtimes.openvino_model(
+        path, precision="f32", threads=threads, verbose=False
     )
-    ov_model = runtimes.openvino_model(path, precision="f32", threads=threads, verbose=False)
 
     def cl(xb: torch.Tensor) -> torch.Tensor:
         return xb.contiguous(memory_format=torch.channels_last)
@@ -234,9 +212,7 @@ def compare_at_224(
                 frozen(x[:b])
         compile_s = time.perf_counter() - start
         calls["PyTorch compiled (freezing)"] = frozen
-    calls["ONNX Runtime"] = lambda xb: ort_all.run(xb.numpy())
-    calls["ONNX Runtime, no NCHWc"] = lambda xb: ort_ext.run(xb.numpy())
-    calls["OpenVINO f32"] = lambda xb: ov_model.run(xb.numpy())
+    calls |= {k: lambda xb, r=r: r.run(xb.numpy()) for k, r in rivals.items()}
     frameworks = {k: "torch" if k.startswith("PyTorch") else "none" for k in calls}
     bound = {"mode": "fp32", "network": net, "min_cosine": 0.99999}
     timing = {"framework": frameworks, "warmup": warmup, "repeats": repeats, "threads": threads}

@@ -1,11 +1,7 @@
 """The CPU deployment target: one model, every CPU runtime and precision, timed like with like.
 
-    variants = build_variants(model, "model.onnx", calibration, threads=2, work_dir="art")
-    rows, runs = measure_variants(variants, x16, ceilings=roofline.ceilings("cpu"), flops=f)
-
-Every :class:`Variant` names its runtime, device, precision (``fp32``, ``bf16``, ``int8``) and
-the threads it was given, the same for every runtime. The OpenVINO streams runner and NNCF's
-quantization are written on chapter 8's page and saved here.
+variants = build_variants(model, "model.onnx", calibration, threads=2, work_dir="art")
+rows, runs = measure_variants(variants, x16, ceilings=roofline.ceilings("cpu"), flops=f)
 """
 
 from __future__ import annotations
@@ -77,11 +73,8 @@ class Variant:
 
 
 def torch_variants(model: Any, threads: int) -> dict[str, Variant]:
-    """fp32 eager (the baseline) and bf16 autocast with channels-last, both on ``threads`` threads.
-
-    ``torch.set_num_threads(threads)`` is set here (a process-wide setting): the baseline gets
-    the same cores as every runtime.
-    """
+    """fp32 eager (the baseline) and bf16 autocast with channels-last, on ``threads`` threads
+    (``torch.set_num_threads``, process-wide: the baseline gets every runtime's cores)."""
     import copy
 
     import torch
@@ -111,12 +104,8 @@ ONE_THREAD = "PyTorch eager fp32, 1 thread"  # chapter 7's control: no thread ev
 
 
 def torch_one_thread(model: Any) -> Variant:
-    """fp32 eager PyTorch on one thread for each call (the process keeps its own count).
-
-    A control row beside :func:`torch_variants`' baseline: on one thread no worker waits, so no
-    wait policy applies (chapter 7's thread rule), and the two rows show what the threads and
-    their policy cost PyTorch here.
-    """
+    """fp32 eager PyTorch on one thread for each call (the process keeps its own count): the
+    control beside the baseline, since on one thread no worker waits (chapter 7's thread rule)."""
     import torch
 
     net = model.eval()
@@ -150,13 +139,10 @@ def openvino_variant(
     precision: str = "f32",
     streams: int = 1,
 ) -> Variant:
-    """OpenVINO on the CPU (:func:`helpers.deploy.runtimes.openvino_model`) on ``threads`` threads.
-
-    ``streams=1``: the LATENCY hint, one request uses every thread. ``streams > 1``: THROUGHPUT
-    with ``NUM_STREAMS=streams`` sharing the threads; each call splits its batch across them
-    (:func:`openvino_streams`). ``precision`` is the hint (for an INT8 model, that of the layers
-    left unquantized); the variant's precision is read back from what the convolutions run in.
-    """
+    """OpenVINO on the CPU on ``threads`` threads: ``streams=1`` the LATENCY hint, more the
+    THROUGHPUT hint with each call's batch split across the streams (:func:`openvino_streams`).
+    ``precision`` is the hint (for INT8, that of the layers left unquantized); the variant's
+    precision is read back from what the convolutions run in."""
     from helpers.deploy import runtimes
 
     check_int("threads", threads)
@@ -164,34 +150,22 @@ def openvino_variant(
         model, precision=precision, threads=threads, streams=streams, name=label, verbose=False
     )
     call = runner.run if streams == 1 else openvino_streams(runner.handle, streams)
-    info = runner.info
-    settings = {
-        "hint": info["hint"],
-        "streams": info["streams"],
-        "threads": int(info["threads"]),
-        "rest_precision": precision,
-    }
-    return Variant(
-        label, "OpenVINO", runner.math_mode, settings["threads"], call, "cpu", "openvino", settings
-    )
+    settings = {k: runner.info[k] for k in ("hint", "streams")}
+    settings |= {"threads": int(runner.info["threads"]), "rest_precision": precision}
+    n = settings["threads"]
+    return Variant(label, "OpenVINO", runner.math_mode, n, call, "cpu", "openvino", settings)
 
 
 @contextmanager
 def quiet_progress() -> Iterator[None]:
-    """Run the block with ``rich``'s progress bars (NNCF's) written nowhere, then restore them.
-
-    NNCF draws its bars through rich's global console: in Jupyter as widgets (``clear_output``
-    messages in a saved notebook), in a terminal as ANSI lines. The console is swapped for one
-    that writes to a discarded buffer, neither terminal nor Jupyter, for the block only; PyTorch's
-    "No CUDA runtime is found" warning, which NNCF's import triggers on a CPU, is held back too.
-    """
+    """Run the block with NNCF's progress bars (``rich``'s global console: widgets in Jupyter,
+    ANSI lines in a terminal) written to a discarded buffer, and PyTorch's "No CUDA runtime is
+    found" warning (NNCF's import, on a CPU) held back; both restored after."""
     import rich
 
     console = rich.get_console()
     saved = dict(console.__dict__)
     rich.reconfigure(file=io.StringIO(), force_terminal=False, force_jupyter=False)
-    # NNCF imports PyTorch's C++-extension module, which warns on a CPU-only machine that it found
-    # no CUDA runtime: true, and no concern of an OpenVINO quantization
     cpp_ext = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_ext.level
     cpp_ext.setLevel(logging.ERROR)
@@ -213,44 +187,40 @@ def build_variants(
     bf16: bool = True,
     streams: int = 2,
 ) -> dict[str, Variant]:
-    """Every variant of :data:`VARIANTS` named in ``which``, for one model, all on ``threads`` threads.
-
-    ``onnx_path`` is ``model`` exported (chapter 7's ``export_and_verify``); ``calibration`` feeds
-    both INT8 tools (never the evaluation images). ``bf16=False`` leaves out the bf16 variants
-    (a CPU without AVX-512 BF16 or AMX).
-    """
+    """The variants of :data:`VARIANTS` named in ``which`` for ``model`` (exported: ``onnx_path``)
+    on ``threads`` threads; ``calibration`` (never evaluation images) feeds both INT8 tools;
+    ``bf16=False`` (no AVX-512 BF16 or AMX) leaves out the bf16 ones."""
     from helpers.deploy.quantization import quantize_onnx
 
     wanted = list(which)
     unknown = [w for w in wanted if w not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
-    if not bf16:
-        wanted = [w for w in wanted if "bf16" not in w]
+    wanted = [w for w in wanted if bf16 or "bf16" not in w]
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Variant] = {}
-    tv = torch_variants(model, threads)
-    for name in wanted:
-        if name in tv:
-            out[name] = tv[name]
-        elif name == "ORT fp32":
-            out[name] = ort_variant(name, onnx_path, threads)
-        elif name == "OpenVINO bf16":
-            out[name] = openvino_variant(name, onnx_path, threads, precision="bf16")
-        elif name == "ORT int8 (QDQ, U8S8)":
-            rep = quantize_onnx(
-                onnx_path, work / (Path(onnx_path).stem + ".int8.onnx"), calibration
-            )
-            out[name] = ort_variant(name, rep.path, threads, precision="int8")
-    nncf_names = [w for w in wanted if w.startswith("OpenVINO int8")]
-    if nncf_names:
+    if any(w.startswith("OpenVINO int8") for w in wanted):
         with quiet_progress():
             q = nncf_quantize(onnx_path, calibration)
-        for name in nncf_names:
-            n = streams if "streams" in name else 1
-            out[name] = openvino_variant(name, q, threads, precision="f32", streams=n)
-    return {k: out[k] for k in wanted if k in out}
+
+    def ort_int8(name: str) -> Variant:
+        dst = work / (Path(onnx_path).stem + ".int8.onnx")
+        return ort_variant(
+            name, quantize_onnx(onnx_path, dst, calibration).path, threads, precision="int8"
+        )
+
+    tv = torch_variants(model, threads)
+    build: dict[str, Callable[[str], Variant]] = {
+        **dict.fromkeys(tv, tv.__getitem__),
+        "ORT fp32": lambda k: ort_variant(k, onnx_path, threads),
+        "OpenVINO bf16": lambda k: openvino_variant(k, onnx_path, threads, precision="bf16"),
+        "ORT int8 (QDQ, U8S8)": ort_int8,
+        "OpenVINO int8 (NNCF)": lambda k: openvino_variant(k, q, threads),
+        "OpenVINO int8 (NNCF, 2 streams)": lambda k: openvino_variant(
+            k, q, threads, streams=streams
+        ),
+    }
+    return {k: build[k](k) for k in wanted}
 
 
 def measure_variants(
@@ -266,12 +236,9 @@ def measure_variants(
 ) -> tuple[list[dict[str, Any]], dict[str, Measurement]]:
     """Time every variant on batch ``x`` in interleaved rounds: ``(rows, measurements)``.
 
-    Each row: runtime, device, precision, threads, median seconds and its interquartile range,
-    ``ratio``, the paired speedup over ``baseline``
-    (:func:`helpers.measure.measurement.paired_ratio`, computed here once; ``vs_eager`` is its
-    median), and with ``flops`` (one call's operations) and ``ceilings``
-    (:func:`helpers.measure.roofline.ceilings`) the share of the ceiling *of the variant's own
-    precision* it reaches.
+    Each row: runtime, device, precision, threads, median seconds and quartiles, ``ratio`` (the
+    paired speedup over ``baseline``, computed here once; ``vs_eager``: its median), and with
+    ``flops`` (one call's) and ``ceilings`` the share of the ceiling *of its own precision*.
     """
     if baseline not in variants:
         raise ValueError(f"the baseline {baseline!r} is not among the variants")
@@ -311,10 +278,9 @@ def best_ceilings(
 ) -> dict[str, float]:
     """The best of several ceiling measurements per mode; the rows' % of ceiling redone with it.
 
-    A ceiling is a best case, and a burst of load during one measurement lowers it (and inflates
-    every percentage of it): measure before and after the rounds and keep the higher. A row that
-    still exceeds 100% means the ceiling was measured under load (or its kernel is not the best
-    this CPU has): the row gets ``over_ceiling=True``.
+    A burst of load during one measurement lowers a ceiling (and inflates every % of it), so the
+    higher is kept. A row still above 100% (load, or the ceiling's kernel is not this CPU's best)
+    gets ``over_ceiling=True``.
     """
     best: dict[str, float] = {}
     for peaks in measured:
@@ -339,16 +305,14 @@ def wait_policy() -> str:
 def best_path(
     rows: Iterable[Mapping[str, Any]], max_drop_points: float = 1.0, *, passed_only: bool = False
 ) -> dict:
-    """The fastest non-baseline row within ``max_drop_points`` of accuracy.
-
-    ``passed_only`` leaves out rows with ``passed=False`` (their recipe failed the task-level
-    check on the trained model); a row without ``passed`` counts as passed.
-    """
-    rows = list(rows)
-    fine = [r for r in rows[1:] if r.get("drop_points") is not None]
-    fine = [r for r in fine if r["drop_points"] <= max_drop_points]
-    if passed_only:
-        fine = [r for r in fine if r.get("passed", True)]
+    """The fastest non-baseline row within ``max_drop_points`` of accuracy; ``passed_only`` leaves
+    out rows with ``passed=False`` (their recipe failed the task-level check)."""
+    fine = [
+        r
+        for r in list(rows)[1:]
+        if r.get("drop_points") is not None and r["drop_points"] <= max_drop_points
+        if r.get("passed", True) or not passed_only
+    ]
     if not fine:
         raise ValueError(f"no variant within {max_drop_points} points of accuracy")
     return dict(max(fine, key=lambda r: r["vs_eager"]))

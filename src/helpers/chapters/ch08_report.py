@@ -1,6 +1,4 @@
-"""Chapter 8's report: the tables and generated sentences its hidden cells show, from its timings
-(``measure_variants``' rows and Measurements, each with its paired ratio computed once).
-"""
+"""Chapter 8's report: the tables and generated sentences its hidden cells show."""
 
 from __future__ import annotations
 
@@ -13,14 +11,13 @@ from IPython.display import display
 from helpers.measure.measurement import Measurement, paired_ratio
 from helpers.record.ledger import slug
 from helpers.show.plots import plot_speed_accuracy, plot_speedups
-from helpers.show.table import Table
+from helpers.show.table import CORES_BUSY, Table
 from helpers.show.text import say
 
 __all__ = [
     "ratio_of",
     "variant_records",
     "model_name",
-    "slug",
     "variants_table",
     "training_table",
     "preprocess_sentence",
@@ -44,9 +41,8 @@ def ratio_of(rows: Iterable[Mapping[str, Any]], name: str) -> Any:
 def variant_records(
     timed: Mapping[int, tuple[list, dict]],
 ) -> Iterator[tuple[int, str, Measurement, dict[str, Any]]]:
-    """Per batch and variant of ``measure_variants`` runs: the batch, the variant's
-    :func:`slug` (the page writes the record name from both), its Measurement, and its batch
-    and precision."""
+    """Per batch and variant of ``measure_variants`` runs: the batch and the variant's slug (the
+    record name's parts), its Measurement, and its batch and precision."""
     for b, (rows, runs) in timed.items():
         for r in rows:
             how = {"batch": b, "precision": r["precision"]}
@@ -61,14 +57,10 @@ def model_name(arch: str) -> str:
 def variants_table(
     rows: Iterable[Mapping[str, Any]], accuracy_label: str = "accuracy", **kwargs: Any
 ) -> Table:
-    """The rows of ``measure_variants`` as a :class:`~helpers.show.table.Table`, numbers kept.
-
-    Columns: variant, precision, threads, seconds per batch with its interquartile range, the
-    paired speedup over the baseline, cores really used, and the share of the ceiling of the
-    variant's own precision (with the ceiling). A row with ``accuracy`` (and ``drop_points``)
-    adds them, the accuracy column named ``accuracy_label`` (say which model it was measured on
-    when it is not the timed one). ``kwargs`` go to the Table (title, notes).
-    """
+    """The rows of ``measure_variants`` as a Table, numbers kept: seconds per batch and IQR, paired
+    speedup, cores busy, % of the ceiling of the row's own precision, and ``accuracy`` (in a
+    column named ``accuracy_label``: say the model when it is not the timed one) and
+    ``drop_points`` where a row has them. ``kwargs`` go to the Table."""
     out = []
     for r in rows:
         row = {
@@ -78,7 +70,7 @@ def variants_table(
             "s / batch": r["median_s"],
             "IQR": f"{r['p25_s']:.3f}-{r['p75_s']:.3f}",
             "vs eager": r["vs_eager"],
-            "cores busy (computing or spinning)": r.get("cores_used"),
+            CORES_BUSY: r.get("cores_used"),
         }
         if "pct_of_ceiling" in r:
             row["% of own ceiling"] = r["pct_of_ceiling"] if r["ceiling_gops"] else None
@@ -92,27 +84,20 @@ def variants_table(
     return Table(out, formats={k: v for k, v in formats.items() if k in out[0]}, **kwargs)
 
 
-def task_row(check: Any, accuracy: float | None = None, reference: float | None = None) -> dict:
-    """One table row of a :class:`helpers.core.comparison.TaskCheck` (and held-out accuracy).
-
-    Shows what was required (each row nearest its own reference; decided rows kept), what was
-    only counted (top-1 agreement overall) and the two controls that had to fail.
-    """
-    row: dict[str, Any] = {
-        "variant": check.name,
-        "mode": check.mode,
-        "nearest own": f"{check.nearest_own:.0%}",
-        "lowest cosine": f"{check.min_cosine:.4f}",
-    }
-    if check.decided is not None:
-        row["decided rows kept"] = f"{check.kept}/{check.decided}"
-        row["top-1 agreement"] = f"{check.top1:.1%}"
-    row["controls (negated / shifted)"] = " / ".join(f"{v:.0%}" for v in check.controls.values())
-    if accuracy is not None:
-        row["accuracy"] = f"{accuracy:.2%}"
-        if reference is not None:
-            row["drop (points)"] = f"{100 * (reference - accuracy):+.2f}"
-    return row
+def check_text(c: Any) -> str:
+    """A task-level check (:class:`helpers.core.comparison.TaskCheck`) in one cell: what was
+    required (each row nearest its own reference, decided rows kept), what was only counted (top-1
+    agreement overall), the two controls that had to fail; or, for a caught error, why it FAILS."""
+    if isinstance(c, BaseException):
+        return "FAILS: " + str(c).split("check: ", 1)[-1]
+    own = ("decided rows " if c.decided_only else "") + "nearest own" + " class" * c.by_class
+    kept = "" if c.decided is None else f", decided rows kept {c.kept}/{c.decided}"
+    top1 = "" if c.top1 is None else f", top-1 agreement {c.top1:.1%}"
+    controls = " / ".join(f"{v:.0%}" for v in c.controls.values())
+    return (
+        f"passes ({c.mode}): {own} {c.nearest_own:.0%}{kept}{top1}, lowest cosine "
+        f"{c.min_cosine:.4f}; controls (negated / shifted) {controls} nearest own"
+    )
 
 
 def training_table(result: Any, untrained: float, needed: float, model: str) -> Table:
@@ -163,43 +148,26 @@ def checks_table(
     ``fp32`` (a :class:`helpers.core.comparison.Comparison`) adds the float32 row; ``planted``
     (the caught error, the buggy model's accuracy) a row for the planted bug that had to fail.
     """
-    keys = ("variant", "check", "accuracy", "drop (points)")
-
-    def drop(accuracy: float) -> str:
-        return f"{100 * (acc[base] - accuracy):+.2f}"
-
-    rows = []
+    rows = [(k, check_text(checks[k]), acc[k]) for k in (checks if names is None else names)]
     if fp32 is not None:
         used = f"float32 bound, {fp32.used:.2g} of it used"
-        rows.append(("ORT fp32", used, f"{acc.get('ORT fp32', acc[base]):.2%}", ""))
-    for name in names if names is not None else checks:
-        c = checks[name]
-        if isinstance(c, BaseException):  # a variant that failed the check
-            reason = str(c).split("check: ", 1)[-1]
-            rows.append((name, f"FAILS: {reason}", f"{acc[name]:.2%}", drop(acc[name])))
-            continue
-        r = task_row(c, acc[name], acc[base])
-        own = "nearest own" + (" class" if c.by_class else "")
-        own = ("decided rows " + own) if c.decided_only else own
-        check = (
-            f"passes ({r['mode']}): {own} {r['nearest own']}, decided rows kept "
-            f"{r.get('decided rows kept', '-')}, top-1 agreement {r.get('top-1 agreement', '-')}; "
-            f"controls (negated / shifted) {r['controls (negated / shifted)']} nearest own"
-        )
-        rows.append((name, check, r["accuracy"], r["drop (points)"]))
+        rows.insert(0, ("ORT fp32", used, acc.get("ORT fp32", acc[base])))
     if planted is not None:
         err, bug_acc = planted
         reason = str(err).split(": ", 1)[-1].split(";")[0]
         bug = "planted bug: calibrated on un-normalised images"
-        rows.append((bug, f"FAILS, as it must ({reason})", f"{bug_acc:.2%}", drop(bug_acc)))
-    rows = [dict(zip(keys, r)) for r in rows]
+        rows.append((bug, f"FAILS, as it must ({reason})", bug_acc))
     notes = []
-    if any(r["check"].startswith("FAILS:") for r in rows if not r["variant"].startswith("planted")):
+    if any(check.startswith("FAILS:") for _, check, _ in rows):
         notes.append(
             "A variant that FAILS lost more accuracy than allowed, flipped a decision its "
             "precision cannot flip, or moved a row nearer another class's logits: it is not the "
             "fp32 model's task. Section 7 and the closing table name the fastest path that passed."
         )
+    keys = ("variant", "check", "accuracy", "drop (points)")
+    rows = [
+        dict(zip(keys, (k, c, f"{a:.2%}", f"{100 * (acc[base] - a):+.2f}"))) for k, c, a in rows
+    ]
     return Table(rows, title=f"held-out checks against {base} ({acc[base]:.2%})", notes=notes)
 
 
@@ -215,17 +183,14 @@ def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Tab
             m = timed[b][1][name]
             row[f"batch {b}: images/s"] = m.throughput
             row[f"batch {b}: IQR"] = f"{100 * m.relative_iqr:.0f}%"
-        last = timed[batches[-1]][1][name]
-        row["cores busy (computing or spinning)"] = (
-            None if last.cores_used is None else round(last.cores_used, 2)
-        )
+        row[CORES_BUSY] = timed[batches[-1]][1][name].cores_used
         rows.append(row)
     threads = {r["threads"] for r in first_rows}
     contended = any(m.contended for _, runs in timed.values() for m in runs.values())
     return Table(
         rows,
         floatfmt=".0f",
-        formats={"cores busy (computing or spinning)": ".2f"},
+        formats={CORES_BUSY: ".2f"},
         title=f"{title}, {'/'.join(map(str, sorted(threads)))} threads, interleaved rounds"
         + (" (CONTENDED: other processes shared the cores)" if contended else ""),
     )
@@ -275,8 +240,7 @@ def small_model_sentences(
     out.append(f"ORT INT8 (U8S8) against ORT fp32: {_per_batch(timed, 'ORT fp32', u8)}.")
     out.append(f"Against fp32 eager PyTorch at batch {bn}: {ratio_of(timed[bn][0], u8).verdict()}.")
     fixed_i, share_i = _fixed_share(timed, u8)
-    _, share_f = _fixed_share(timed, "ORT fp32")
-    _, share_e = _fixed_share(timed, base)
+    share_f, share_e = (_fixed_share(timed, k)[1] for k in ("ORT fp32", base))
     out.append(
         f"Of a batch-{bn} call, costs that do not grow with the batch (dispatch, quantizing the "
         f"input, Python) take {share_i:.0%} in ORT INT8 ({1e3 * fixed_i:.2f} ms), {share_f:.0%} "
@@ -287,18 +251,12 @@ def small_model_sentences(
 
 
 def wait_policy_sentences(
-    timed: Mapping[int, tuple[list, dict]],
-    runtime: str,
-    policy: str,
-    *,
-    one: str = "PyTorch eager fp32, 1 thread",
-    base: str = "PyTorch eager fp32",
+    timed: Mapping[int, tuple[list, dict]], runtime: str, policy: str
 ) -> list[str]:
-    """Which wait policy each side ran under, and ``runtime`` over PyTorch on both thread counts.
-
-    ``one`` is PyTorch on one thread, where no thread waits (chapter 7's rule); absent (a one-core
-    machine), only the policy is stated.
-    """
+    """Which wait policy each side ran under, and ``runtime`` over PyTorch on both thread counts:
+    fp32 eager, and on one thread, where no thread waits (chapter 7's rule); without that row (a
+    one-core machine), only the policy is stated."""
+    one, base = "PyTorch eager fp32, 1 thread", "PyTorch eager fp32"
     b1 = min(timed)
     if one not in timed[b1][1]:
         return [f"Wait policy: {policy}."]
@@ -335,14 +293,10 @@ def target_sentences(
     top_passed: Mapping[str, Any] | None = None,
     cross_cosine: float | None = None,
 ) -> list[str]:
-    """Section 7's claims: the best path, and the bound the measured int8 ceiling sets.
-
-    ``top`` is the fastest row within the accuracy bound (:func:`best_path`), ``top_passed`` the
-    fastest whose recipe also passed the task-level check (named when it is another row);
-    ``cross_cosine``: how alike the random network's logits of two images are (why no task check).
-    """
-    eager = rows[0]
-    ratio = top["ratio"]
+    """Section 7's claims: the best path (``top``; ``top_passed``, the fastest whose recipe also
+    passed the task-level check, named when another), the bound the measured int8 ceiling sets,
+    and ``cross_cosine``: how alike two images' logits are in the random network (no task check)."""
+    eager, ratio = rows[0], top["ratio"]
     out = [
         f"The fastest path within one point of accuracy is **{top['variant']}**: "
         f"{ratio.verdict()} than fp32 eager PyTorch per round ({top['median_s']:.2f} s against "
@@ -356,12 +310,11 @@ def target_sentences(
         ),
     ]
     if top_passed is not None and top_passed["variant"] != top["variant"]:
-        ratio = top_passed["ratio"]
         out.insert(
             1,
             f"Its recipe failed the INT8 rule on the trained model (section 3's table says "
             f"why); the fastest path whose recipe passed it is "
-            f"**{top_passed['variant']}**, {ratio.verdict()} than eager.",
+            f"**{top_passed['variant']}**, {top_passed['ratio'].verdict()} than eager.",
         )
     if ceilings.get("int8") and eager.get("gops"):
         bound = ceilings["int8"] / eager["gops"]
@@ -400,8 +353,7 @@ def target_report(
     size: int,
 ) -> None:
     """Section 7: the ResNet-101 table (accuracy from the trained ``arch`` at ``size`` px), its
-    sentences, and each variant's speedup over fp32 eager as bars; ``want``: the random
-    network's fp32 logits (how alike two images' are: why it gets no task-level check)."""
+    sentences, each variant's speedup as bars; ``want``: the random network's fp32 logits."""
     from helpers.core.comparison import max_cross_cosine
 
     title = "ResNet-101, 224x224, batch 16"
@@ -427,17 +379,14 @@ def embedder_table(
     """The embedder's task-level checks, with each variant's mean cosine to fp32."""
     from helpers.core.comparison import max_cross_cosine, rowwise_cosine
 
-    rows = []
-    for name, check in checks.items():
-        mean = f"{rowwise_cosine(variants[name].call(x), want).mean():.4f}"
-        if isinstance(check, BaseException):
-            reason = str(check).split("check: ", 1)[-1]
-            row = {"variant": name, "mode": variants[name].precision, "nearest own": "FAILS"}
-            row.update({"lowest cosine": reason, "controls (negated / shifted)": "-"})
-        else:
-            row = task_row(check)
-        row["mean cosine"] = mean
-        rows.append(row)
+    rows = [
+        {
+            "variant": k,
+            "check": check_text(c),
+            "mean cosine": f"{rowwise_cosine(variants[k].call(x), want).mean():.4f}",
+        }
+        for k, c in checks.items()
+    ]
     return Table(
         rows,
         title=f"embedder, {len(x)} held-out images: each embedding nearest its own fp32 one",
@@ -450,8 +399,8 @@ def embedder_table(
 
 
 def ablation_report(ablation: Iterable[Mapping[str, Any]]) -> None:
-    """The embedder's ablation as a table, and what it shows: per-channel vs per-tensor, and
-    calibration size."""
+    """The embedder's ablation as a table, and what it shows (per-channel vs per-tensor scales,
+    calibration size)."""
     rows = list(ablation)
     display(Table(rows, formats={"mean cosine": ".4f", "nearest own": ".0%"}))
     most = max(r["calibration images"] for r in rows)
@@ -460,10 +409,8 @@ def ablation_report(ablation: Iterable[Mapping[str, Any]]) -> None:
     def get(n: int, weights: str) -> Mapping[str, Any]:
         return next(r for r in rows if r["calibration images"] == n and r["weights"] == weights)
 
-    pc, pt = get(most, "per-channel"), get(most, "per-tensor")
-    one = get(least, "per-channel")
-    gap = pc["mean cosine"] - pt["mean cosine"]
-    word = "closer to" if gap > 0 else "further from"
+    pc, pt, one = get(most, "per-channel"), get(most, "per-tensor"), get(least, "per-channel")
+    word = "closer to" if pc["mean cosine"] > pt["mean cosine"] else "further from"
     say(
         f"With {most} calibration images, per-channel weight scales keep the INT8 embeddings "
         f"{word} fp32 than per-tensor ones (mean cosine {pc['mean cosine']:.4f} against "
@@ -480,8 +427,7 @@ def embedder_speed_sentences(
 ) -> list[str]:
     """The embedder's batch-1 figures (alone, interleaved) and INT8's ratios to ORT fp32."""
     b1 = min(timed)
-    runs1 = timed[b1][1]
-    eager = runs1["PyTorch eager fp32"]
+    eager = timed[b1][1]["PyTorch eager fp32"]
     ratios = _per_batch(timed, "ORT fp32", "ORT int8 (minmax)")
     return [
         f"PyTorch eager fp32 embeds {alone.throughput:.0f} images/s at batch 1 timed alone "
@@ -504,11 +450,8 @@ def summary_table(
     size: int,
     emb_alone: Measurement,
 ) -> Table:
-    """This chapter's own figures, each with what was measured (for the page's last table).
-
-    ``top`` is the fastest path within a point of accuracy whose recipe passed the INT8 rule
-    (:func:`helpers.core.comparison.assert_classifier_logits`): a failed path is never "best".
-    """
+    """This chapter's own figures, each with what was measured; ``top``: the fastest path within a
+    point of accuracy whose recipe passed the INT8 rule (a failed path is never "best")."""
     u8, r16, bn = "ORT int8 (QDQ, U8S8)", "ResNet-101, 224 px, batch 16", max(timed)
     model, alone = f"trained {model_name(arch)}, {size} px", "PyTorch eager fp32 images/s"
 

@@ -1,16 +1,12 @@
-"""The capstone's speed-up ladder (chapter 10): what its page calls.
-
-The page builds case study 1's saliency service rung by rung and times every rung in one
-interleaved run (the engine: :mod:`helpers.measure.ladder`). Here: the test images whose saliency
-map does not depend on float32 summation order, the served rung, the case study's factor per
-rung, and the chapters' own factors from the ledger (:func:`journey_rows`: a missing step is
-reported as missing, never invented).
+"""The capstone's speed-up ladder (chapter 10; the engine: :mod:`helpers.measure.ladder`): the
+test images whose saliency map does not depend on float32 summation order, the served rung, the
+case study's factor per rung, and the chapters' own factors from the ledger.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +14,7 @@ from helpers.measure.ladder import Ladder
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
 from helpers.record.ledger_names import JOURNEY
 from helpers.record.reported import RESNET101_ONEFLOW
+from helpers.show.table import Table
 
 __all__ = [
     "order_stable_images",
@@ -65,14 +62,12 @@ def order_stable_images(
 ) -> ImageChoice:
     """The ``n`` images of ``x`` whose saliency map does not depend on the summation order.
 
-    A saliency map is a gradient through ReLU and max-pooling, which choose a branch wherever
-    their inputs tie (flat regions of a generated JPEG make near-ties): there a float32 summation
-    order (batch size, thread count) can pick another, equally valid map. ``task`` (a saliency
-    task returning ``.logits`` and ``.saliency``) runs on ``x`` in strict float32 one image per
-    call, in batches of ``batch`` with ``threads`` threads, and in batches with one thread; an
-    image is kept when its three maps agree within float32's bound at the maps' scale
-    (:func:`helpers.core.precision.tolerance`, ``mode="fp32"``, ``network``). Of those, the ``n``
-    with the widest top-2 logit margin are chosen. Raises when fewer than ``n`` are stable.
+    ReLU and max-pooling choose a branch wherever their inputs tie (flat regions of a generated
+    JPEG make near-ties): there another float32 summation order (batch, threads) can pick
+    another, equally valid map. ``task`` runs in strict float32 one image per call, in batches of
+    ``batch`` on ``threads`` threads and on one; an image is kept when its three maps agree
+    within float32's bound at the maps' scale, and of those the ``n`` with the widest top-2 logit
+    margin are chosen. Raises when fewer than ``n`` are stable.
     """
     import torch
 
@@ -82,24 +77,18 @@ def order_stable_images(
     total = len(x)
     if not 1 <= n <= total:
         raise ValueError(f"n must be in 1..{total}, got {n}")
-    with precision.strict_fp32():
-        single = [task(x[i : i + 1]) for i in range(total)]
-        orders = [torch.cat([r.saliency for r in single])]
+    with precision.strict_fp32():  # maps one image per call, then batched on t threads
+        ref, logits = answer(task(x[i : i + 1]) for i in range(total))
+        orders = []
         for t in (threads, 1):
             with torch_threads(t):
-                maps = [task(x[i : i + batch]).saliency for i in range(0, total, batch)]
-            orders.append(torch.cat(maps))
-        logits = torch.cat([r.logits for r in single])
-    ref = orders[0]
+                orders.append(answer(task(x[i : i + batch]) for i in range(0, total, batch))[0])
     scale = precision.output_scale(ref, floor=0.0)
-    bound = precision.tolerance("fp32", network=network, scale=scale)
-    limit = bound.atol + bound.rtol * ref.abs()
-    stable = torch.ones(total, dtype=torch.bool, device=ref.device)
-    for other in orders[1:]:
-        stable &= ((other - ref).abs() <= limit).flatten(1).all(1)
+    atol, rtol = precision.tolerance("fp32", network=network, scale=scale)
+    close = [torch.isclose(o, ref, rtol=rtol, atol=atol).flatten(1).all(1) for o in orders]
+    stable = torch.stack(close).all(0)
     top2 = logits.topk(2, dim=1).values
-    margin = (top2[:, 0] - top2[:, 1]).detach().cpu()
-    stable = stable.cpu()
+    margin = top2[:, 0] - top2[:, 1]
     ranked = [i for i in margin.argsort(descending=True).tolist() if stable[i]]
     if len(ranked) < n:
         raise AssertionError(
@@ -111,12 +100,9 @@ def order_stable_images(
 
 
 def answer(results: Iterable[Any]) -> tuple[Any, Any]:
-    """All images' saliency maps and logits, in image order, as float32 CPU tensors.
-
-    ``results`` are the task's answers (``.saliency``, ``.logits``: PyTorch or OneFlow tensors,
-    NumPy arrays), one per call; a forward-only answer has ``saliency=None`` and gives ``None``
-    for the maps.
-    """
+    """All images' saliency maps and logits, in image order, as float32 CPU tensors, from the
+    task's answers (PyTorch or OneFlow tensors, NumPy arrays) one per call; ``None`` for the maps
+    of forward-only answers (``saliency=None``)."""
     import torch
 
     from helpers.core.arrays import to_numpy
@@ -135,13 +121,9 @@ def answer(results: Iterable[Any]) -> tuple[Any, Any]:
 def serve_onnx(
     repository: Any, model_path: Any, image_size: int, classes: int, batch: int, threads: int
 ) -> Any:
-    """Chapter 9's served model: ``model_path`` (ONNX) in ONNX Runtime behind Triton, started.
-
-    A Python-backend model ``task`` on the CPU (one instance with ``threads`` intra-op
-    threads) with dynamic batching up to ``batch`` one-image requests, written to
-    ``repository``; returns the started :class:`~helpers.serving.triton_server.TritonServer`
-    (stop it with ``.stop()``).
-    """
+    """Chapter 9's served model, started: ``model_path`` (ONNX) in ONNX Runtime behind Triton, a
+    Python-backend model ``task`` on the CPU (one instance, ``threads`` intra-op threads) with
+    dynamic batching up to ``batch`` one-image requests. Stop it with ``.stop()``."""
     from helpers.serving import triton_repo, triton_server
 
     spec = triton_repo.TensorSpec
@@ -160,15 +142,11 @@ def serve_onnx(
 
 
 def served_reason(stats: Mapping[str, Any], row: Mapping[str, Any]) -> str:
-    """Where a served image's time goes, from Triton's counters (``triton_client.model_stats``).
-
-    One execution serves ``avg_batch`` images, so the server's compute per image is the compute
-    per request over the mean batch; ``row`` is the served rung's row (its base: the same model
-    run locally, timed in the same rounds).
-    """
+    """Where a served image's time goes, from Triton's counters (``triton_client.model_stats``):
+    compute per request over the mean batch, against ``row``'s base (the served rung's row: the
+    same model run locally, in the same rounds)."""
     busy = stats["compute_ms"] / max(stats["avg_batch"], 1e-9)
-    base = row["stage"][row["base"]]
-    local = base.median / base.items * 1e3
+    local = 1e3 / row["stage"][row["base"]].throughput
     return (
         f"the server computed {busy:.2f} ms per image (batches of {stats['avg_batch']:.1f} on "
         f"average, {stats['queue_ms']:.2f} ms queued per request) against {local:.2f} ms run "
@@ -192,10 +170,8 @@ REPORTED: dict[str, float] = {
 
 
 def order_sentence(runs: Mapping[str, Measurement]) -> str:
-    """Exercise 1's answer: precision and batching in the ladder's order and swapped.
-
-    ``runs``: one interleaved run of ``pruned``, ``+ batching``, ``+ precision``, ``+ both``.
-    """
+    """Exercise 1's answer: precision and batching in the ladder's order and swapped, from one
+    interleaved run of ``pruned``, ``+ batching``, ``+ precision``, ``+ both``."""
 
     def r(a: str, b: str) -> RatioSummary:
         return paired_ratio(runs[a], runs[b])
@@ -218,10 +194,8 @@ def order_sentence(runs: Mapping[str, Measurement]) -> str:
     )
 
 
-def ladder_table(lad: Ladder, title: str = "") -> Any:
-    """The ladder as a :class:`helpers.show.Table`: each rung's pick, its base, factor, verdict."""
-    from helpers.show import Table
-
+def ladder_table(lad: Ladder, title: str = "") -> Table:
+    """The ladder as a Table: each rung's pick, its base, factor, verdict."""
     return Table(
         [
             {
@@ -253,83 +227,65 @@ def ladder_table(lad: Ladder, title: str = "") -> Any:
 # ---- the chapters' own factors (the ledger view) ----
 
 
-def _meta(record: Mapping[str, Any] | None, key: str) -> str:
-    """``record[key]`` as text (``device`` or ``precision``), or :data:`NOT_RECORDED`."""
-    value = record.get(key) if record is not None else None
-    text = "" if value is None else str(value).strip()
-    return text or NOT_RECORDED
-
-
 @dataclass(frozen=True)
 class Step:
-    """One step of the journey: where its measured factor lives and what the case study reported."""
+    """One step of the journey: where its measured factor lives, what the case study reported,
+    and the ladder rungs (``Rung.key``) it is set beside."""
 
     key: str
     label: str
     chapter: str
     record: str
-    reported: float | None
+    reported: float
+    rungs: tuple[str, ...]
 
 
 TASK_STEPS: tuple[Step, ...] = tuple(
-    Step(key, label, *JOURNEY[key], RESNET101_ONEFLOW[reported])
-    for key, label, reported in (
-        ("static", "dynamic -> static (nn.Graph)", "static_graph"),
-        ("pruning", "algorithmic pruning", "pruning_total"),
-        ("parallel", "batch + pipeline", "parallel_total"),
-        ("compile", "compile optimisations", "compile_total"),
+    Step(key, label, *JOURNEY[key], RESNET101_ONEFLOW[reported], rungs)
+    for key, label, reported, rungs in (
+        ("static", "dynamic -> static (nn.Graph)", "static_graph", ("graph",)),
+        ("pruning", "algorithmic pruning", "pruning_total", ("pruning",)),
+        ("parallel", "batch + pipeline", "parallel_total", ("batching", "pipelining")),
+        ("compile", "compile optimisations", "compile_total", ("precision", "compiler")),
     )
 )
 
-# Which ladder rungs (Rung.key) make up each chapter step of TASK_STEPS (Step.key).
-STEP_RUNGS: dict[str, tuple[str, ...]] = {
-    "static": ("graph",),
-    "pruning": ("pruning",),
-    "parallel": ("batching", "pipelining"),
-    "compile": ("precision", "compiler"),
-}
 
+def journey_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per step of :data:`TASK_STEPS`: the ledger's measured factor, the reported one,
+    both cumulative.
 
-def journey_rows(
-    records: Iterable[Mapping[str, Any]],
-    steps: Sequence[Step] = TASK_STEPS,
-) -> list[dict[str, Any]]:
-    """One row per step: the ledger's measured factor, the reported one, both cumulative.
-
-    A step without a ledger record has ``measured=None`` and is skipped in the measured
-    cumulative product (the row says which chapter to run). Each row names the ``device`` and
-    ``precision`` of its record, :data:`NOT_RECORDED` where the record does not say; a step
-    whose record is a ratio of medians across processes (chapter 6's chain) says so.
+    A step without a ledger record has ``measured=None``, is skipped in the measured product and
+    says which chapter to run. ``device`` and ``precision`` are the record's, or
+    :data:`NOT_RECORDED`; a ratio of medians across processes (chapter 6's chain) says so.
     """
-    if not steps:
-        raise ValueError("no steps given")
     idx = {(r["chapter"], r["name"]): r for r in records}
     rows: list[dict[str, Any]] = []
     cum_m: float | None = None  # no product until a step was measured
     cum_r = 1.0
-    for s in steps:
-        rec = idx.get((s.chapter, s.record))
-        value = float(rec["value"]) if rec is not None else None
-        source = "ledger" if rec is not None else f"missing: run {s.chapter}"
+    for s in TASK_STEPS:
+        rec = idx.get((s.chapter, s.record), {})
+        value = float(rec["value"]) if rec else None
         if value is not None:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(
                     f"step {s.key!r} has a non-positive or non-finite factor {value!r}"
                 )
             cum_m = value if cum_m is None else cum_m * value
-        if s.reported is not None:
-            cum_r *= s.reported
-        across = rec is not None and "across processes" in str(rec.get("statistic", ""))
+        cum_r *= s.reported
+        across = "across processes" in str(rec.get("statistic", ""))
         rows.append(
             {
-                "step": s.label + (" (medians across processes)" if across else ""),
-                "device": _meta(rec, "device"),
-                "precision": _meta(rec, "precision"),
+                "step": s.label + " (medians across processes)" * across,
+                **{
+                    k: str(rec.get(k) or "").strip() or NOT_RECORDED
+                    for k in ("device", "precision")
+                },
                 "measured": value,
                 "reported": s.reported,
                 "cumulative_measured": cum_m,
                 "cumulative_reported": cum_r,
-                "source": source,
+                "source": "ledger" if rec else f"missing: run {s.chapter}",
             }
         )
     return rows

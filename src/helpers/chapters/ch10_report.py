@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from helpers.chapters.ch10_ladder import STEP_RUNGS, TASK_STEPS, Step
+from helpers.chapters.ch10_ladder import TASK_STEPS
 from helpers.core.comparison import Comparison
 from helpers.measure.ladder import Ladder, chain
 from helpers.measure.measurement import paired_ratio
@@ -53,16 +53,14 @@ def checks_table(
     bound: Any,
     notes: Sequence[str] = (),
 ) -> Table:
-    """Every path's answer against the naive task's: what its checks found, and how many maps lie
-    beyond float32's ``bound`` (:func:`helpers.core.precision.tolerance`) of ``ref_maps``.
+    """Every path's answer against the naive task's: what its checks (path -> [logits check, maps
+    check]) found, or why it failed, and how many of its maps (``results``: path -> (maps,
+    logits)) lie beyond float32's ``bound`` of ``ref_maps`` (OneFlow's: checked against its own
+    eager task's instead)."""
+    import torch
 
-    ``checks``: path -> [logits check, maps check]; ``results``: path -> (maps, logits); a path in
-    ``lad.failed`` shows why it fails. OneFlow's maps are checked against its own eager task's,
-    so they are not counted here.
-    """
-    limit = bound.atol + bound.rtol * ref_maps.abs()
     moved = {
-        k: int(((maps - ref_maps).abs() > limit).flatten(1).any(1).sum())
+        k: int((~torch.isclose(maps, ref_maps, bound.rtol, bound.atol)).flatten(1).any(1).sum())
         for k, (maps, _) in results.items()
         if maps is not None and lad.paths[k].get("graph") != "oneflow"
     }
@@ -84,19 +82,13 @@ def checks_table(
 
 
 def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
-    """The waterfall: each rung's step from the level it is measured over, beside the case study.
-
-    Bars span from the level of the path a rung is measured over to the rung's own (log scale),
-    with the level's chained interval as an error bar; a rung that was not kept is hatched and
-    leaves the level where it was; forward-only rungs sit right of a dotted line. The measured
-    end-to-end factor is drawn as a dashed line with its interval as a band.
-    """
+    """The waterfall: each rung's bar from the level of the path it is measured over to its own
+    (log scale), beside the case study's; a rung not kept is hatched, forward-only rungs sit right
+    of a dotted line, the measured end-to-end factor is a dashed line in its interval's band."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     rows = lad.rows
-    if not rows:
-        raise ValueError("nothing to plot")
     ax = ax or plt.subplots(figsize=(10, 4.5))[1]
     x = np.arange(len(rows))
     level = {lad.naive: 1.0}
@@ -106,17 +98,15 @@ def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     level_r = 1.0
     ax.bar(x[0], 1.0, width=0.4, color="grey", alpha=0.4)
     bar, text = partial(ax.bar, width=0.38), partial(ax.text, ha="center", fontsize=7)
-    labelled: set[str] = set()
     for i, r in enumerate(rows[1:], start=1):
-        kind = "measured here, kept" if r["kept"] else "measured here, not kept"
-        start, label = level[r["base"]], None if kind in labelled else kind
-        new, color = start * r["factor"], "C2" if r["forward_only"] else "C0"
+        label = "measured here, kept" if r["kept"] else "measured here, not kept"
+        start, color = level[r["base"]], "C2" if r["forward_only"] else "C0"
+        new = start * r["factor"]
         look = {"alpha": 0.85, "hatch": None} if r["kept"] else {"alpha": 0.3, "hatch": "//"}
         bar(x[i] - 0.2, abs(new - start), bottom=min(start, new), color=color, label=label, **look)
-        labelled.add(kind)
         text(x[i] - 0.2, max(start, new) * 1.05, f"{r['factor']:.2f}x")
         if r["reported"] is not None:
-            new_r, label = level_r * r["reported"], "case study" if level_r == 1.0 else None
+            new_r, label = level_r * r["reported"], "case study"
             bar(x[i] + 0.2, new_r - level_r, bottom=level_r, color="C1", alpha=0.85, label=label)
             text(x[i] + 0.2, new_r * 1.05, f"{r['reported']:.2f}x", color="C1")
             level_r = new_r
@@ -131,7 +121,8 @@ def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     ax.set_xticks(x, [r["rung"] for r in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("speed-up over naive (x, log)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    legend = dict(zip(*reversed(ax.get_legend_handles_labels())))  # each label once
+    ax.legend(legend.values(), legend.keys(), fontsize=8)
     return ax
 
 
@@ -143,19 +134,14 @@ def _task(lad: Ladder) -> list[dict[str, Any]]:
 
 
 def headline(lad: Ladder, where: str, quick: str | None = None) -> str:
-    """The end-to-end sentence: factor with its interval, where it was measured, quick-mode caveat.
-
-    ``where`` names the device, precision and threads; ``quick`` (quick mode only) says what the
-    quick sizes are, in the same sentence, so the figure is never read beside the case study's
-    without it. The figure is the naive and the final path timed together.
-    """
+    """The end-to-end sentence (naive and final path timed together): factor, interval, ``where``
+    (device, precision, threads), and in quick mode what the ``quick`` sizes are, in the same
+    sentence, so the figure is never read beside the case study's without it."""
     caveat = f", a quick-mode figure ({quick})" if quick else ""
     if lad.end_to_end is None:
         return f"End to end on {where}{caveat}: no rung paid, the naive task is the final one."
     e2e = lad.end_to_end
-    m = lad.final_stage
-    naive = m[lad.naive].median / m[lad.naive].items * 1e3
-    last = m[lad.final].median / m[lad.final].items * 1e3
+    naive, last = (1e3 / lad.final_stage[k].throughput for k in (lad.naive, lad.final))
     return (
         f"End to end on {where}{caveat}, the saliency task runs **{e2e.median:.1f}x** faster than "
         f"the naive task (naive and final path timed together: {e2e.spread} over {e2e.rounds} "
@@ -169,12 +155,11 @@ def _is_static(name: str) -> bool:
 
 def static_graph_line(lad: Ladder) -> str:
     """Whether the final path contains a static graph, and what each static-graph candidate gave."""
-    task = _task(lad)
     final = lad.kept()
     static = [r for r in final if _is_static(r["candidate"])]
     tried = [
         f"{name} at the {r['rung']} rung, {ratio.verdict()}"
-        for r in task
+        for r in _task(lad)
         for name, ratio in r["candidates"].items()
         if _is_static(name)
     ]
@@ -216,26 +201,21 @@ def article_line(reported: Mapping[str, float] = RESNET101_ONEFLOW) -> str:
 
 def dropped_lines(lad: Ladder) -> list[str]:
     """One line per rung that was not built on, and per candidate that failed its check."""
-    lines = []
-    for r in lad.rows[1:]:
-        if not r["kept"]:
-            lines.append(f"{r['candidate']}: {r['reason']}")
-        elif r["reason"]:  # kept, but another candidate failed its check
-            lines.append(f"{r['rung']}: {r['candidate']} kept; {r['reason']}")
-    return lines
+    return [  # a kept row with a reason: another candidate of its rung failed its check
+        f"{r['candidate']}: {r['reason']}"
+        if not r["kept"]
+        else f"{r['rung']}: {r['candidate']} kept; {r['reason']}"
+        for r in lad.rows[1:]
+        if not r["kept"] or r["reason"]
+    ]
 
 
-def explain_gap(
-    lad: Ladder,
-    ledger_rows: Sequence[Mapping[str, Any]],
-    steps: Sequence[Step] | None = None,
-) -> list[str]:
+def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
 
-    ``ledger_rows`` are :func:`journey_rows` of ``steps`` (the chapters' factors). Each chapter
-    step is set beside the ladder rungs of :data:`STEP_RUNGS`.
+    ``ledger_rows``: :func:`~helpers.chapters.ch10_ladder.journey_rows`, the chapters' factors,
+    each set beside the ladder rungs of its step.
     """
-    steps = TASK_STEPS if steps is None else steps
     e2e = lad.end_to_end or chain([])
     task = _task(lad)
     product = chain([r["ratio"] for r in lad.kept()]).median
@@ -263,8 +243,8 @@ def explain_gap(
         )
     by_key = {r["key"]: r for r in task}
     diffs = []
-    for step, row in zip(steps, ledger_rows):
-        group = [by_key[k] for k in STEP_RUNGS.get(step.key, ()) if k in by_key]
+    for step, row in zip(TASK_STEPS, ledger_rows):
+        group = [by_key[k] for k in step.rungs if k in by_key]
         if row["measured"] is None or not group:
             continue
         here = math.prod(r["factor"] for r in group if r["kept"])
@@ -287,8 +267,7 @@ def explain_gap(
 
 def ladder_guide(lad: Ladder, device: str) -> list[str]:
     """Decision-guide lines from this machine's ladder: what paid, what did not and why, deployment."""
-    task = _task(lad)
-    if not task:
+    if not _task(lad):
         raise ValueError("no rungs above the baseline")
     kept = sorted(lad.kept(), key=lambda r: -r["factor"])
     lines = [
@@ -326,12 +305,9 @@ def ladder_sentences(
     served: Mapping[str, float] | None = None,
     in_flight: int = 1,
 ) -> list[str]:
-    """The page's findings under the ladder table, generated from the numbers.
-
-    The headline, the article's figures, the static-graph line, the dropped rungs, what the
-    pipelining rung's controls say (``keep``: the page's keep rule), a contended run, and the
-    served rung's figures (``served``: ``rps`` and ``p99_ms``, with ``in_flight`` requests).
-    """
+    """The page's findings under the ladder table: the headline, the article's figures, static
+    graphs, dropped rungs, the pipelining rung's controls (``keep``: the page's keep rule), a
+    contended run, the served rung (``served``: ``rps``, ``p99_ms``; ``in_flight`` requests)."""
     pipe = next(r for r in lad.rows if r["key"] == "pipelining")
     stage, base = pipe["stage"], pipe["base"]
     over = {k: paired_ratio(stage[base], stage[k]) for k in ("pipelining", REPLICAS)}
