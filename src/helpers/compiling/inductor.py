@@ -1,10 +1,8 @@
 """TorchInductor's caches: compile from an empty one, and time a fresh start (chapter 6).
 
-``torch.compile`` keeps what it compiled in ``TORCHINDUCTOR_CACHE_DIR`` (default
-``<tmp>/torchinductor_<user>``): kernels, their libraries and whole compiled graphs (the FX graph
-cache), keyed by graph, settings and versions. A compile timed where the same model was compiled
-before is a cache's time, not a first start's: :func:`empty_cache` gives a first start,
-:func:`fresh_start` a fresh process's start on a given cache folder.
+``torch.compile`` keeps kernels, their libraries and whole compiled graphs in
+``TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/torchinductor_<user>``), keyed by graph, settings
+and versions: a compile timed where the model was compiled before is a cache's time.
 """
 
 from __future__ import annotations
@@ -95,14 +93,11 @@ def fresh_start(
     device: str = "cpu",
     mode: str = "default",
 ) -> dict[str, Any]:
-    """One start of a service serving ``arch`` compiled (a fresh process's target).
-
-    Builds the classifier with the ``.npz`` weights, compiles it (``torch.compile(mode=...)``),
-    times the first call on the ``.npy`` batch (saving its output). ``settings``
-    (``torch._inductor.config``) and ``tf32`` are part of Inductor's cache key: a start that
-    should find another's graph must use the same, down to ones that only change what it prints.
-    Returns ``isa_probe_s`` (:func:`check_cpu`; 0 on a GPU), ``first_call_s``, the cache folder
-    and :func:`cache_counters`.
+    """One start of a service serving ``arch`` compiled (a fresh process's target): builds it
+    with the ``.npz`` weights, compiles it, times the first call on the ``.npy`` batch (saving its
+    output). ``settings`` (``torch._inductor.config``) and ``tf32`` are part of Inductor's cache
+    key, down to ones that only change what it prints. Returns ``isa_probe_s`` (:func:`check_cpu`;
+    0 on a GPU), ``first_call_s``, the cache folder and :func:`cache_counters`.
     """
     import torch
     import torch._inductor.config as inductor_config

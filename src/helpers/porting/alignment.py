@@ -1,13 +1,9 @@
 """Precision alignment of two implementations of one model: your port against its original.
 
 :func:`alignment_report` runs a reference and candidates (PyTorch vs OneFlow, eager vs graph, fp32
-vs a float64 copy, ...) on the same inputs; its :class:`AlignmentReport` has ``.table()`` (max /
-mean abs error, max rel error, cosine, top-k agreement), ``.plot()`` (the distribution of the
-element-wise errors); ``report[name].comparison`` holds the numbers to check (with the precision
-policy's bound, :func:`helpers.core.comparison.assert_outputs_close`, as chapter 2 does). Models:
-torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or callables taking and
-returning NumPy arrays; inputs go to each as float32 (float64 to a float64 model, a good "exact"
-reference).
+vs a float64 copy) on the same inputs: ``.table()``, ``.plot()`` (the element-wise errors) and
+``report[name].comparison`` to check. Models: torch or OneFlow modules, ``nn.Graph``, TorchScript,
+compiled modules, or NumPy callables; inputs go to each as float32 (float64 to a float64 model).
 """
 
 from __future__ import annotations
@@ -77,7 +73,7 @@ class AlignmentReport(ShowsAsTable):
         )
 
     def plot(self, ax: Any = None, title: str = "") -> Any:
-        """Histogram of log10 |candidate - reference| per element, one colour per candidate; exact zeros are counted in the legend."""
+        """Histogram of log10 |candidate - reference| per element (exact zeros in the legend)."""
         import matplotlib.pyplot as plt
 
         ax = ax or plt.subplots(figsize=(7, 3.5))[1]
@@ -113,13 +109,10 @@ def alignment_report(
 ) -> AlignmentReport:
     """Run ``reference`` and each candidate on the same ``inputs`` and compare their outputs.
 
-    ``candidates`` is one model or a ``{name: model}`` mapping. ``inputs`` is a NumPy array or
-    tensor whose first axis is samples; it is fed ``batch_size`` samples at a time (default:
-    all at once; a OneFlow graph needs the batch size it was compiled for). Top-k agreement is
-    computed for 2-D (samples, classes) outputs, for each ``k`` up to the number of classes;
-    the default is top-1 only: top-5 says little unless there are many more than 5 classes
-    (top-5 of 8 classes agrees even between unrelated models most of the time).
-    Raises ``ValueError`` naming both shapes when a candidate's output shape differs.
+    ``candidates``: one model or ``{name: model}``. ``inputs`` (first axis samples) go
+    ``batch_size`` at a time (default all; a OneFlow graph needs its compiled batch size). Top-k
+    agreement for 2-D (samples, classes) outputs, each ``k`` up to the number of classes; top-1 by
+    default: top-5 of 8 classes agrees even between unrelated models most of the time.
     """
     if not isinstance(candidates, Mapping):
         candidates = {"candidate": candidates}
