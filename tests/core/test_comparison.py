@@ -262,6 +262,10 @@ def test_task_level_refuses_data_that_cannot_tell_right_from_wrong():
     )  # every sample gives the same output: a model that learned nothing
     with pytest.raises(AssertionError, match="too alike"):
         assert_task_level(same, same, mode="int8")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        assert_task_level(np.full((4, 3), np.nan), _rows(4, 3), mode="int8")
+    with pytest.raises(ValueError, match="different shapes"):
+        assert_task_level(_rows(4, 3), _rows(4, 4), mode="int8")
 
 
 def test_task_level_keeps_the_decisions_the_precision_cannot_flip():

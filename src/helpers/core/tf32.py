@@ -113,19 +113,14 @@ def set_tf32(enabled: bool) -> dict[str, Any]:
         matmul_precision: str | None = torch.get_float32_matmul_precision()
     except RuntimeError:  # PyTorch >= 2.9 after a mix of its two APIs
         matmul_precision = None
-    before = {
-        "conv": _get_tf32_setting(torch, "conv"),
-        "matmul": _get_tf32_setting(torch, "matmul"),
-        "float32_matmul_precision": matmul_precision,
-    }
-    api = before["conv"][0]
-    _set_tf32_setting(
-        torch, "conv", api, bool(enabled) if api == "legacy" else ("tf32" if enabled else "ieee")
-    )
+    before = {op: _get_tf32_setting(torch, op) for op in ("conv", "matmul")}
+    before["float32_matmul_precision"] = matmul_precision
+    new, api = "tf32" if enabled else "ieee", before["conv"][0]
+    _set_tf32_setting(torch, "conv", api, bool(enabled) if api == "legacy" else new)
     if matmul_precision is not None:
         torch.set_float32_matmul_precision("high" if enabled else "highest")
     else:
-        _set_tf32_setting(torch, "matmul", "new", "tf32" if enabled else "ieee")
+        _set_tf32_setting(torch, "matmul", "new", new)
     return before
 
 

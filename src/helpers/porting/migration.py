@@ -66,18 +66,15 @@ def mock_torch(alias_torchvision: bool = True) -> Iterator[Any]:
     namespace: dict[str, Any] = {}
     exec("from oneflow.mock_torch import enable\nctx = enable()", namespace)  # noqa: S102 - fixed code
     ctx = namespace["ctx"]
-    saved = {
-        k: v for k, v in sys.modules.items() if k == "torchvision" or k.startswith("torchvision.")
-    }
+    saved = {k: v for k, v in sys.modules.items() if k.partition(".")[0] == "torchvision"}
     try:
         if alias_torchvision:
             for key in saved:
                 del sys.modules[key]
-            sys.modules["torchvision"] = flowvision
-            sys.modules["torchvision.models"] = flowvision.models
+            sys.modules.update({"torchvision": flowvision, "torchvision.models": flowvision.models})
         yield flow
     finally:
-        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+        for key in [k for k in sys.modules if k.partition(".")[0] == "torchvision"]:
             del sys.modules[key]
         sys.modules.update(saved)
         ctx.__exit__(None, None, None)
