@@ -201,8 +201,7 @@ def bound_used(
     """The ``used`` that :func:`assert_outputs_close` reports with the same ``mode`` (above 1 it
     fails), without raising: for tables of checks and planted bugs, where a failure is a result."""
     x, y = to_numpy(actual), to_numpy(expected)
-    if x.shape != y.shape:
-        raise ValueError(f"cannot compare outputs of different shapes: {x.shape} vs {y.shape}")
+    compare(x, y)  # refuses different shapes, empty outputs, NaN and inf
     tol = _policy_bound(mode, network, accumulation, y)
     return float(_used(x, y, tol.atol, tol.rtol).max())
 

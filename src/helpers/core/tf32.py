@@ -226,7 +226,10 @@ def emulate_tf32(module: Any, *, rounding: str = "nearest") -> Iterator[Any]:
     kinds = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)
     layers = [m for m in module.modules() if isinstance(m, kinds)]
     saved: dict[int, tuple[Any, Any]] = {}
-    handles: list[Any] = []
+    handles = [
+        layer.register_forward_pre_hook(lambda _m, a: tuple(_round_tensor(t, rounding) for t in a))
+        for layer in layers
+    ]
     try:
         with torch.no_grad():
             for layer in layers:
@@ -234,11 +237,6 @@ def emulate_tf32(module: Any, *, rounding: str = "nearest") -> Iterator[Any]:
                 if w.dtype == torch.float32 and id(w) not in saved:
                     saved[id(w)] = (w, w.detach().clone())
                     w.copy_(round_mantissa(w.detach(), rounding=rounding))
-        for layer in layers:
-            hook = layer.register_forward_pre_hook(
-                lambda _m, args: tuple(_round_tensor(a, rounding) for a in args)
-            )
-            handles.append(hook)
         yield module
     finally:
         for h in handles:

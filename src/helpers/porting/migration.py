@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import inspect
 import pkgutil
 import sys
 from collections.abc import Iterator
@@ -47,7 +46,7 @@ def _source_file(module_or_path: ModuleType | str | Path) -> Path:
         if not file or not Path(file).is_file():
             raise ValueError(f"module {module_or_path.__name__!r} has no source file to re-import")
         return Path(file)
-    path = Path(module_or_path)
+    path = Path(str(module_or_path).strip())
     if path.suffix != ".py" or not path.is_file():
         raise FileNotFoundError(f"no Python source file at {path}")
     return path
@@ -114,12 +113,7 @@ def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[tuple[str, int]]]:
                 if _target(a.name):  # `import torch.nn` binds `torch`; `as nn` binds torch.nn
                     root = a.name.partition(".")[0]
                     aliases[a.asname or root] = a.name if a.asname else root
-        elif (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and node.module
-            and _target(node.module)
-        ):
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _target(node.module or ""):
             for a in node.names:
                 full = f"{node.module}.{a.name}"
                 aliases[a.asname or a.name] = full
@@ -161,10 +155,8 @@ def api_usage(source_or_module: str | Path | ModuleType) -> list[dict[str, Any]]
     ``available``, ``uses``, ``first_line``), the missing ones first. ``source_or_module``: source
     text, an imported module, or a ``.py`` file's path (a ``Path`` or one line ending in ``.py``).
     """
-    if isinstance(source_or_module, ModuleType):
-        source = inspect.getsource(source_or_module)
-    elif _is_path(source_or_module):
-        source = _source_file(str(source_or_module).strip()).read_text(encoding="utf-8")
+    if isinstance(source_or_module, ModuleType) or _is_path(source_or_module):
+        source = _source_file(source_or_module).read_text(encoding="utf-8")
     else:
         source = source_or_module
     if not isinstance(source, str):
