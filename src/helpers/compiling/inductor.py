@@ -89,21 +89,19 @@ def fresh_start(
     out_path: str,
     threads: int,
     settings: dict[str, Any] | None = None,
-    tf32: bool = False,
     device: str = "cpu",
-    mode: str = "default",
 ) -> dict[str, Any]:
     """One start of a service serving ``arch`` compiled (a fresh process's target): builds it
     with the ``.npz`` weights, compiles it, times the first call on the ``.npy`` batch (saving its
-    output). ``settings`` (``torch._inductor.config``) and ``tf32`` are part of Inductor's cache
-    key, down to ones that only change what it prints. Returns ``isa_probe_s`` (:func:`check_cpu`;
+    output). ``settings`` (``torch._inductor.config``) and TF32 (off, as the chapter's setup)
+    are part of Inductor's cache key, down to ones that only change what it prints. Returns ``isa_probe_s`` (:func:`check_cpu`;
     0 on a GPU), ``first_call_s``, the cache folder and :func:`cache_counters`.
     """
     import torch
     import torch._inductor.config as inductor_config
 
     torch.set_num_threads(threads)
-    precision.set_tf32(tf32)
+    precision.set_tf32(False)
     inductor_config.load_config(dict(settings or {}))
     model = models.build_classifier("torch", arch, num_classes=num_classes)
     with np.load(weights_path) as npz:
@@ -112,7 +110,7 @@ def fresh_start(
     x = torch.from_numpy(np.load(input_path)).to(device)
     probe_s = check_cpu() if torch.device(device).type == "cpu" else 0.0
     start = time.perf_counter()
-    compiled = torch.compile(model, mode=None if mode == "default" else mode)
+    compiled = torch.compile(model)
     with torch.inference_mode():
         out = compiled(x)
         np.save(out_path, out.float().cpu().numpy())

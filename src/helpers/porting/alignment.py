@@ -37,7 +37,6 @@ class AlignmentRow:
     name: str
     comparison: Comparison
     abs_errors: np.ndarray  # flattened |candidate - reference|
-    reference_scale: float  # max |reference|, to read absolute errors against
 
 
 @dataclass(repr=False)
@@ -46,6 +45,7 @@ class AlignmentReport(ShowsAsTable):
 
     reference_name: str
     samples: int
+    reference_scale: float  # max |reference|, to read absolute errors against
     rows: list[AlignmentRow] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> AlignmentRow:
@@ -68,7 +68,7 @@ class AlignmentReport(ShowsAsTable):
         return Table(
             self.table_rows(),
             title=f"against {self.reference_name}, {self.samples} samples; largest "
-            f"|{self.reference_name} output| {self.rows[0].reference_scale:.3g}",
+            f"|{self.reference_name} output| {self.reference_scale:.3g}",
             floatfmt=".2e",
         )
 
@@ -89,7 +89,7 @@ class AlignmentReport(ShowsAsTable):
                 )
             else:
                 ax.axvline(np.log10(floor), color=f"C{i}", label=label)
-        eps = np.finfo(np.float32).eps * self.rows[0].reference_scale
+        eps = np.finfo(np.float32).eps * self.reference_scale
         ax.axvline(np.log10(eps), color="grey", ls="--", lw=1, label="float32 eps x max|output|")
         ax.set_xlabel(f"log10 |candidate - {self.reference_name}| per output element")
         ax.set_ylabel("elements")
@@ -120,7 +120,7 @@ def alignment_report(
         raise ValueError("give at least one candidate to compare with the reference")
     x = as_float_batch(inputs)
     ref = predict_batched(reference, x, batch_size)
-    report = AlignmentReport(reference_name, len(x))
+    report = AlignmentReport(reference_name, len(x), float(np.abs(ref).max()))
     for name, model in candidates.items():
         out = predict_batched(model, x, batch_size)
         if out.shape != ref.shape:
@@ -130,7 +130,5 @@ def alignment_report(
             )
         ks = tuple(k for k in topk if ref.ndim == 2 and k <= ref.shape[1])
         cmp = compare(out, ref, topk=ks)
-        report.rows.append(
-            AlignmentRow(name, cmp, np.abs(out - ref).ravel(), float(np.abs(ref).max()))
-        )
+        report.rows.append(AlignmentRow(name, cmp, np.abs(out - ref).ravel()))
     return report
