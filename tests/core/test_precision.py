@@ -153,6 +153,7 @@ def test_tensor_rounding_keeps_layout_and_device():
 def tf32_flags(monkeypatch):
     """Leave PyTorch's TF32 settings as the test found them (and no NVIDIA override meanwhile)."""
     monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # 'cuda' as the course's GPUs
     cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()
     yield
     torch.backends.cudnn.allow_tf32 = cudnn
@@ -176,15 +177,14 @@ def test_torch_math_mode_reads_the_cuda_flags(tf32_flags):
     torch.backends.cudnn.allow_tf32 = True  # PyTorch's defaults: convolutions TF32, matmuls not
     torch.set_float32_matmul_precision("highest")
     cuda = torch.device("cuda:0")  # a device object can be made without a GPU
-    assert precision.torch_math_mode(cuda, op="conv", tf32_capable=True) == "tf32"
-    assert precision.torch_math_mode(cuda, op="matmul", tf32_capable=True) == "fp32"
-    assert precision.torch_math_mode(cuda, tf32_capable=True) == "tf32"  # a conv net: TF32
-    assert precision.torch_math_mode("cuda", tf32_capable=False) == "fp32"  # V100, T4
+    assert precision.torch_math_mode(cuda, op="conv") == "tf32"
+    assert precision.torch_math_mode(cuda, op="matmul") == "fp32"
+    assert precision.torch_math_mode(cuda) == "tf32"  # a conv net: TF32
     torch.set_float32_matmul_precision("high")
-    assert precision.torch_math_mode("cuda:1", op="matmul", tf32_capable=True) == "tf32"
+    assert precision.torch_math_mode("cuda:1", op="matmul") == "tf32"
     with precision.strict_fp32():
-        assert precision.torch_math_mode("cuda", tf32_capable=True) == "fp32"
-    assert precision.torch_math_mode("cuda", op="conv", tf32_capable=True) == "tf32"
+        assert precision.torch_math_mode("cuda") == "fp32"
+    assert precision.torch_math_mode("cuda", op="conv") == "tf32"
 
 
 def test_torch_math_mode_asks_the_gpu_for_tensor_cores(tf32_flags, monkeypatch):
@@ -205,7 +205,7 @@ def test_torch_math_mode_under_cuda_autocast(tf32_flags, monkeypatch):
         torch, "is_autocast_enabled", lambda device_type=None: device_type == "cuda"
     )
     monkeypatch.setattr(torch, "get_autocast_dtype", lambda device_type: torch.float16)
-    assert precision.torch_math_mode("cuda", tf32_capable=True) == "fp16"
+    assert precision.torch_math_mode("cuda") == "fp16"
     assert precision.torch_math_mode("cpu") == "fp32"
 
 
@@ -216,7 +216,7 @@ def test_set_tf32_and_strict_fp32_restore_the_flags(tf32_flags):
         with precision.strict_fp32():
             assert torch.backends.cudnn.allow_tf32 is False
             assert torch.backends.cuda.matmul.allow_tf32 is False
-            assert precision.torch_math_mode("cuda", tf32_capable=True) == "fp32"
+            assert precision.torch_math_mode("cuda") == "fp32"
             assert torch.get_float32_matmul_precision() == "highest"
             assert precision.torch_math_mode("cpu") == "fp32"  # oneDNN back to IEEE too
             raise RuntimeError("inside")
@@ -236,23 +236,27 @@ def test_set_tf32_and_strict_fp32_restore_the_flags(tf32_flags):
 
 
 def test_oneflow_math_mode_reads_its_environment(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # 'cuda' as the course's GPUs
     monkeypatch.delenv(precision.ONEFLOW_TF32_ENV, raising=False)
     monkeypatch.delenv(precision.NVIDIA_TF32_ENV, raising=False)
     assert precision.oneflow_math_mode("cpu") == "fp32"
     # OneFlow 0.9.0's default: TF32 on for cuBLAS, and cuDNN convolutions allow it regardless
-    assert precision.oneflow_math_mode("cuda:0", op="matmul", tf32_capable=True) == "tf32"
-    assert precision.oneflow_math_mode("cuda", op="conv", tf32_capable=True) == "tf32"
+    assert precision.oneflow_math_mode("cuda:0", op="matmul") == "tf32"
+    assert precision.oneflow_math_mode("cuda", op="conv") == "tf32"
     for off in ("0", "false", "No", ""):
         monkeypatch.setenv(precision.ONEFLOW_TF32_ENV, off)
-        assert precision.oneflow_math_mode("cuda", op="matmul", tf32_capable=True) == "fp32"
+        assert precision.oneflow_math_mode("cuda", op="matmul") == "fp32"
         # the variable does not reach convolutions: a ResNet still runs TF32
-        assert precision.oneflow_math_mode("cuda", tf32_capable=True) == "tf32"
+        assert precision.oneflow_math_mode("cuda") == "tf32"
     monkeypatch.setenv(precision.ONEFLOW_TF32_ENV, "Yes")
-    assert precision.oneflow_math_mode("cuda", op="matmul", tf32_capable=True) == "tf32"
+    assert precision.oneflow_math_mode("cuda", op="matmul") == "tf32"
     monkeypatch.setenv(precision.NVIDIA_TF32_ENV, "0")
-    assert precision.oneflow_math_mode("cuda", tf32_capable=True) == "fp32"
-    assert precision.oneflow_math_mode("cuda", tf32_capable=False) == "fp32"
-    assert precision.oneflow_math_mode("cuda", amp=True, tf32_capable=True) == "fp16"
+    assert precision.oneflow_math_mode("cuda") == "fp32"
+    monkeypatch.delenv(precision.NVIDIA_TF32_ENV)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (7, 5))
+    assert precision.oneflow_math_mode("cuda") == "fp32"  # T4: no TF32 tensor cores
+    assert precision.oneflow_math_mode("cuda", amp=True) == "fp16"
     assert precision.oneflow_math_mode("cpu", amp=True) == "fp32"
 
 
@@ -262,7 +266,7 @@ def test_oneflow_strict_fp32_env_makes_both_operators_fp32(monkeypatch):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for op in ("conv", "matmul", "model"):
-        assert precision.oneflow_math_mode("cuda", op=op, tf32_capable=True) == "fp32"
+        assert precision.oneflow_math_mode("cuda", op=op) == "fp32"
 
 
 # ------------------------------------------------------------------------------------ tolerance

@@ -136,15 +136,13 @@ def _device_type_and_index(device: Any, op: str) -> tuple[str, int]:
     return kind, int(index) if index.strip().isdigit() else 0
 
 
-def torch_math_mode(
-    device: Any = "cpu", *, op: str = "model", tf32_capable: bool | None = None
-) -> str:
+def torch_math_mode(device: Any = "cpu", *, op: str = "model") -> str:
     """The math mode PyTorch's float32 convolutions / matmuls run in on ``device``, right now.
 
     From PyTorch's settings: autocast for the device ('bf16' / 'fp16'); on CUDA cuDNN's TF32
     (convolutions, on by default) and the float32 matmul precision ('highest', the default, is
-    off); on the CPU oneDNN's ``fp32_precision``. TF32 needs compute capability 8.0+
-    (``tf32_capable`` overrides) and is off under ``NVIDIA_TF32_OVERRIDE=0``. ``op``: 'conv',
+    off); on the CPU oneDNN's ``fp32_precision``. TF32 needs compute capability 8.0+ (assumed
+    without a visible GPU) and is off under ``NVIDIA_TF32_OVERRIDE=0``. ``op``: 'conv',
     'matmul' or 'model' (the coarser: a ResNet on CUDA by default is 'tf32'). What the settings
     *allow* (a library may still pick an exact kernel), so its tolerance is never too tight.
     """
@@ -162,7 +160,7 @@ def torch_math_mode(
     else:
         # per-backend fp32_precision ('none': ask the parent), set by the legacy flags too
         b = torch.backends
-        allowed = gpu_tf32_capable(index, tf32_capable) and not nvidia_tf32_overridden()
+        allowed = gpu_tf32_capable(index, None) and not nvidia_tf32_overridden()
         owners = {"conv": (b.cudnn.conv, b.cudnn, b), "matmul": (b.cuda.matmul, b)}
         tf32 = {k: allowed and backend_fp32_precision(*o) == "tf32" for k, o in owners.items()}
         tf32["conv"] = tf32["conv"] and bool(b.cudnn.enabled)
@@ -170,13 +168,7 @@ def torch_math_mode(
     return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
 
 
-def oneflow_math_mode(
-    device: Any = "cpu",
-    *,
-    op: str = "model",
-    amp: bool = False,
-    tf32_capable: bool | None = None,
-) -> str:
+def oneflow_math_mode(device: Any = "cpu", *, op: str = "model", amp: bool = False) -> str:
     """The math mode OneFlow 0.9.0's float32 convolutions / matmuls run in on ``device``, read
     from the environment as OneFlow reads it (without importing OneFlow). CPU: 'fp32'.
 
@@ -194,7 +186,7 @@ def oneflow_math_mode(
         return "fp32"
     if amp:
         return "fp16"
-    if not gpu_tf32_capable(index, tf32_capable) or nvidia_tf32_overridden():
+    if not gpu_tf32_capable(index, None) or nvidia_tf32_overridden():
         return "fp32"
     # OneFlow's ParseBooleanFromEnv: unset -> true; '1', 'true', 'yes', 'on', 'y' (any case) -> true
     flag = os.environ.get(ONEFLOW_TF32_ENV, "1").strip().lower() in ("1", "true", "yes", "on", "y")
