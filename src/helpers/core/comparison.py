@@ -303,7 +303,6 @@ def assert_task_level(
     mode: str,
     logits: bool = False,
     network: str | None = None,
-    min_nearest_own: float = 1.0,
     by_class: bool = False,
     decided_only: bool = False,
     name: str = "outputs",
@@ -311,8 +310,8 @@ def assert_task_level(
     """Assert that a reduced-precision result still does its float32 reference's task; rows are
     samples, each flattened (logits, embeddings, saliency maps alike).
 
-    - Each row nearest its own reference (by cosine; at least ``min_nearest_own`` of the rows):
-      data-relative, no literal, no bound larger than the signal.
+    - Every row nearest its own reference (by cosine): data-relative, no literal, no bound
+      larger than the signal.
     - ``logits=True``: a row whose reference top-1 leads the runner-up by more than twice the
       mode's elementwise bound keeps its top-1; rows inside it are counted, not required.
     - ``by_class``: nearest a reference of its own class instead (a trained classifier gives one
@@ -327,14 +326,12 @@ def assert_task_level(
         raise ValueError(f"need at least two rows (samples) for a task-level check, got {x.shape}")
     x, y = x.reshape(len(x), -1), y.reshape(len(y), -1)
     cos = rowwise_cosine(x, y)  # refuses a zero row: its cosine is undefined
-    if not 0.0 < min_nearest_own <= 1.0:
-        raise ValueError(f"min_nearest_own must be a fraction in (0, 1], got {min_nearest_own}")
     if by_class and not logits:
         raise ValueError("by_class compares decisions: it needs logits=True")
     if decided_only and not by_class:
         raise ValueError("decided_only holds decided rows to their class: it needs by_class=True")
     groups = y.argmax(axis=1) if by_class else None
-    if _nearest_own(y, y) < min_nearest_own:
+    if _nearest_own(y, y) < 1.0:
         raise AssertionError(
             f"{name}: the reference rows are too alike to identify themselves (duplicates, or a "
             "model that gives every sample the same output): use distinct samples or a trained model"
@@ -359,11 +356,11 @@ def assert_task_level(
             )
         required = sure if decided_only else None
     own = _nearest_own(x, y, groups, required)
-    if own < min_nearest_own:
+    if own < 1.0:
         problems.append(
             f"only {own:.0%} of {'the rows' if required is None else 'the decided rows'} are "
             f"nearest {'a reference of their own class' if by_class else 'their own reference'} "
-            f"(need {min_nearest_own:.0%})"
+            "(need all)"
         )
     if problems:
         raise AssertionError(f"{name} fail the task-level check: " + "; ".join(problems))
@@ -371,7 +368,7 @@ def assert_task_level(
         "negated": _nearest_own(-x, y, groups, required),
         "shifted rows": _nearest_own(np.roll(x, 1, 0), y, groups, required),
     }
-    passing = [k for k, v in controls.items() if v >= min_nearest_own]
+    passing = [k for k, v in controls.items() if v >= 1.0]
     if passing:
         raise AssertionError(
             f"{name}: the control(s) {passing} pass the check too: these rows are too alike to "

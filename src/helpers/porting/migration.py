@@ -121,16 +121,6 @@ def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[tuple[str, int]]]:
     return aliases, imported
 
 
-def _dotted(node: ast.AST) -> list[str] | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return [node.id] + parts[::-1]
-    return None
-
-
 def resolve(name: str) -> tuple[bool, str]:
     """Whether the OneFlow counterpart of ``name`` (``'torch.nn.Linear'``) exists; returns ``(found, oneflow_name)``."""
     target = _target(name)
@@ -171,8 +161,8 @@ def api_usage(source_or_module: str | Path | ModuleType) -> list[dict[str, Any]]
         found.setdefault(full, []).append(line)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            chain = _dotted(node)
-            if chain and chain[0] in aliases:
+            chain = ast.unparse(node).split(".")  # a dotted name, or an expression's attribute
+            if all(p.isidentifier() for p in chain) and chain[0] in aliases:
                 full = ".".join([aliases[chain[0]]] + chain[1:])
                 found.setdefault(full, []).append(node.lineno)
     # keep only the longest chains: 'torch.optim.SGD' covers 'torch.optim'
