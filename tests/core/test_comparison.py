@@ -174,12 +174,13 @@ def test_assert_outputs_close_rejects_bounds_that_would_always_pass(bad):
 
 
 def test_relative_bound_uses_the_magnitude_of_negative_references():
-    """The bound is atol + rtol * |ref|: a negative reference gets its relative share too."""
+    """The bound is atol + rtol * |ref|: a negative reference gets its relative share too; an
+    error 1.3 times the bound fails (a bound 1.5 times looser passed every other test)."""
     assert_outputs_close([-1.0], [-1.05], atol=0.0, rtol=0.1)
     with pytest.raises(AssertionError):
-        assert_outputs_close([-1.0], [-1.2], atol=0.0, rtol=0.1)
+        assert_outputs_close([-1.0], [-1.15], atol=0.0, rtol=0.1)
     with pytest.raises(AssertionError):  # and a positive one, symmetric
-        assert_outputs_close([1.0], [1.2], atol=0.0, rtol=0.1)
+        assert_outputs_close([1.0], [1.15], atol=0.0, rtol=0.1)
 
 
 def test_mode_derived_bound_reports_how_much_of_it_was_used():
@@ -261,6 +262,10 @@ def test_task_level_refuses_data_that_cannot_tell_right_from_wrong():
     )  # every sample gives the same output: a model that learned nothing
     with pytest.raises(AssertionError, match="too alike"):
         assert_task_level(same, same, mode="int8")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        assert_task_level(np.full((4, 3), np.nan), _rows(4, 3), mode="int8")
+    with pytest.raises(ValueError, match="different shapes"):
+        assert_task_level(_rows(4, 3), _rows(4, 4), mode="int8")
 
 
 def test_task_level_keeps_the_decisions_the_precision_cannot_flip():
@@ -289,7 +294,9 @@ def test_task_level_by_class_for_a_trained_classifier():
     with pytest.raises(AssertionError, match="a reference of their own class"):
         assert_task_level(-got, ref, mode="int8", logits=True, by_class=True, network="resnet18")
     one_class = np.tile([6.0] + [0.0] * 7, (8, 1)) + 1e-2 * rng.normal(size=(8, 8))
-    with pytest.raises(AssertionError, match="too alike|control"):
+    # every row of one class: the controls land in that class too (catches M04, the control
+    # refusal comparing ``v > 1.0`` instead of ``>=``, which never refuses)
+    with pytest.raises(AssertionError, match="control"):
         assert_task_level(one_class, one_class, mode="int8", logits=True, by_class=True)
     with pytest.raises(ValueError, match="logits=True"):
         assert_task_level(got, ref, mode="int8", by_class=True)
@@ -342,15 +349,6 @@ def test_an_actual_below_the_expected_fails_like_one_above():
         assert compare(x, y).max_abs == pytest.approx(1e-2, rel=1e-3)
     # a negative reference: the relative part of the bound scales with its magnitude
     assert_outputs_close(-y * np.float32(1 + 1e-7), -y, mode="fp32")
-
-
-def test_task_level_refuses_when_a_control_passes_too():
-    """Catches M04 (the control refusal compares ``v > min_nearest_own`` instead of ``>=``):
-    half the rows sign-flipped reach min_nearest_own=0.5, and so does the negated control."""
-    ref = np.eye(4) + 0.01 * _rows(4, 4)
-    half_flipped = ref * np.array([[1.0], [1.0], [-1.0], [-1.0]])
-    with pytest.raises(AssertionError, match="control"):
-        assert_task_level(half_flipped, ref, mode="bf16", min_nearest_own=0.5)
 
 
 def test_task_level_shifted_control_pairs_each_row_with_another_image():

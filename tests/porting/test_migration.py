@@ -100,6 +100,8 @@ def test_api_usage_follows_unaliased_dotted_imports(flow):
     ]
     rows = migration.api_usage("import torchvision.models\nnet = torchvision.models.resnet18()\n")
     assert [r["api"] for r in rows] == ["torchvision.models.resnet18"]
+    rows = migration.api_usage("import torch\ny = torch.zeros(4).numpy\n")
+    assert [r["api"] for r in rows] == ["torch.zeros"]  # a call's attribute is no torch name
 
 
 def test_api_usage_bad_inputs():

@@ -75,14 +75,10 @@ def op_diff(before: Mapping[str, int], after: Mapping[str, int]) -> list[dict[st
         if bad:
             raise ValueError(f"{name} has counts that are not non-negative ints: {bad[:3]}")
     rows = [
-        {
-            "op": op,
-            "before": before.get(op, 0),
-            "after": after.get(op, 0),
-            "change": after.get(op, 0) - before.get(op, 0),
-        }
-        for op in sorted(set(before) | set(after))
-        if before.get(op, 0) != after.get(op, 0)
+        {"op": op, "before": b, "after": a, "change": a - b}
+        for op in set(before) | set(after)
+        for b, a in [(before.get(op, 0), after.get(op, 0))]
+        if a != b
     ]
     return sorted(rows, key=lambda r: (-abs(r["change"]), r["op"]))
 

@@ -1,10 +1,7 @@
-"""Static graphs: OneFlow ``nn.Graph`` classes, and a static variant's compile cost.
-
-:class:`InferenceGraph` and :class:`TrainGraph` are chapter 3's page (``#@save`` cells at the end
-of this module), the course's one inference wrapper; :func:`measure_static` times a static
-variant's build, first call (compile) and steady state apart, so compile cost never pollutes the
-steady state. A OneFlow graph compiles on its first call for that call's exact shapes and dtypes
-(one graph per shape). Importing this module imports OneFlow.
+"""Static graphs: OneFlow ``nn.Graph`` classes (chapter 3's ``#@save`` cells at the end), and
+:func:`measure_static`, which times a static variant's build, first call (compile) and steady
+state apart. A OneFlow graph compiles on its first call for that call's exact shapes and dtypes.
+Importing this module imports OneFlow.
 """
 
 from __future__ import annotations
@@ -95,11 +92,9 @@ def measure_static(
     repeats: int = 10,
     items: int = 1,
 ) -> tuple[Callable[..., Any], StaticMeasurement]:
-    """``build()`` a static variant; time that, its first ``first_calls`` calls, its steady state.
-
-    TorchScript optimises during its first two calls (``first_calls=2``); OneFlow graphs and
-    ``torch.compile`` compile on the first. Returns the callable and the measurement.
-    """
+    """``build()`` a static variant; time that, its first ``first_calls`` calls (TorchScript
+    optimises during two, OneFlow graphs and ``torch.compile`` compile on the first) and its
+    steady state. Returns the callable and the measurement."""
     if not callable(build):
         raise TypeError(
             f"build must be callable and return the static variant, got {type(build).__name__}"

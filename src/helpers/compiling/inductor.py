@@ -1,10 +1,8 @@
 """TorchInductor's caches: compile from an empty one, and time a fresh start (chapter 6).
 
-``torch.compile`` keeps what it compiled in ``TORCHINDUCTOR_CACHE_DIR`` (default
-``<tmp>/torchinductor_<user>``): kernels, their libraries and whole compiled graphs (the FX graph
-cache), keyed by graph, settings and versions. A compile timed where the same model was compiled
-before is a cache's time, not a first start's: :func:`empty_cache` gives a first start,
-:func:`fresh_start` a fresh process's start on a given cache folder.
+``torch.compile`` keeps kernels, their libraries and whole compiled graphs in
+``TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/torchinductor_<user>``), keyed by graph, settings
+and versions: a compile timed where the model was compiled before is a cache's time.
 """
 
 from __future__ import annotations
@@ -91,24 +89,19 @@ def fresh_start(
     out_path: str,
     threads: int,
     settings: dict[str, Any] | None = None,
-    tf32: bool = False,
     device: str = "cpu",
-    mode: str = "default",
 ) -> dict[str, Any]:
-    """One start of a service serving ``arch`` compiled (a fresh process's target).
-
-    Builds the classifier with the ``.npz`` weights, compiles it (``torch.compile(mode=...)``),
-    times the first call on the ``.npy`` batch (saving its output). ``settings``
-    (``torch._inductor.config``) and ``tf32`` are part of Inductor's cache key: a start that
-    should find another's graph must use the same, down to ones that only change what it prints.
-    Returns ``isa_probe_s`` (:func:`check_cpu`; 0 on a GPU), ``first_call_s``, the cache folder
-    and :func:`cache_counters`.
+    """One start of a service serving ``arch`` compiled (a fresh process's target): builds it
+    with the ``.npz`` weights, compiles it, times the first call on the ``.npy`` batch (saving its
+    output). ``settings`` (``torch._inductor.config``) and TF32 (off, as the chapter's setup)
+    are part of Inductor's cache key, down to ones that only change what it prints. Returns ``isa_probe_s`` (:func:`check_cpu`;
+    0 on a GPU), ``first_call_s``, the cache folder and :func:`cache_counters`.
     """
     import torch
     import torch._inductor.config as inductor_config
 
     torch.set_num_threads(threads)
-    precision.set_tf32(tf32)
+    precision.set_tf32(False)
     inductor_config.load_config(dict(settings or {}))
     model = models.build_classifier("torch", arch, num_classes=num_classes)
     with np.load(weights_path) as npz:
@@ -117,7 +110,7 @@ def fresh_start(
     x = torch.from_numpy(np.load(input_path)).to(device)
     probe_s = check_cpu() if torch.device(device).type == "cpu" else 0.0
     start = time.perf_counter()
-    compiled = torch.compile(model, mode=None if mode == "default" else mode)
+    compiled = torch.compile(model)
     with torch.inference_mode():
         out = compiled(x)
         np.save(out_path, out.float().cpu().numpy())

@@ -1,11 +1,7 @@
-"""Numerical comparison of outputs across frameworks (PyTorch, OneFlow, NumPy, ...).
-
-``compare(a, b)`` measures how far two outputs are apart; three assertions make it a check that
-can fail: :func:`assert_outputs_close` (elementwise, with the precision policy's bound, strict
-float32 for equality claims), :func:`assert_task_level` (reduced precision: each row nearest its
-own reference, decisions kept, two controls that must fail) and :func:`assert_classifier_logits`
-(the course's rule for a classifier's reduced-precision logits, chapters 8 and 10).
-"""
+"""Numerical comparison of outputs across frameworks: ``compare(a, b)`` measures how far apart
+they are; :func:`assert_outputs_close` (elementwise, the precision policy's bound),
+:func:`assert_task_level` (reduced precision, with controls that must fail) and
+:func:`assert_classifier_logits` (a classifier's reduced-precision logits) make it a check."""
 
 from __future__ import annotations
 
@@ -82,10 +78,9 @@ class Comparison:
         return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
-def compare(a: Any, b: Any, topk: Sequence[int] = (), rel_floor: float = 1e-6) -> Comparison:
-    """Compare two outputs element-wise; ``topk`` adds top-k agreement for (samples, classes) logits.
-
-    The relative error divides by ``max(|b|, rel_floor)`` so near-zero references do not explode it.
+def compare(a: Any, b: Any, topk: Sequence[int] = ()) -> Comparison:
+    """Compare two outputs element-wise; ``topk`` adds top-k agreement for (samples, classes)
+    logits. The relative error divides by ``max(|b|, 1e-6)``: near-zero references do not explode it.
     """
     x, y = to_numpy(a), to_numpy(b)
     if x.shape != y.shape:
@@ -97,7 +92,7 @@ def compare(a: Any, b: Any, topk: Sequence[int] = (), rel_floor: float = 1e-6) -
         raise ValueError(f"the {bad} output contains NaN or inf values")
     diff = np.abs(x - y)
     idx = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    rel = diff / np.maximum(np.abs(y), rel_floor)
+    rel = diff / np.maximum(np.abs(y), 1e-6)
     nx, ny = np.linalg.norm(x), np.linalg.norm(y)
     cosine = (
         float(np.dot(x.ravel(), y.ravel()) / (nx * ny)) if nx > 0 and ny > 0 else float(nx == ny)
@@ -151,12 +146,10 @@ def assert_outputs_close(
     min_topk: dict[int, float] | None = None,
     name: str = "outputs",
 ) -> Comparison:
-    """Assert ``|actual - expected| <= atol + rtol * |expected|`` everywhere (plus optional
+    """Assert ``|actual - expected| <= atol + rtol * |expected|`` everywhere (and the optional
     cosine/top-k bounds), the bound given as ``atol``/``rtol`` or as the math ``mode``
     (:func:`helpers.core.precision.tolerance` with ``network``, ``accumulation`` and the scale of
-    ``expected``). Refused for a whole network in a reduced mode: that bound is as large as the
-    outputs and passes real bugs (use :func:`assert_task_level`).
-
+    ``expected``; refused for a whole network in a reduced mode, where it passes real bugs).
     Returns the :class:`Comparison`; its ``used`` is the largest error as a fraction of its bound.
     """
     tol = None
@@ -164,7 +157,7 @@ def assert_outputs_close(
         if atol is not None:
             raise ValueError("give the bound as a mode or as atol/rtol, not both")
         tol = _policy_bound(mode, network, accumulation, expected)
-        atol, rtol = tol
+        atol, rtol = tol.atol, tol.rtol
     if atol is None:
         raise ValueError("give the bound: atol (and rtol), or the math mode")
     check_number("atol", atol, minimum=0.0, why=NAN_BOUND)
@@ -174,11 +167,10 @@ def assert_outputs_close(
     for k, need in (min_topk or {}).items():
         check_number(f"min_topk[{k}]", need, minimum=0.0, maximum=1.0, why=NAN_BOUND)
     cmp = compare(actual, expected, topk=tuple(min_topk or ()))
-    x, y = to_numpy(actual), to_numpy(expected)
-    used = _used(x, y, atol, rtol)
+    used = _used(to_numpy(actual), to_numpy(expected), atol, rtol)
     cmp.used, cmp.tolerance = float(used.max()), tol
     problems = []
-    bad = np.abs(x - y) > atol + rtol * np.abs(y)
+    bad = used > 1
     if bad.any():
         i, (a, b) = cmp.worst_index, cmp.worst_values
         problems.append(
@@ -209,8 +201,7 @@ def bound_used(
     """The ``used`` that :func:`assert_outputs_close` reports with the same ``mode`` (above 1 it
     fails), without raising: for tables of checks and planted bugs, where a failure is a result."""
     x, y = to_numpy(actual), to_numpy(expected)
-    if x.shape != y.shape:
-        raise ValueError(f"cannot compare outputs of different shapes: {x.shape} vs {y.shape}")
+    compare(x, y)  # refuses different shapes, empty outputs, NaN and inf
     tol = _policy_bound(mode, network, accumulation, y)
     return float(_used(x, y, tol.atol, tol.rtol).max())
 
@@ -248,7 +239,7 @@ def _nearest_own(
 
 def nearest_neighbour_agreement(candidate: Any, reference: Any) -> float:
     """Fraction of rows of ``candidate`` whose most similar ``reference`` row (by cosine) is the
-    same row: what a matching service needs of a faster runtime's embeddings."""
+    same row."""
     x, y = to_numpy(candidate), to_numpy(reference)
     rowwise_cosine(x, y)  # validates shapes and norms
     if len(x) < 2:
@@ -257,10 +248,8 @@ def nearest_neighbour_agreement(candidate: Any, reference: Any) -> float:
 
 
 def max_cross_cosine(reference: Any) -> float:
-    """The largest cosine similarity between two *different* rows of ``reference``.
-
-    A per-row cosine between two runtimes above this value cannot be confused with another sample.
-    """
+    """The largest cosine similarity between two *different* rows of ``reference``: a per-row
+    cosine between two runtimes above it cannot be confused with another sample."""
     y = to_numpy(reference)
     if y.ndim != 2 or len(y) < 2:
         raise ValueError(f"need a (samples >= 2, dim) array, got shape {y.shape}")
@@ -314,47 +303,35 @@ def assert_task_level(
     mode: str,
     logits: bool = False,
     network: str | None = None,
-    min_nearest_own: float = 1.0,
     by_class: bool = False,
     decided_only: bool = False,
     name: str = "outputs",
 ) -> TaskCheck:
-    """Assert that a reduced-precision result still does the task its float32 reference does.
+    """Assert that a reduced-precision result still does its float32 reference's task; rows are
+    samples, each flattened (logits, embeddings, saliency maps alike).
 
-    Rows are samples, each flattened (logits, embeddings, saliency maps alike).
-
-    - Each row nearest its own reference (by cosine; at least ``min_nearest_own`` of the rows):
-      data-relative, no literal, no bound larger than the signal.
+    - Every row nearest its own reference (by cosine): data-relative, no literal, no bound
+      larger than the signal.
     - ``logits=True``: a row whose reference top-1 leads the runner-up by more than twice the
-      mode's elementwise bound (:func:`helpers.core.precision.tolerance`) keeps its top-1; rows
-      inside the bound are counted, not required (a model that learned nothing decides none).
-    - ``by_class``: nearest any reference row of its own reference class instead: a trained
-      classifier gives one class's images nearly the same logits, so which of them a rounded row
-      lands nearest is not the task. ``decided_only``: that is required of the decided rows only
-      (a row on a class boundary may land on either side).
+      mode's elementwise bound keeps its top-1; rows inside it are counted, not required.
+    - ``by_class``: nearest a reference of its own class instead (a trained classifier gives one
+      class's images nearly the same logits); ``decided_only``: of the decided rows only.
     - Controls that must fail: the candidate negated, and its rows shifted by one (each image
       paired with another's reference); if either passes, the data cannot tell right from wrong.
     """
     precision.unit_roundoff(mode)  # validates the mode
     x, y = to_numpy(candidate), to_numpy(reference)
-    if x.shape != y.shape:
-        raise ValueError(f"shape mismatch: {x.shape} vs {y.shape}")
+    compare(x, y)  # refuses different shapes, empty outputs, NaN and inf
     if x.ndim < 2 or len(x) < 2:
-        raise ValueError(
-            f"need at least two rows (samples) to compare at task level, got {x.shape}"
-        )
+        raise ValueError(f"need at least two rows (samples) for a task-level check, got {x.shape}")
     x, y = x.reshape(len(x), -1), y.reshape(len(y), -1)
-    if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        raise ValueError(f"{name}: NaN or inf values")
     cos = rowwise_cosine(x, y)  # refuses a zero row: its cosine is undefined
-    if not 0.0 < min_nearest_own <= 1.0:
-        raise ValueError(f"min_nearest_own must be a fraction in (0, 1], got {min_nearest_own}")
     if by_class and not logits:
         raise ValueError("by_class compares decisions: it needs logits=True")
     if decided_only and not by_class:
         raise ValueError("decided_only holds decided rows to their class: it needs by_class=True")
     groups = y.argmax(axis=1) if by_class else None
-    if _nearest_own(y, y) < min_nearest_own:
+    if _nearest_own(y, y) < 1.0:
         raise AssertionError(
             f"{name}: the reference rows are too alike to identify themselves (duplicates, or a "
             "model that gives every sample the same output): use distinct samples or a trained model"
@@ -379,11 +356,11 @@ def assert_task_level(
             )
         required = sure if decided_only else None
     own = _nearest_own(x, y, groups, required)
-    if own < min_nearest_own:
+    if own < 1.0:
         problems.append(
             f"only {own:.0%} of {'the rows' if required is None else 'the decided rows'} are "
             f"nearest {'a reference of their own class' if by_class else 'their own reference'} "
-            f"(need {min_nearest_own:.0%})"
+            "(need all)"
         )
     if problems:
         raise AssertionError(f"{name} fail the task-level check: " + "; ".join(problems))
@@ -391,7 +368,7 @@ def assert_task_level(
         "negated": _nearest_own(-x, y, groups, required),
         "shifted rows": _nearest_own(np.roll(x, 1, 0), y, groups, required),
     }
-    passing = [k for k, v in controls.items() if v >= min_nearest_own]
+    passing = [k for k, v in controls.items() if v >= 1.0]
     if passing:
         raise AssertionError(
             f"{name}: the control(s) {passing} pass the check too: these rows are too alike to "
@@ -423,11 +400,9 @@ def assert_classifier_logits(
     max_drop: float = 0.02,
     name: str = "logits",
 ) -> TaskCheck:
-    """The course's one rule for a classifier's reduced-precision logits (INT8, bf16, TF32;
-    chapters 8 and 10, ``tools/bench_cpu_deploy.py``): :func:`assert_task_level` with
-    ``logits=True, by_class=True, decided_only=True`` and, where ``labels`` are given, held-out
-    accuracy at most ``max_drop`` (a fraction) below the reference's.
-    """
+    """The course's rule for a classifier's reduced-precision logits: :func:`assert_task_level`
+    with ``logits``, ``by_class`` and ``decided_only``, and with ``labels`` held-out accuracy at
+    most ``max_drop`` (a fraction) below the reference's."""
     drop = None
     if labels is not None:
         y = to_numpy(labels).reshape(-1)

@@ -1,19 +1,16 @@
 """One precision policy: the math mode really in effect, and the tolerance it implies.
 
-A float32 model does not always compute in float32. On an Ampere-or-newer NVIDIA GPU (A100, A10,
-L4, RTX 30xx/40xx, H100/H200) convolutions and matmuls may run on tensor cores in **TF32**: each
-input rounded to a 10-bit mantissa (unit roundoff 2^-11, like float16), products summed in float32.
-PyTorch allows it for cuDNN convolutions by default (``torch.backends.cudnn.allow_tf32 = True``)
-but not for matmuls (``float32_matmul_precision 'highest'``); OneFlow 0.9.0 allows it for both
-(:func:`oneflow_math_mode`). A float32 comparison written on a CPU (``atol=1e-4``) then fails on
-the GPU although nothing is wrong. This module reads the mode in effect from each framework's own
-settings and turns it into the tolerance a comparison takes::
+On an Ampere-or-newer NVIDIA GPU, float32 convolutions and matmuls may run in **TF32** (inputs
+rounded to a 10-bit mantissa, unit roundoff 2^-11 like float16; products summed in float32).
+PyTorch allows it for cuDNN convolutions by default (not for matmuls); OneFlow 0.9.0 for both. A
+float32 check written on a CPU (``atol=1e-4``) then fails on the GPU although nothing is wrong.
+This module reads the mode in effect from each framework's settings and gives its tolerance::
 
     mode = precision.coarsest(precision.torch_math_mode(device), precision.oneflow_math_mode(fdevice))
     tol = precision.tolerance(mode, scale=precision.output_scale(ref))
     assert_outputs_close(out, ref, **tol.as_kwargs(), name="OneFlow vs PyTorch")
 
-The TF32 switches and ``emulate_tf32`` live in :mod:`helpers.core.tf32`; the pages reach them here.
+The TF32 switches and ``emulate_tf32`` live in :mod:`helpers.core.tf32`, re-exported here.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.core.checks import check_int, check_number
+from helpers.core.checks import check_number
 from helpers.core.tf32 import (
     NVIDIA_TF32_ENV,
     ONEFLOW_TF32_ENV,
@@ -37,11 +34,9 @@ from helpers.core.tf32 import (
     restore_tf32,
     set_tf32,
     strict_fp32,
-    torch_tf32_allowed,
 )
 
 __all__ = [
-    "MODES",
     "NETWORK_ACCUMULATION",
     "MEASURED_ACCUMULATION",
     "ONEFLOW_TF32_ENV",
@@ -63,18 +58,13 @@ __all__ = [
     "emulate_tf32",
 ]
 
-MODES = ("fp32", "tf32", "bf16", "fp16", "int8")
-
-# Unit roundoff u: the largest relative error of rounding one real number to the format
-# (round-to-nearest), 2^-(stored mantissa bits + 1).
-# - fp32: 23 stored mantissa bits -> 2^-24.
-# - tf32: float32's 8-bit exponent with a 10-bit mantissa: tensor cores round each fp32 input to it
-#   and accumulate the products in fp32 -> 2^-11.
-# - bf16: 7 stored bits -> 2^-8.  fp16: 10 stored bits -> 2^-11 (its narrow exponent can also
-#   overflow above 65504; the policy does not model that).
-# - int8: symmetric linear quantization, q = round(x / s) with s = max|x| / 127: the rounding error is
-#   at most s / 2 = max|x| / 254, so u = 1/254 (about 2^-8), relative to the tensor's RANGE (max|x|),
-#   not to each element. Small elements lose far more than 1/254 of themselves.
+# Unit roundoff u of each math mode: the largest relative error of rounding a real number to it
+# (round-to-nearest), 2^-(stored mantissa bits + 1): fp32 23 bits -> 2^-24; tf32 (fp32's exponent,
+# 10-bit mantissa; tensor cores round each input and accumulate in fp32) -> 2^-11; bf16 7 bits ->
+# 2^-8; fp16 10 bits -> 2^-11 (its overflow above 65504 is not modelled).
+# int8: symmetric linear quantization, q = round(x / s), s = max|x| / 127, errs by at most
+# s / 2 = max|x| / 254: u = 1/254 (about 2^-8) relative to the tensor's RANGE, not to each element
+# (small elements lose far more than 1/254 of themselves).
 UNIT_ROUNDOFF: dict[str, float] = {
     "fp32": 2.0**-24,
     "tf32": 2.0**-11,
@@ -84,10 +74,10 @@ UNIT_ROUNDOFF: dict[str, float] = {
 }
 
 # The accumulation factor of :func:`tolerance`: how many times the mode's rounding a compared output
-# may move, relative to the output's scale. Measured on this course's models (random weights,
-# BatchNorm calibrated on the course's images, CPU; TF32 emulated with emulate_tf32, fp16 with a
-# .half() copy, bf16 with CPU autocast): max |error| / max |fp32 output| in units of
-# (u + log2(4608) u_fp32), 2026-12, torch 2.10 (tools/measure_precision.py reproduces it):
+# may move, relative to its scale. Measured on this course's models (random weights, BatchNorm
+# calibrated on the course's images, CPU; TF32 emulated with emulate_tf32, fp16 a .half() copy,
+# bf16 CPU autocast): max |error| / max |fp32 output| in units of (u + log2(4608) u_fp32), 2026-12,
+# torch 2.10 (tools/measure_precision.py reproduces it):
 #                      fp32 vs float64   fp32 channels_last   TF32    fp16    bf16
 #   ResNet-18, 64 px b32        3.4             4.6            7.0     8.8     9.6
 #   ResNet-18, 224 px b8        1.3             2.2            2.9     3.6     3.3
@@ -97,12 +87,10 @@ UNIT_ROUNDOFF: dict[str, float] = {
 #   embedder (MobileNetV2 0.5x), 64 px b32  15.9  7.2         77.9    98.7    80.4
 # A planted bug is far outside every row: BatchNorm eps 1e-5 -> 1e-3 moves the outputs by 24,000 to
 # 1,350,000 units, one convolution's weights x 1.01 by 15,000 to 38,000 (float32 units).
-# NETWORK_ACCUMULATION gives each network about twice its largest measured row (a power of two).
-# A network not listed is measured on the spot (:func:`measure_accumulation`, the same method on the
-# reader's own model and inputs, kept for the process); one neither listed nor measured gets
-# "network" (512, the deepest one's), with one printed line saying how to measure it. "op" = 8 is
-# for one convolution or matmul compared on its own (measured: 0.65 rounded, 1.5 truncated, a
-# 3x3x512 convolution, TF32).
+# NETWORK_ACCUMULATION: about twice each network's largest row (a power of two). Another network
+# is measured on the spot (:func:`measure_accumulation`, kept for the process) or gets "network"
+# (512, the deepest one's) with one printed line. "op" = 8: one convolution or matmul on its own
+# (measured: 0.65 rounded, 1.5 truncated, a 3x3x512 convolution, TF32).
 ACCUMULATION: dict[str, float] = {"op": 8.0, "network": 512.0}
 NETWORK_ACCUMULATION: dict[str, float] = {
     "resnet18": 16.0,
@@ -124,20 +112,16 @@ _OPS = ("conv", "matmul", "model")
 def unit_roundoff(mode: str) -> float:
     """The unit roundoff of a math mode (see :data:`UNIT_ROUNDOFF`)."""
     if mode not in UNIT_ROUNDOFF:
-        raise ValueError(f"unknown math mode {mode!r}; use one of {', '.join(MODES)}")
+        raise ValueError(f"unknown math mode {mode!r}; use one of {', '.join(UNIT_ROUNDOFF)}")
     return UNIT_ROUNDOFF[mode]
 
 
 def coarsest(*modes: str) -> str:
-    """The least precise of ``modes``: a comparison of two results takes the tolerance of the coarser.
-
-    ``coarsest('fp32', 'tf32') == 'tf32'``; ties (tf32 and fp16) keep the first given.
-    """
+    """The least precise of ``modes`` (a comparison of two results takes the coarser's tolerance);
+    ties (tf32 and fp16) keep the first given."""
     if not modes:
         raise ValueError("coarsest() needs at least one mode")
-    for m in modes:
-        unit_roundoff(m)
-    return max(modes, key=lambda m: UNIT_ROUNDOFF[m])
+    return max(modes, key=unit_roundoff)
 
 
 def _device_type_and_index(device: Any, op: str) -> tuple[str, int]:
@@ -152,82 +136,48 @@ def _device_type_and_index(device: Any, op: str) -> tuple[str, int]:
     return kind, int(index) if index.strip().isdigit() else 0
 
 
-def _torch_cpu_fp32(torch: Any) -> dict[str, str]:
-    """What oneDNN may do with float32 on the CPU (PyTorch >= 2.9 can allow bf16 or tf32 there)."""
-    mk = getattr(torch.backends, "mkldnn", None)
-    if mk is None:
-        return {"conv": "fp32", "matmul": "fp32"}
-    modes = {"bf16": "bf16", "tf32": "tf32"}
-    return {
-        op: modes.get(
-            str(backend_fp32_precision(getattr(mk, op, None), mk, torch.backends)), "fp32"
-        )
-        for op in ("conv", "matmul")
-    }
-
-
-def _autocast_mode(torch: Any, device_type: str) -> str | None:
-    """'bf16' / 'fp16' when autocast is on for ``device_type`` in this thread, else None."""
-    if not torch.is_autocast_enabled(device_type):
-        return None
-    dtype = torch.get_autocast_dtype(device_type)
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
-
-
-def torch_math_mode(
-    device: Any = "cpu", *, op: str = "model", tf32_capable: bool | None = None
-) -> str:
+def torch_math_mode(device: Any = "cpu", *, op: str = "model") -> str:
     """The math mode PyTorch's float32 convolutions / matmuls run in on ``device``, right now.
 
-    From PyTorch's own settings: autocast for the device ('bf16' / 'fp16'), then on CUDA
-    ``cudnn.allow_tf32`` (convolutions, on by default) and the float32 matmul precision ('highest'
-    = off by default; 'high' and 'medium' allow TF32), on the CPU oneDNN's ``fp32_precision``.
-    TF32 needs compute capability 8.0+ (``tf32_capable`` overrides) and is off for every library
-    under ``NVIDIA_TF32_OVERRIDE=0``. ``op``: 'conv', 'matmul', or 'model' (the coarser of the
-    two: a ResNet on CUDA with default settings is 'tf32'). The mode is what the settings *allow*
-    (a library may still pick an exact kernel), so a tolerance derived from it is never too tight.
+    From PyTorch's settings: autocast for the device ('bf16' / 'fp16'); on CUDA cuDNN's TF32
+    (convolutions, on by default) and the float32 matmul precision ('highest', the default, is
+    off); on the CPU oneDNN's ``fp32_precision``. TF32 needs compute capability 8.0+ (assumed
+    without a visible GPU) and is off under ``NVIDIA_TF32_OVERRIDE=0``. ``op``: 'conv',
+    'matmul' or 'model' (the coarser: a ResNet on CUDA by default is 'tf32'). What the settings
+    *allow* (a library may still pick an exact kernel), so its tolerance is never too tight.
     """
     kind, index = _device_type_and_index(device, op)
     import torch
 
-    cast = _autocast_mode(torch, kind)
-    if cast is not None:
+    if torch.is_autocast_enabled(kind):
+        dtype = torch.get_autocast_dtype(kind)
+        cast = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
         modes = {"conv": cast, "matmul": cast}
-    elif kind == "cpu":
-        modes = _torch_cpu_fp32(torch)
+    elif kind == "cpu":  # PyTorch >= 2.9 can let oneDNN use bf16 or tf32 for float32
+        mk = torch.backends.mkldnn
+        found = {k: backend_fp32_precision(getattr(mk, k), mk, torch.backends) for k in _OPS[:2]}
+        modes = {k: p if p in ("bf16", "tf32") else "fp32" for k, p in found.items()}
     else:
-        allowed = gpu_tf32_capable(index, tf32_capable) and not nvidia_tf32_overridden()
-        tf32 = {k: allowed and torch_tf32_allowed(torch, k) for k in ("conv", "matmul")}
-        tf32["conv"] = tf32["conv"] and bool(torch.backends.cudnn.enabled)
+        # per-backend fp32_precision ('none': ask the parent), set by the legacy flags too
+        b = torch.backends
+        allowed = gpu_tf32_capable(index, None) and not nvidia_tf32_overridden()
+        owners = {"conv": (b.cudnn.conv, b.cudnn, b), "matmul": (b.cuda.matmul, b)}
+        tf32 = {k: allowed and backend_fp32_precision(*o) == "tf32" for k, o in owners.items()}
+        tf32["conv"] = tf32["conv"] and bool(b.cudnn.enabled)
         modes = {k: "tf32" if v else "fp32" for k, v in tf32.items()}
     return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
 
 
-def _env_true(name: str, default: bool) -> bool:
-    """OneFlow's ParseBooleanFromEnv: unset -> default; '1', 'true', 'yes', 'on', 'y' (any case) -> True."""
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in ("1", "true", "yes", "on", "y")
-
-
-def oneflow_math_mode(
-    device: Any = "cpu",
-    *,
-    op: str = "model",
-    amp: bool = False,
-    tf32_capable: bool | None = None,
-) -> str:
+def oneflow_math_mode(device: Any = "cpu", *, op: str = "model", amp: bool = False) -> str:
     """The math mode OneFlow 0.9.0's float32 convolutions / matmuls run in on ``device``, read
     from the environment as OneFlow reads it (without importing OneFlow). CPU: 'fp32'.
 
     - CUDA matmuls (cuBLAS, the fused MLP kernel too): 'tf32' unless
-      ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION`` is false; it defaults to **true**
-      (``oneflow/core/ep/cuda/cuda_stream.cpp`` sets ``CUBLAS_TF32_TENSOR_OP_MATH`` when it
-      creates a device's CUDA stream: set it before ``import oneflow``).
-    - CUDA convolutions (cuDNN): 'tf32' even when that variable is 0: OneFlow never reads it for
-      convolutions, which take cuDNN's ``CUDNN_DEFAULT_MATH`` (TF32 on Ampere and newer;
-      ``oneflow/core/device/cudnn_conv_util.cpp``). Only ``NVIDIA_TF32_OVERRIDE=0`` turns it off.
+      ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION`` is false (default true; read when a device's CUDA
+      stream is created, ``oneflow/core/ep/cuda/cuda_stream.cpp``: set it before ``import oneflow``).
+    - CUDA convolutions: 'tf32' even when that variable is 0: they take cuDNN's
+      ``CUDNN_DEFAULT_MATH`` (``oneflow/core/device/cudnn_conv_util.cpp``); only
+      ``NVIDIA_TF32_OVERRIDE=0`` turns it off.
 
     ``amp=True`` (an ``nn.Graph`` with ``config.enable_amp(True)`` on CUDA): 'fp16'.
     """
@@ -236,18 +186,16 @@ def oneflow_math_mode(
         return "fp32"
     if amp:
         return "fp16"
-    if not gpu_tf32_capable(index, tf32_capable) or nvidia_tf32_overridden():
+    if not gpu_tf32_capable(index, None) or nvidia_tf32_overridden():
         return "fp32"
-    modes = {"conv": "tf32", "matmul": "tf32" if _env_true(ONEFLOW_TF32_ENV, True) else "fp32"}
-    return coarsest(modes["conv"], modes["matmul"]) if op == "model" else modes[op]
+    # OneFlow's ParseBooleanFromEnv: unset -> true; '1', 'true', 'yes', 'on', 'y' (any case) -> true
+    flag = os.environ.get(ONEFLOW_TF32_ENV, "1").strip().lower() in ("1", "true", "yes", "on", "y")
+    return "tf32" if op != "matmul" or flag else "fp32"
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """``atol`` and ``rtol`` for a comparison, with where they came from.
-
-    Unpacks as ``atol, rtol = tol``; ``assert_outputs_close(a, b, **tol.as_kwargs())``.
-    """
+    """``atol`` and ``rtol`` for a comparison (``**tol.as_kwargs()``), with where they came from."""
 
     mode: str
     atol: float
@@ -255,9 +203,6 @@ class Tolerance:
     unit_roundoff: float
     accumulation: float
     scale: float
-
-    def __iter__(self) -> Iterator[float]:
-        return iter((self.atol, self.rtol))
 
     def as_kwargs(self) -> dict[str, float]:
         """``{'atol': ..., 'rtol': ...}`` for :func:`helpers.core.comparison.assert_outputs_close`."""
@@ -276,21 +221,19 @@ def tolerance(
     *,
     accumulation: float | str = "network",
     scale: float = 1.0,
-    reduction: int = REDUCTION,
     network: str | None = None,
 ) -> Tolerance:
-    """The tolerance a comparison of results computed in ``mode`` takes (against float32 or each
-    other): ``rel = accumulation * (u + log2(reduction) * u_fp32)``, ``atol = rel * scale``,
-    ``rtol = rel``.
+    """The tolerance of results computed in ``mode`` (against float32 or each other):
+    ``rel = accumulation * (u + log2(REDUCTION) * u_fp32)``, ``atol = rel * scale``, ``rtol = rel``.
 
     - ``u`` (:func:`unit_roundoff`): rounding a dot product's inputs moves each product by up to
       ``2u`` relative; summed in float32, the dot product's relative error stays of order ``u``.
-    - ``log2(reduction) * u_fp32``: two float32 kernels sum ``reduction`` terms in different orders
-      (blocked / tree sums), about ``log2(K)`` float32 roundings apart: what makes float32
+    - ``log2(REDUCTION) * u_fp32``: two float32 kernels sum a dot product's terms in different
+      orders (blocked / tree sums), about ``log2(K)`` roundings apart: what makes float32
       variants, devices and frameworks disagree.
     - ``accumulation``: how much a deep network amplifies them, relative to its output's scale:
-      'network' (:func:`accumulation_for` ``network``; 512 when ``network`` is None), 'op' (8, one
-      layer) or a number (a number or 'op' wins over ``network``).
+      'network' (:func:`accumulation_for` ``network``; 512 without one), 'op' (8, one layer) or a
+      number ('op' and a number win over ``network``).
     - ``scale``: the size of the outputs compared (:func:`output_scale` of the reference).
 
     For a whole network, bf16 and int8 bounds come out at or above the output's own scale:
@@ -298,11 +241,9 @@ def tolerance(
     """
     u = unit_roundoff(mode)
     if accumulation == "network" and network is not None:
-        factor: Any = accumulation_for(network)  # an explicit number or "op" wins over it
-    elif isinstance(accumulation, str):
-        factor = ACCUMULATION.get(accumulation)
+        factor: Any = accumulation_for(network)
     else:
-        factor = accumulation
+        factor = ACCUMULATION.get(accumulation) if isinstance(accumulation, str) else accumulation
     if factor is None:
         raise ValueError(
             f"accumulation must be a number or one of {', '.join(ACCUMULATION)}, got {accumulation!r}"
@@ -310,24 +251,14 @@ def tolerance(
     for label, value in (("accumulation", factor), ("scale", scale)):
         if check_number(label, value) <= 0:
             raise ValueError(f"{label} must be positive, got {value!r}")
-    check_int("reduction", reduction, why="the length of a dot product")
-    rel = float(factor) * (u + math.log2(max(reduction, 2)) * UNIT_ROUNDOFF["fp32"])
-    return Tolerance(
-        mode=mode,
-        atol=rel * float(scale),
-        rtol=rel,
-        unit_roundoff=u,
-        accumulation=float(factor),
-        scale=float(scale),
-    )
+    rel = float(factor) * (u + math.log2(REDUCTION) * UNIT_ROUNDOFF["fp32"])
+    return Tolerance(mode, rel * float(scale), rel, u, float(factor), float(scale))
 
 
 def output_scale(reference: Any, floor: float = 1.0) -> float:
-    """``max(floor, max |reference|)``: the scale :func:`tolerance` multiplies ``atol`` by.
-
-    The floor keeps outputs of small magnitude (probabilities, unit-norm embeddings) from getting a
-    bound tighter than their arithmetic; the same rule as chapter 6's tolerances.
-    """
+    """``max(floor, max |reference|)``: the scale :func:`tolerance` multiplies ``atol`` by. The
+    floor keeps small outputs (probabilities, unit-norm embeddings) from a bound tighter than
+    their arithmetic."""
     import numpy as np
 
     from helpers.core.arrays import to_numpy
@@ -342,18 +273,13 @@ _UNMEASURED_SAID: set[str] = set()
 
 
 def accumulation_for(network: str) -> float:
-    """The accumulation factor :func:`tolerance` uses for ``network``, a name.
-
-    The course's measured table (:data:`NETWORK_ACCUMULATION`), else a measurement made in this
-    process (:func:`measure_accumulation`, kept in :data:`MEASURED_ACCUMULATION`), else 512 (the
-    deepest measured network's factor), with one printed line saying how to measure your own.
-    """
+    """The accumulation factor for ``network``: :data:`NETWORK_ACCUMULATION`, else this process's
+    :func:`measure_accumulation`, else 512 (the deepest measured network's) with one printed line."""
     if not isinstance(network, str) or not network.strip():
         raise ValueError(f"network must be a name, got {network!r}")
-    if network in NETWORK_ACCUMULATION:
-        return NETWORK_ACCUMULATION[network]
-    if network in MEASURED_ACCUMULATION:
-        return MEASURED_ACCUMULATION[network]
+    known = MEASURED_ACCUMULATION | NETWORK_ACCUMULATION  # the table wins
+    if network in known:
+        return known[network]
     if network not in _UNMEASURED_SAID:
         _UNMEASURED_SAID.add(network)
         print(
@@ -370,11 +296,9 @@ _WAYS = ("float64", "fp32 channels_last", "tf32", "bf16", "fp16")
 
 @dataclass(frozen=True)
 class AccumulationMeasurement:
-    """What :func:`measure_accumulation` found: each way's error in units, and the factor chosen.
-
-    ``units[way]`` is max |error| / max |float32 output| in units of the way's rounding
-    (``u + log2(REDUCTION) u_fp32``); a way the device cannot run is missing from it.
-    """
+    """What :func:`measure_accumulation` found: ``units[way]``, max |error| / max |float32 output|
+    in units of the way's rounding (``u + log2(REDUCTION) u_fp32``; a way the device cannot run
+    is missing), and the factor chosen."""
 
     name: str
     units: dict[str, float]
@@ -384,25 +308,23 @@ class AccumulationMeasurement:
     def __str__(self) -> str:
         ways = ", ".join(f"{k} {v:.3g}" for k, v in self.units.items())
         way = max(self.units, key=lambda k: self.units[k])
-        most = self.units[way]
         return (
             f"{self.name} on {'x'.join(map(str, self.inputs))} inputs, error in units of each "
             f"way's rounding: {ways}; accumulation {self.factor:g} (the power of two nearest "
-            f"twice the largest, {way} {most:.3g})"
+            f"twice the largest, {way} {self.units[way]:.3g})"
         )
 
 
 def measure_accumulation(
     model: Any, x: Any, *, name: str, register: bool = True
 ) -> AccumulationMeasurement:
-    """Measure how much ``model`` amplifies rounding, on inputs ``x``; keep it under ``name``.
+    """Measure how much ``model`` amplifies rounding on inputs ``x``, as the course's table was.
 
-    The method of the course's table (``tools/measure_precision.py``): ``model`` (eval mode, with
-    trained or calibrated BatchNorm so its outputs depend on its input) runs on ``x`` in float32,
-    float64, float32 channels-last, emulated TF32, bf16 autocast and float16; each one's largest
-    difference from float32, relative to that output's scale, in units of its own rounding. The
-    factor is the power of two nearest twice the largest. With ``register``,
-    ``tolerance(..., network=name)`` uses it for this process. The model is not changed.
+    ``model`` (eval mode, trained or calibrated BatchNorm) runs on ``x`` in float32, float64,
+    float32 channels-last, emulated TF32, bf16 autocast and float16; each one's largest
+    difference from float32, relative to its scale, in units of its own rounding. The factor is
+    the power of two nearest twice the largest; with ``register``, ``tolerance(...,
+    network=name)`` uses it in this process. The model is not changed.
     """
     import copy
 
@@ -414,7 +336,6 @@ def measure_accumulation(
         raise ValueError("put the model in eval mode first: in train mode BatchNorm mixes a batch")
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() < 2 or len(x) < 2:
         raise ValueError("x must be a float32 batch of at least 2 inputs")
-    device = x.device
     fp32 = UNIT_ROUNDOFF["fp32"]
     outs: dict[str, Any] = {}
     with torch.no_grad(), strict_fp32():
@@ -427,7 +348,7 @@ def measure_accumulation(
         outs["fp32 channels_last"] = cl(x.contiguous(memory_format=torch.channels_last))
         with emulate_tf32(copy.deepcopy(model)) as tf32:
             outs["tf32"] = tf32(x)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
             outs["bf16"] = model(x)
         try:
             outs["fp16"] = copy.deepcopy(model).half()(x.half())
@@ -440,23 +361,20 @@ def measure_accumulation(
         for way in _WAYS
         if way in outs
     }
-    largest = max(units.values())
-    factor = 2.0 ** max(0, round(math.log2(max(2.0 * largest, 1.0))))
-    result = AccumulationMeasurement(name, units, factor, tuple(x.shape))
+    factor = 2.0 ** max(0, round(math.log2(max(2.0 * max(units.values()), 1.0))))
     if register:
         MEASURED_ACCUMULATION[name] = factor
-    return result
+    return AccumulationMeasurement(name, units, factor, tuple(x.shape))
 
 
 @contextmanager
-def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> Iterator[None]:
+def deterministic(*, warn_only: bool = False) -> Iterator[None]:
     """Deterministic PyTorch algorithms inside the block, for exactness proofs; settings restored.
 
-    ``use_deterministic_algorithms(True)`` (an op without a deterministic implementation raises),
-    ``cudnn.deterministic = True``, ``cudnn.benchmark = False``. cuBLAS is deterministic only with
-    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (PyTorch raises without it): with ``cublas_workspace`` the
-    block sets it when unset, but cuBLAS reads it when PyTorch first sizes its workspace, so on a
-    GPU set it before the process's first CUDA matmul. On CUDA the backward pass of
+    ``use_deterministic_algorithms(True)`` (an op without a deterministic kernel raises),
+    ``cudnn.deterministic = True``, ``cudnn.benchmark = False``, and ``CUBLAS_WORKSPACE_CONFIG=
+    :4096:8`` when unset (cuBLAS is deterministic only with it, and reads it when PyTorch first
+    sizes its workspace: on a GPU set it before the first CUDA matmul). On CUDA the backward of
     ``AdaptiveAvgPool2d`` (every ResNet's last pooling) has no deterministic kernel and raises:
     ``warn_only=True`` warns instead; then compare repeated runs bit for bit.
     """
@@ -468,8 +386,8 @@ def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> 
         torch.backends.cudnn.deterministic,
         torch.backends.cudnn.benchmark,
     )
-    env_before = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    if cublas_workspace and env_before is None:
+    env_unset = "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    if env_unset:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC_CONFIG
     torch.use_deterministic_algorithms(True, warn_only=warn_only)
     torch.backends.cudnn.deterministic = True
@@ -478,7 +396,6 @@ def deterministic(*, warn_only: bool = False, cublas_workspace: bool = True) -> 
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.deterministic = before[2]
-        torch.backends.cudnn.benchmark = before[3]
-        if cublas_workspace and env_before is None:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
+        if env_unset:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)

@@ -1,12 +1,10 @@
 """TF32: PyTorch's and OneFlow's switches for it, and TF32 emulated on a CPU.
 
-On an Ampere-or-newer GPU, float32 convolutions and matmuls may run in TF32 (a 10-bit mantissa).
 :func:`strict_fp32` runs a block in IEEE float32 in PyTorch (:func:`set_tf32` / :func:`restore_tf32`
-underneath, across PyTorch's two APIs for it); OneFlow reads its settings from the environment
-when it creates its CUDA handles: :func:`oneflow_strict_fp32_env` gives the variables to set before
-``import oneflow``. :func:`emulate_tf32` computes a module's convolutions and linear layers as TF32
-tensor cores do, on any device, to prove tolerances without a GPU (chapter 6,
-``tools/measure_precision.py``). :mod:`helpers.core.precision` re-exports what the pages call.
+across PyTorch's two APIs for it); OneFlow reads its settings when it creates its CUDA handles:
+:func:`oneflow_strict_fp32_env` is the environment to set before ``import oneflow``.
+:func:`emulate_tf32` computes convolutions and linear layers as TF32 tensor cores do, on any device,
+to prove tolerances without a GPU. :mod:`helpers.core.precision` re-exports what the pages call.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ __all__ = [
     "nvidia_tf32_overridden",
     "gpu_tf32_capable",
     "backend_fp32_precision",
-    "torch_tf32_allowed",
     "set_tf32",
     "restore_tf32",
     "strict_fp32",
@@ -52,9 +49,7 @@ def gpu_tf32_capable(index: int, tf32_capable: bool | None) -> bool:
     try:
         import torch
 
-        if not torch.cuda.is_available():
-            return True
-        return tuple(torch.cuda.get_device_capability(index)) >= (8, 0)
+        return not torch.cuda.is_available() or torch.cuda.get_device_capability(index) >= (8, 0)
     except Exception:  # no usable torch/CUDA: fall back to the course's GPUs
         return True
 
@@ -69,48 +64,31 @@ def _quiet_getattr(obj: Any, name: str, default: Any = None) -> Any:
 def backend_fp32_precision(node: Any, *parents: Any) -> str | None:
     """PyTorch >= 2.9's ``fp32_precision`` of a backend, following 'none' up to its parents."""
     for n in (node, *parents):
-        value = _quiet_getattr(n, "fp32_precision") if n is not None else None
+        value = _quiet_getattr(n, "fp32_precision")
         if value not in (None, "none"):
             return str(value)
     return None
 
 
-def _tf32_objects(torch: Any, op: str) -> tuple[Any, Any, tuple[Any, ...]]:
-    """(legacy flag owner, per-backend setting owner, its parents) for 'conv' or 'matmul'."""
+def _tf32_objects(torch: Any, op: str) -> tuple[Any, Any]:
+    """(legacy flag owner, per-backend setting owner) for 'conv' or 'matmul'."""
     b = torch.backends
-    if op == "conv":
-        return b.cudnn, getattr(b.cudnn, "conv", None), (b.cudnn, b)
-    return b.cuda.matmul, b.cuda.matmul, (b,)
-
-
-def torch_tf32_allowed(torch: Any, op: str) -> bool:
-    """Whether PyTorch's settings allow TF32 for CUDA 'conv' (cuDNN) or 'matmul' (cuBLAS).
-
-    PyTorch >= 2.9 keeps a per-backend ``fp32_precision`` ('tf32' / 'ieee' / 'none' = ask the
-    parent) that the legacy ``allow_tf32`` flags also set; it is read first because the legacy
-    getters raise once both APIs were used in a process.
-    """
-    legacy, new, parents = _tf32_objects(torch, op)
-    if new is not None and isinstance(_quiet_getattr(new, "fp32_precision"), str):
-        return backend_fp32_precision(new, *parents) == "tf32"
-    return bool(_quiet_getattr(legacy, "allow_tf32", False))
+    return (b.cudnn, b.cudnn.conv) if op == "conv" else (b.cuda.matmul, b.cuda.matmul)
 
 
 # ------------------------------------------------------------------------------ switching TF32 off
 def _get_tf32_setting(torch: Any, op: str) -> tuple[str, Any]:
     """('legacy', allow_tf32) as the chapters set it, or ('new', fp32_precision) when PyTorch refuses
     the legacy getter (it does once a process has used both APIs)."""
-    legacy, new, _ = _tf32_objects(torch, op)
+    legacy, new = _tf32_objects(torch, op)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ("legacy", bool(legacy.allow_tf32))
-    except (RuntimeError, AttributeError):
+        return ("legacy", bool(_quiet_getattr(legacy, "allow_tf32")))
+    except RuntimeError:
         return ("new", new.fp32_precision)
 
 
 def _set_tf32_setting(torch: Any, op: str, api: str, value: Any) -> None:
-    legacy, new, _ = _tf32_objects(torch, op)
+    legacy, new = _tf32_objects(torch, op)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if api == "legacy":
@@ -122,12 +100,10 @@ def _set_tf32_setting(torch: Any, op: str, api: str, value: Any) -> None:
 def set_tf32(enabled: bool) -> dict[str, Any]:
     """Allow (True) or forbid (False) TF32 for PyTorch's cuDNN convolutions and CUDA matmuls.
 
-    Sets ``torch.backends.cudnn.allow_tf32`` (the flag the chapters use) and the float32 matmul
-    precision: ``torch.set_float32_matmul_precision('highest')`` to forbid, which also keeps
-    oneDNN on the CPU in IEEE float32, ``'high'`` to allow. Where PyTorch >= 2.9 refuses these
-    because its newer per-backend API was used in the process, the per-backend settings
-    (``torch.backends.cudnn.conv.fp32_precision``, ``torch.backends.cuda.matmul.fp32_precision``)
-    are set instead. Returns the previous settings for :func:`restore_tf32`::
+    Sets ``torch.backends.cudnn.allow_tf32`` and the float32 matmul precision ('highest' to
+    forbid, which also keeps oneDNN on the CPU in IEEE float32; 'high' to allow), or, where
+    PyTorch refuses these because its per-backend API was used in the process, the per-backend
+    ``fp32_precision`` settings. Returns the previous settings for :func:`restore_tf32`::
 
         before = set_tf32(False)   # the rest of the notebook in IEEE float32
     """
@@ -137,19 +113,14 @@ def set_tf32(enabled: bool) -> dict[str, Any]:
         matmul_precision: str | None = torch.get_float32_matmul_precision()
     except RuntimeError:  # PyTorch >= 2.9 after a mix of its two APIs
         matmul_precision = None
-    before = {
-        "conv": _get_tf32_setting(torch, "conv"),
-        "matmul": _get_tf32_setting(torch, "matmul"),
-        "float32_matmul_precision": matmul_precision,
-    }
-    api = before["conv"][0]
-    _set_tf32_setting(
-        torch, "conv", api, bool(enabled) if api == "legacy" else ("tf32" if enabled else "ieee")
-    )
+    before = {op: _get_tf32_setting(torch, op) for op in ("conv", "matmul")}
+    before["float32_matmul_precision"] = matmul_precision
+    new, api = "tf32" if enabled else "ieee", before["conv"][0]
+    _set_tf32_setting(torch, "conv", api, bool(enabled) if api == "legacy" else new)
     if matmul_precision is not None:
         torch.set_float32_matmul_precision("high" if enabled else "highest")
     else:
-        _set_tf32_setting(torch, "matmul", "new", "tf32" if enabled else "ieee")
+        _set_tf32_setting(torch, "matmul", "new", new)
     return before
 
 
@@ -166,12 +137,8 @@ def restore_tf32(before: dict[str, Any]) -> None:
 
 @contextmanager
 def strict_fp32() -> Iterator[None]:
-    """PyTorch in IEEE float32 inside the block (cuDNN and cuBLAS TF32 off); settings restored after.
-
-    OneFlow cannot be switched like this: it reads its settings from the environment when it
-    creates its CUDA handles. Set :func:`oneflow_strict_fp32_env` before ``import oneflow``
-    (or in a child process's environment).
-    """
+    """PyTorch in IEEE float32 inside the block (cuDNN and cuBLAS TF32 off); settings restored
+    after. OneFlow cannot be switched so: see :func:`oneflow_strict_fp32_env`."""
     before = set_tf32(False)
     try:
         yield
@@ -180,13 +147,10 @@ def strict_fp32() -> Iterator[None]:
 
 
 def oneflow_strict_fp32_env() -> dict[str, str]:
-    """Environment for IEEE float32 in OneFlow 0.9.0 on a GPU; set it before ``import oneflow``.
-
-    ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION=0`` turns TF32 off for OneFlow's cuBLAS matmuls;
-    ``NVIDIA_TF32_OVERRIDE=0`` for its cuDNN convolutions, which that variable does not govern.
-    The NVIDIA variable acts on every library of the process, PyTorch included: a process that
-    sets it cannot show TF32 (run the TF32 measurement in another process).
-    """
+    """Environment for IEEE float32 in OneFlow 0.9.0 on a GPU, to set before ``import oneflow``
+    (or in a child's environment): ``ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION=0`` for its cuBLAS
+    matmuls, ``NVIDIA_TF32_OVERRIDE=0`` for its cuDNN convolutions. The NVIDIA variable acts on
+    every library of the process, PyTorch included: that process cannot show TF32."""
     return {ONEFLOW_TF32_ENV: "0", NVIDIA_TF32_ENV: "0"}
 
 
@@ -194,14 +158,8 @@ def oneflow_strict_fp32_env() -> dict[str, str]:
 ROUNDINGS = ("nearest", "truncate")
 
 
-def _check_rounding(rounding: str) -> None:
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
-
-
 def round_mantissa(x: Any, bits: int = 10, rounding: str = "nearest") -> Any:
-    """A float32 tensor rounded to ``bits`` stored mantissa bits (10: TF32, 7: bf16), kept in
-    float32, on any device.
+    """A float32 tensor rounded to ``bits`` stored mantissa bits (10: TF32, 7: bf16), in float32.
 
     On the bit pattern: 'nearest' (ties to even) adds ``2^(drop-1) - 1`` plus the lowest kept bit,
     then clears the ``drop`` low bits; 'truncate' only clears them (toward zero: what a tensor core
@@ -211,7 +169,8 @@ def round_mantissa(x: Any, bits: int = 10, rounding: str = "nearest") -> Any:
     """
     import torch
 
-    _check_rounding(rounding)
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
     if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 23:
         raise ValueError(f"bits must be an int in 1..23 (float32 stores 23), got {bits!r}")
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
@@ -257,19 +216,20 @@ def _round_tensor(t: Any, rounding: str) -> Any:
 def emulate_tf32(module: Any, *, rounding: str = "nearest") -> Iterator[Any]:
     """Run ``module``'s convolutions and linear layers as TF32 tensor cores would, on any device.
 
-    Inside the block every ``Conv*``, ``ConvTranspose*`` and ``Linear`` sees its float32 input and
-    weight rounded to a 10-bit mantissa (:func:`round_mantissa` with ``rounding``) and accumulates
-    in float32, which is what TF32 does. Weights are rounded in place and restored bit for bit on
-    exit, the hooks removed. Gradients flow through the rounding unchanged (the backward pass is
-    float32); ``torch.matmul`` / ``@`` written in a ``forward`` are not covered. Yields ``module``.
+    Every ``Conv*``, ``ConvTranspose*`` and ``Linear`` sees its float32 input and weight rounded
+    to a 10-bit mantissa (:func:`round_mantissa`) and accumulates in float32, as TF32 does.
+    Weights are rounded in place and restored bit for bit on exit; gradients pass the rounding
+    unchanged; ``torch.matmul`` / ``@`` in a ``forward`` are not covered. Yields ``module``.
     """
     import torch
 
-    _check_rounding(rounding)
     kinds = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)
     layers = [m for m in module.modules() if isinstance(m, kinds)]
     saved: dict[int, tuple[Any, Any]] = {}
-    handles: list[Any] = []
+    handles = [
+        layer.register_forward_pre_hook(lambda _m, a: tuple(_round_tensor(t, rounding) for t in a))
+        for layer in layers
+    ]
     try:
         with torch.no_grad():
             for layer in layers:
@@ -277,11 +237,6 @@ def emulate_tf32(module: Any, *, rounding: str = "nearest") -> Iterator[Any]:
                 if w.dtype == torch.float32 and id(w) not in saved:
                     saved[id(w)] = (w, w.detach().clone())
                     w.copy_(round_mantissa(w.detach(), rounding=rounding))
-        for layer in layers:
-            hook = layer.register_forward_pre_hook(
-                lambda _m, args: tuple(_round_tensor(a, rounding) for a in args)
-            )
-            handles.append(hook)
         yield module
     finally:
         for h in handles:

@@ -1,13 +1,9 @@
 """Precision alignment of two implementations of one model: your port against its original.
 
 :func:`alignment_report` runs a reference and candidates (PyTorch vs OneFlow, eager vs graph, fp32
-vs a float64 copy, ...) on the same inputs; its :class:`AlignmentReport` has ``.table()`` (max /
-mean abs error, max rel error, cosine, top-k agreement), ``.plot()`` (the distribution of the
-element-wise errors); ``report[name].comparison`` holds the numbers to check (with the precision
-policy's bound, :func:`helpers.core.comparison.assert_outputs_close`, as chapter 2 does). Models:
-torch or OneFlow modules, ``nn.Graph``, TorchScript, compiled modules, or callables taking and
-returning NumPy arrays; inputs go to each as float32 (float64 to a float64 model, a good "exact"
-reference).
+vs a float64 copy) on the same inputs: ``.table()``, ``.plot()`` (the element-wise errors) and
+``report[name].comparison`` to check. Models: torch or OneFlow modules, ``nn.Graph``, TorchScript,
+compiled modules, or NumPy callables; inputs go to each as float32 (float64 to a float64 model).
 """
 
 from __future__ import annotations
@@ -41,7 +37,6 @@ class AlignmentRow:
     name: str
     comparison: Comparison
     abs_errors: np.ndarray  # flattened |candidate - reference|
-    reference_scale: float  # max |reference|, to read absolute errors against
 
 
 @dataclass(repr=False)
@@ -50,6 +45,7 @@ class AlignmentReport(ShowsAsTable):
 
     reference_name: str
     samples: int
+    reference_scale: float  # max |reference|, to read absolute errors against
     rows: list[AlignmentRow] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> AlignmentRow:
@@ -72,12 +68,12 @@ class AlignmentReport(ShowsAsTable):
         return Table(
             self.table_rows(),
             title=f"against {self.reference_name}, {self.samples} samples; largest "
-            f"|{self.reference_name} output| {self.rows[0].reference_scale:.3g}",
+            f"|{self.reference_name} output| {self.reference_scale:.3g}",
             floatfmt=".2e",
         )
 
     def plot(self, ax: Any = None, title: str = "") -> Any:
-        """Histogram of log10 |candidate - reference| per element, one colour per candidate; exact zeros are counted in the legend."""
+        """Histogram of log10 |candidate - reference| per element (exact zeros in the legend)."""
         import matplotlib.pyplot as plt
 
         ax = ax or plt.subplots(figsize=(7, 3.5))[1]
@@ -93,7 +89,7 @@ class AlignmentReport(ShowsAsTable):
                 )
             else:
                 ax.axvline(np.log10(floor), color=f"C{i}", label=label)
-        eps = np.finfo(np.float32).eps * self.rows[0].reference_scale
+        eps = np.finfo(np.float32).eps * self.reference_scale
         ax.axvline(np.log10(eps), color="grey", ls="--", lw=1, label="float32 eps x max|output|")
         ax.set_xlabel(f"log10 |candidate - {self.reference_name}| per output element")
         ax.set_ylabel("elements")
@@ -113,13 +109,10 @@ def alignment_report(
 ) -> AlignmentReport:
     """Run ``reference`` and each candidate on the same ``inputs`` and compare their outputs.
 
-    ``candidates`` is one model or a ``{name: model}`` mapping. ``inputs`` is a NumPy array or
-    tensor whose first axis is samples; it is fed ``batch_size`` samples at a time (default:
-    all at once; a OneFlow graph needs the batch size it was compiled for). Top-k agreement is
-    computed for 2-D (samples, classes) outputs, for each ``k`` up to the number of classes;
-    the default is top-1 only: top-5 says little unless there are many more than 5 classes
-    (top-5 of 8 classes agrees even between unrelated models most of the time).
-    Raises ``ValueError`` naming both shapes when a candidate's output shape differs.
+    ``candidates``: one model or ``{name: model}``. ``inputs`` (first axis samples) go
+    ``batch_size`` at a time (default all; a OneFlow graph needs its compiled batch size). Top-k
+    agreement for 2-D (samples, classes) outputs, each ``k`` up to the number of classes; top-1 by
+    default: top-5 of 8 classes agrees even between unrelated models most of the time.
     """
     if not isinstance(candidates, Mapping):
         candidates = {"candidate": candidates}
@@ -127,7 +120,7 @@ def alignment_report(
         raise ValueError("give at least one candidate to compare with the reference")
     x = as_float_batch(inputs)
     ref = predict_batched(reference, x, batch_size)
-    report = AlignmentReport(reference_name, len(x))
+    report = AlignmentReport(reference_name, len(x), float(np.abs(ref).max()))
     for name, model in candidates.items():
         out = predict_batched(model, x, batch_size)
         if out.shape != ref.shape:
@@ -137,7 +130,5 @@ def alignment_report(
             )
         ks = tuple(k for k in topk if ref.ndim == 2 and k <= ref.shape[1])
         cmp = compare(out, ref, topk=ks)
-        report.rows.append(
-            AlignmentRow(name, cmp, np.abs(out - ref).ravel(), float(np.abs(ref).max()))
-        )
+        report.rows.append(AlignmentRow(name, cmp, np.abs(out - ref).ravel()))
     return report

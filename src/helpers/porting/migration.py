@@ -1,18 +1,16 @@
 """Running PyTorch code on OneFlow without editing it, and finding what will not carry over.
 
-:func:`mock_torch` / :func:`import_with_mock_torch` import an *unchanged* file while ``import
-torch`` yields OneFlow (``torchvision`` aliased to ``flowvision`` too, which ``oneflow.mock_torch``
-does not do); :func:`api_usage` / :func:`missing_apis` / :func:`resolve` say which ``torch.*`` /
-``torchvision.*`` names a file uses and whether OneFlow has each. Only module-level names can be
-checked statically: tensor methods and names built at run time need the migrated code to run.
+:func:`import_with_mock_torch` imports an *unchanged* file whose ``torch`` is OneFlow (and
+``torchvision`` flowvision, which ``oneflow.mock_torch`` does not do); :func:`api_usage` says which
+``torch.*`` / ``torchvision.*`` names a file uses and whether OneFlow has each (module-level names
+only: tensor methods and names built at run time need the migrated code to run).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 import importlib.util
-import inspect
+import pkgutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,22 +40,13 @@ def _target(name: str) -> str | None:
     return REPLACEMENTS[root] + ("." + rest if rest else "")
 
 
-def _parse(source: str, what: str = "source") -> ast.Module:
-    if not isinstance(source, str):
-        raise TypeError(f"{what} must be Python source text (str), got {type(source).__name__}")
-    try:
-        return ast.parse(source)
-    except SyntaxError as exc:
-        raise ValueError(f"{what} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
-
-
 def _source_file(module_or_path: ModuleType | str | Path) -> Path:
     if isinstance(module_or_path, ModuleType):
         file = getattr(module_or_path, "__file__", None)
         if not file or not Path(file).is_file():
             raise ValueError(f"module {module_or_path.__name__!r} has no source file to re-import")
         return Path(file)
-    path = Path(module_or_path)
+    path = Path(str(module_or_path).strip())
     if path.suffix != ".py" or not path.is_file():
         raise FileNotFoundError(f"no Python source file at {path}")
     return path
@@ -76,18 +65,15 @@ def mock_torch(alias_torchvision: bool = True) -> Iterator[Any]:
     namespace: dict[str, Any] = {}
     exec("from oneflow.mock_torch import enable\nctx = enable()", namespace)  # noqa: S102 - fixed code
     ctx = namespace["ctx"]
-    saved = {
-        k: v for k, v in sys.modules.items() if k == "torchvision" or k.startswith("torchvision.")
-    }
+    saved = {k: v for k, v in sys.modules.items() if k.partition(".")[0] == "torchvision"}
     try:
         if alias_torchvision:
             for key in saved:
                 del sys.modules[key]
-            sys.modules["torchvision"] = flowvision
-            sys.modules["torchvision.models"] = flowvision.models
+            sys.modules.update({"torchvision": flowvision, "torchvision.models": flowvision.models})
         yield flow
     finally:
-        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+        for key in [k for k in sys.modules if k.partition(".")[0] == "torchvision"]:
             del sys.modules[key]
         sys.modules.update(saved)
         ctx.__exit__(None, None, None)
@@ -124,33 +110,15 @@ def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[tuple[str, int]]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if _target(a.name):
-                    if a.asname:
-                        aliases[a.asname] = a.name
-                    else:
-                        root = a.name.split(".")[0]
-                        aliases[root] = root
-        elif (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and node.module
-            and _target(node.module)
-        ):
+                if _target(a.name):  # `import torch.nn` binds `torch`; `as nn` binds torch.nn
+                    root = a.name.partition(".")[0]
+                    aliases[a.asname or root] = a.name if a.asname else root
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _target(node.module or ""):
             for a in node.names:
                 full = f"{node.module}.{a.name}"
                 aliases[a.asname or a.name] = full
                 imported.append((full, node.lineno))
     return aliases, imported
-
-
-def _dotted(node: ast.AST) -> list[str] | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return [node.id] + parts[::-1]
-    return None
 
 
 def resolve(name: str) -> tuple[bool, str]:
@@ -159,19 +127,10 @@ def resolve(name: str) -> tuple[bool, str]:
     if target is None:
         raise ValueError(f"{name!r} is not a torch or torchvision name")
     import_oneflow()
-    parts = target.split(".")
     try:
-        obj: Any = importlib.import_module(parts[0])
-    except ImportError:
+        pkgutil.resolve_name(target)  # imports submodules, then follows attributes
+    except (ImportError, AttributeError):
         return False, target
-    for i, part in enumerate(parts[1:], start=1):
-        if hasattr(obj, part):
-            obj = getattr(obj, part)
-            continue
-        try:  # a submodule that is not imported yet
-            obj = importlib.import_module(".".join(parts[: i + 1]))
-        except ImportError:
-            return False, target
     return True, target
 
 
@@ -186,35 +145,35 @@ def api_usage(source_or_module: str | Path | ModuleType) -> list[dict[str, Any]]
     ``available``, ``uses``, ``first_line``), the missing ones first. ``source_or_module``: source
     text, an imported module, or a ``.py`` file's path (a ``Path`` or one line ending in ``.py``).
     """
-    if isinstance(source_or_module, ModuleType):
-        source = inspect.getsource(source_or_module)
-    elif _is_path(source_or_module):
-        source = _source_file(str(source_or_module).strip()).read_text(encoding="utf-8")
+    if isinstance(source_or_module, ModuleType) or _is_path(source_or_module):
+        source = _source_file(source_or_module).read_text(encoding="utf-8")
     else:
         source = source_or_module
-    tree = _parse(source)
+    if not isinstance(source, str):
+        raise TypeError(f"source must be Python source text (str), got {type(source).__name__}")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"source is not valid Python: line {exc.lineno}: {exc.msg}") from exc
     aliases, imported = _aliases(tree)
     found: dict[str, list[int]] = {}
     for full, line in imported:
         found.setdefault(full, []).append(line)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            chain = _dotted(node)
-            if chain and chain[0] in aliases:
+            chain = ast.unparse(node).split(".")  # a dotted name, or an expression's attribute
+            if all(p.isidentifier() for p in chain) and chain[0] in aliases:
                 full = ".".join([aliases[chain[0]]] + chain[1:])
                 found.setdefault(full, []).append(node.lineno)
     # keep only the longest chains: 'torch.optim.SGD' covers 'torch.optim'
     names = sorted(found)
     longest = [n for n in names if not any(o != n and o.startswith(n + ".") for o in names)]
-    rows = []
-    for name in longest:
-        ok, target = resolve(name)
-        lines = found[name]
-        rows.append(
-            dict(api=name, oneflow=target, available=ok, uses=len(lines), first_line=min(lines))
-        )
-    rows.sort(key=lambda r: (r["available"], r["first_line"]))
-    return rows
+    rows = [
+        dict(api=n, oneflow=target, available=ok, uses=len(found[n]), first_line=min(found[n]))
+        for n in longest
+        for ok, target in [resolve(n)]
+    ]
+    return sorted(rows, key=lambda r: (r["available"], r["first_line"]))
 
 
 def missing_apis(source_or_module: str | Path | ModuleType) -> list[str]:

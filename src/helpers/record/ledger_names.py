@@ -17,7 +17,6 @@ from functools import cache
 from typing import Any
 
 __all__ = [
-    "Name",
     "NAMES",
     "JOURNEY",
     "is_course_chapter",
