@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
 from helpers.core.checks import check_int
 from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
@@ -29,14 +31,11 @@ __all__ = ["percentile", "Measurement", "RatioSummary", "paired_ratio", "measure
 SPREAD_WARNING = 0.10
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in 0..100) of already-sorted values (NumPy's default)."""
-    if not sorted_values:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``values``, linearly interpolated (NumPy's default)."""
+    if not len(values):
         raise ValueError("no values")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 @dataclass
@@ -84,31 +83,21 @@ class Measurement:
         """True when other processes took a share of the CPU while this ran (None: unknown)."""
         return None if self.load is None else self.load.contended
 
-    def _q(self, q: float) -> float:
-        return percentile(sorted(self.times_s), q)
-
     # Seconds per call. p99 with fewer than ~100 runs is about the slowest run; prefer the median
     # to the mean, which slow outliers pull up.
     runs = property(lambda self: len(self.times_s))
     mean = property(lambda self: statistics.fmean(self.times_s))
     std = property(lambda self: statistics.stdev(self.times_s) if self.runs > 1 else 0.0)
     median = property(lambda self: statistics.median(self.times_s))
-    min = property(lambda self: min(self.times_s))
-    p25 = property(lambda self: self._q(25))
-    p75 = property(lambda self: self._q(75))
-    p90 = property(lambda self: self._q(90))
-    p99 = property(lambda self: self._q(99))
+    p25 = property(lambda self: percentile(self.times_s, 25))
+    p75 = property(lambda self: percentile(self.times_s, 75))
+    p99 = property(lambda self: percentile(self.times_s, 99))
     iqr = property(lambda self: self.p75 - self.p25)  # the width of the middle half of the calls
 
     @property
     def relative_iqr(self) -> float:
         """IQR as a fraction of the median (0 when the median is 0)."""
         return self.iqr / self.median if self.median > 0 else 0.0
-
-    @property
-    def tail_ratio(self) -> float:
-        """p99 / p50: how much slower the worst calls are than the typical one (1 for median 0)."""
-        return self.p99 / self.median if self.median > 0 else 1.0
 
     @property
     def noisy(self) -> bool:
@@ -122,7 +111,7 @@ class Measurement:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers (seconds, items/s) for tables, the ledger and a subprocess's answer."""
-        stats = ("median", "p99", "iqr", "p90", "mean", "std", "min")
+        stats = ("median", "p99", "iqr", "mean", "std")
         return {
             "label": self.label,
             "framework": self.framework,
@@ -139,11 +128,12 @@ class Measurement:
 
     def __str__(self) -> str:
         ms, cores = 1e3, self.cores_used
+        tail = self.p99 / self.median if self.median > 0 else 1.0  # the worst calls vs typical
         lines = [
             f"{self.label}: median {self.median * ms:.2f} ms, p99 {self.p99 * ms:.2f} ms per call "
             f"({self.runs} run{'s' if self.runs != 1 else ''} after {self.warmup} warm-up)",
             f"  spread: IQR {self.iqr * ms:.2f} ms ({self.relative_iqr:.0%} of the median), "
-            f"p99/p50 {self.tail_ratio:.2f}; mean {self.mean * ms:.2f} +- {self.std * ms:.2f} ms; "
+            f"p99/p50 {tail:.2f}; mean {self.mean * ms:.2f} +- {self.std * ms:.2f} ms; "
             f"{self.throughput:.1f} items/s at the median",
         ]
         if any(v is not None for v in (self.device, self.threads, self.cpu_s, self.load)):
