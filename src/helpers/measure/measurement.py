@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
-
 from helpers.core.checks import check_int
 from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
@@ -33,6 +31,8 @@ SPREAD_WARNING = 0.10
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0..100) of ``values``, linearly interpolated (NumPy's default)."""
+    import numpy as np  # not at import: `import helpers` loads no framework
+
     if not len(values):
         raise ValueError("no values")
     return float(np.percentile(values, q))
