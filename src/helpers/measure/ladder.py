@@ -104,7 +104,7 @@ class Ladder:
     """What :func:`climb` measured.
 
     ``rows``: one per rung (the first is the naive baseline) with ``rung``, ``key``, ``candidate``
-    (the pick), ``base`` (the path it was measured over) and ``over`` (its rung), ``ms_per_image``,
+    (the pick), ``base`` (the path it was measured over), ``ms_per_image``,
     ``factor``/``ratio``, ``candidates`` (every candidate's ratio), ``kept``, ``verdict``,
     ``reason``, ``cumulative``
     (:func:`chain` of the kept factors up to it), ``reported``, ``forward_only`` and ``stage`` (the
@@ -191,7 +191,6 @@ def climb(
     paths: dict[str, dict[str, Any]] = {naive_label: dict(naive)}
     timed: dict[str, Timed] = {}
     base_of: dict[str, str | None] = {naive_label: None}
-    key_of: dict[str, str] = {naive_label: naive_label}
     failed: dict[str, str] = {}
     candidates = {c for r in rungs for c in r.candidates}
 
@@ -236,7 +235,7 @@ def climb(
             base = task
         for label, change in {**rung.candidates, **rung.controls}.items():
             paths[label] = _apply(paths[base], change)
-            key_of[label], base_of[label] = rung.key, base
+            base_of[label] = base
         if rung.later:
             pending.append(rung)
             continue
@@ -260,7 +259,6 @@ def climb(
                 "key": r.key,
                 "candidate": pick,
                 "base": base,
-                "over": key_of[base],
                 "ms_per_image": _ms(measured[pick]),
                 "factor": ratio.median,
                 "ratio": ratio,
@@ -327,7 +325,6 @@ def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:
         "key": label,
         "candidate": label,
         "base": "",
-        "over": "",
         "ms_per_image": _ms(m),
         "factor": 1.0,
         "ratio": one,

@@ -208,7 +208,7 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
             precision.restore_tf32(before)
         if tf32_in_effect:
             peaks["tf32"] = matmul_peak_gflops("float32", n, repeats, dev, tf32=True)
-        if _native_bf16(torch):
+        if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere+, not emulated
             peaks["bf16"] = matmul_peak_gflops("bfloat16", n, repeats, dev)
         peaks["fp16"] = matmul_peak_gflops("float16", n, repeats, dev)
     else:
@@ -223,14 +223,6 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
         if environment.has_int8_dot_product():
             peaks["int8"] = max(int8_matmul_peak_gops(n, repeats, k) for k in INT8_KERNELS)
     return peaks
-
-
-def _native_bf16(torch: Any) -> bool:
-    """Whether the GPU multiplies bfloat16 natively (Ampere+), not by emulation."""
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # PyTorch < 2.3: no emulation argument
-        return bool(torch.cuda.is_bf16_supported())
 
 
 def count_flops(model: Any, example_input: Any) -> int:

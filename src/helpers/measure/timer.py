@@ -70,8 +70,6 @@ def benchmark(
     :func:`framework_threads`); ``device``: where it runs. The measurement also records this
     process's CPU time (``cores_used``) and the machine's load (``contended``).
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     return benchmark_interleaved(
         {label: fn},
         framework=framework,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.core.checks import check_number
-from helpers.measure.machine import measured_loads
+from helpers.measure.machine import READERS, measured_loads
 from helpers.measure.measurement import RatioSummary
 from helpers.record import ledger_names
 
@@ -219,13 +219,9 @@ def on_machine(*measurements: Any) -> dict[str, Any]:
 def _process_load() -> dict[str, Any]:
     """The default stamp: every measurement this process took so far, contended if any was."""
     log = measured_loads()
-    try:
-        now = os.getloadavg()[0]
-    except OSError:
-        now = None
     scope = "every measurement of this process so far" if log else "no measurement in this process"
     loads = [x.as_dict() for x in log]
-    return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=now)
+    return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=READERS.loadavg())
 
 
 def check_quiet(folder: Path | str) -> list[str]:
