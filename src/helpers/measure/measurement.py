@@ -1,10 +1,6 @@
-"""What a timing means: :class:`Measurement` (median first, spread, where it ran) and paired ratios.
-
-Shaped like ``torch.utils.benchmark``'s ``Measurement``: median and p99 first, a warning when the
-spread is large (:data:`SPREAD_WARNING`), and where it ran (device, threads, cores busy, load).
-:func:`paired_ratio` turns two measurements of one interleaved run into a :class:`RatioSummary`,
-the one shape of a speed-up from the page to the ledger (:meth:`RatioSummary.as_record`).
-"""
+"""What a timing means: :class:`Measurement` (like ``torch.utils.benchmark``'s: median and p99
+first, a warning when the spread is large, where it ran) and :func:`paired_ratio`, whose
+:class:`RatioSummary` is the one shape of a speed-up from the page to the ledger."""
 
 from __future__ import annotations
 
@@ -40,12 +36,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 @dataclass
 class Measurement:
-    """Timings of one callable: per-call seconds plus what they mean.
-
-    Printed as chapter 0 teaches: median (typical) and p99 (the worst a user sees) first, then the
-    spread, and a warning when the IQR exceeds :data:`SPREAD_WARNING` of the median.
-    ``throughput`` is taken at the median, so one slow outlier does not move it.
-    """
+    """Per-call seconds of one callable, printed as chapter 0 teaches: median (typical) and p99
+    (the worst a user sees) first, then the spread, warned when noisy; throughput at the median."""
 
     label: str
     times_s: list[float]
@@ -71,11 +63,8 @@ class Measurement:
 
     @property
     def cores_used(self) -> float | None:
-        """CPU seconds / wall seconds while timed: cores busy, computing *or spinning*.
-
-        None when unknown. A runtime that polls for work counts as busy, so it is not the
-        parallelism achieved (on a GPU, the host side only).
-        """
+        """CPU seconds / wall seconds while timed (None: unknown): cores busy, computing *or
+        spinning* (a runtime polling for work counts), not the parallelism achieved."""
         return None if self.cpu_s is None or not self.wall_s else self.cpu_s / self.wall_s
 
     @property
@@ -159,7 +148,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class RatioSummary:
-    """A speedup from interleaved rounds: the median of the per-round ratios and their spread."""
+    """A speedup from interleaved rounds: the median of the per-round ratios, their p25-p75."""
 
     median: float
     p25: float
@@ -219,18 +208,14 @@ class RatioSummary:
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> RatioSummary:
-        """The ratio back from :meth:`as_record`'s fields (a ledger record, a subprocess's rows);
-        the per-round ratios are not in a record."""
+        """The ratio back from :meth:`as_record`'s fields (without the per-round ratios)."""
         return cls(rec["value"], rec["p25"], rec["p75"], rec["rounds"], ())
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
-    """How many times faster ``other`` ran than ``baseline`` (per item), round by round.
-
-    Round *i*'s ratio is baseline time *i* / other time *i* of one interleaved run (side by side,
-    under the same load), so their spread is the *speedup's*, which the two measurements' own
-    spreads overstate.
-    """
+    """How many times faster ``other`` ran than ``baseline`` (per item): round *i*'s ratio is
+    baseline time *i* / other time *i* of one interleaved run, under the same load, so their
+    spread is the *speedup's*, which the two measurements' own spreads overstate."""
     if len(baseline.times_s) != len(other.times_s):
         raise ValueError(
             f"{baseline.label!r} has {len(baseline.times_s)} rounds, {other.label!r} "
