@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -78,12 +79,9 @@ def fastest_thread_count(
     warmup: int = 2,
     repeats: int = 5,
 ) -> tuple[int, dict[int, Measurement]]:
-    """The fastest PyTorch intra-op thread count for ``fn()`` among ``candidates`` (interleaved).
-
-    On a busy machine threads that meet at every layer can be many times *slower* than one. The
-    count is restored afterwards. Default candidates: 1, PyTorch's current count and every core
-    this process may use (:func:`helpers.core.threads.available_cores`).
-    """
+    """The fastest PyTorch intra-op thread count for ``fn()`` (interleaved; restored after) among
+    ``candidates``, default 1, PyTorch's count and every available core: on a busy machine,
+    threads that meet at every layer can be many times *slower* than one."""
     import torch
 
     from helpers.core.threads import available_cores
@@ -98,16 +96,13 @@ def fastest_thread_count(
         check_int("thread count", t)
     saved = torch.get_num_threads()
 
-    def with_threads(t: int) -> Any:
-        def run() -> Any:
-            torch.set_num_threads(t)
-            return fn()
-
-        return run
+    def run(t: int) -> Any:
+        torch.set_num_threads(t)
+        return fn()
 
     try:
         times = benchmark_interleaved(
-            {t: with_threads(t) for t in candidates},
+            {t: partial(run, t) for t in candidates},
             framework="torch",
             warmup=warmup,
             repeats=repeats,
