@@ -40,7 +40,7 @@ def test_measurement_rejects_empty_and_bad_items():
     with pytest.raises(ValueError, match="items"):
         Measurement("bad", [0.1], items=0)
     for bad in (float("nan"), -0.001, float("inf"), "1"):
-        with pytest.raises(ValueError, match="finite seconds >= 0"):
+        with pytest.raises(ValueError, match="each time in seconds must be a finite number >= 0"):
             Measurement("bad", [0.1, bad])
 
 

@@ -21,9 +21,8 @@ def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
     """Rows of ``{batch: Measurement}``: ms per call and per image, images/s, gain over the first."""
     if not measurements:
         raise ValueError("no measurements: run the sweep first")
-    bad = [b for b in measurements if not isinstance(b, int) or b < 1]
-    if bad:
-        raise ValueError(f"batch sizes must be positive ints, got {bad}")
+    for b in measurements:
+        check_int("batch size", b)
     first = measurements[min(measurements)]
     return [
         {

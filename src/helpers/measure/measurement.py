@@ -5,14 +5,13 @@ first, a warning when the spread is large, where it ran) and :func:`paired_ratio
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from helpers.core.checks import check_int
+from helpers.core.checks import check_int, check_number
 from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
@@ -55,10 +54,7 @@ class Measurement:
         if not self.times_s:
             raise ValueError(f"measurement {self.label!r} has no timings")
         for t in self.times_s:
-            if not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
-                raise ValueError(
-                    f"measurement {self.label!r}: times must be finite seconds >= 0, got {t!r}"
-                )
+            check_number(f"measurement {self.label!r}: each time in seconds", t, minimum=0)
         check_int("items", self.items)
 
     @property
@@ -240,15 +236,11 @@ def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
 def measurement_from_dict(d: dict[str, Any]) -> Measurement:
     """A :class:`Measurement` back from ``as_dict()`` plus ``times_s`` (what a subprocess returns)."""
     load, names = d.get("load"), {f.name for f in fields(MachineLoad)} - {"share"}
+    given = ("items", "framework", "warmup", "threads", "device", "cpu_s")
     return Measurement(
         label=d["label"],
         times_s=list(d["times_s"]),
-        items=d.get("items", 1),
-        framework=d.get("framework", "none"),
-        warmup=d.get("warmup", 0),
-        threads=d.get("threads"),
-        device=d.get("device"),
-        cpu_s=d.get("cpu_s"),
+        **{k: d[k] for k in given if k in d},
         wall_s=(d["cpu_s"] / d["cores_used"]) if d.get("cores_used") else None,
         load=None
         if load is None

@@ -13,7 +13,7 @@ from itertools import accumulate
 from typing import Any
 
 from helpers.measure.measurement import Measurement
-from helpers.measure.timer import benchmark
+from helpers.measure.timer import benchmark_interleaved
 
 __all__ = ["time_stages", "table_rows", "task_peak_memory"]
 
@@ -25,13 +25,8 @@ def time_stages(
     warmup: int = 2,
     repeats: int = 10,
 ) -> dict[str, Measurement]:
-    """Benchmark each stage of a pipeline separately (same warm-up and repetitions for all)."""
-    if not stages:
-        raise ValueError("no stages given")
-    return {
-        name: benchmark(fn, label=name, framework=framework, warmup=warmup, repeats=repeats)
-        for name, fn in stages.items()
-    }
+    """Each stage of a pipeline timed on its own, in interleaved rounds (the same load for all)."""
+    return benchmark_interleaved(dict(stages), framework=framework, warmup=warmup, repeats=repeats)
 
 
 def table_rows(
