@@ -75,8 +75,7 @@ def benchmark(
 
 def time_calls(fn: Callable[[], Any], n: int, *, framework: str = "torch") -> list[float]:
     """Seconds taken by each of ``n`` consecutive calls, with no warm-up (to *see* warm-up)."""
-    check_int("n", n)
-    synchronize(framework)
+    check_int("n", n)  # time_loop waits for earlier queued work before the first call
     return time_loop(fn, warmup=0, repeats=n, sync=lambda: synchronize(framework))
 
 

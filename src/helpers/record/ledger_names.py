@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -31,23 +31,12 @@ class Name:
     required: bool = True
     when: str = ""
 
-    @property
+    @cached_property
     def regex(self) -> re.Pattern[str]:
-        return _compile(self.pattern)
-
-    def covers(self, names: Iterable[str]) -> bool:
-        return any(self.regex.match(n) for n in names)
-
-
-@cache
-def _compile(pattern: str) -> re.Pattern[str]:
-    out, pos = [], 0
-    for hole in re.finditer(r"\{([^{}]+)\}", pattern):
-        out.append(re.escape(pattern[pos : hole.start()]))
-        out.append(r"\d+" if hole.group(1) in NUMBERS else r"[^/\\\s]+?")
-        pos = hole.end()
-    out.append(re.escape(pattern[pos:]))
-    return re.compile("".join(out) + r"\Z")
+        parts = re.split(r"\{([^{}]+)\}", self.pattern)  # literal, hole, literal, ...
+        holes = [r"\d+" if h in NUMBERS else r"[^/\\\s]+?" for h in parts[1::2]]
+        literals = map(re.escape, parts[::2])
+        return re.compile("".join(a + b for a, b in zip(literals, [*holes, r"\Z"])))
 
 
 def _names(*items: str | Name) -> tuple[Name, ...]:
@@ -260,7 +249,8 @@ def missing_records(
                 f"unknown chapter {chapter!r}: not in helpers.record.ledger_names.NAMES"
             )
         written = by_chapter.get(chapter, [])
-        gaps = [p.pattern for p in NAMES[chapter] if p.required and not p.covers(written)]
+        needed = [p for p in NAMES[chapter] if p.required]
+        gaps = [p.pattern for p in needed if not any(map(p.regex.match, written))]
         if written and gaps:
             out[chapter] = gaps
     return out
