@@ -37,26 +37,22 @@ def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
 
 
 class GpuUtilisation(Sampler):
-    """Sample GPU utilisation (percent, from ``nvidia-smi``) in a background thread::
+    """GPU 0's utilisation (percent, from ``nvidia-smi``) sampled in a background thread:
+    ``with GpuUtilisation() as u: ...``, then ``u.mean``."""
 
-    with GpuUtilisation() as u:
-        run_workload()
-    print(u.mean)
-    """
+    QUERY = ["nvidia-smi", "--id=0", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
 
-    def __init__(self, interval_s: float = 0.1, gpu: int = 0) -> None:
+    def __init__(self, interval_s: float = 0.1) -> None:
         super().__init__(interval_s)  # refuses a non-positive interval
         if shutil.which("nvidia-smi") is None:
             raise RuntimeError(
                 "nvidia-smi not found: GPU utilisation can only be sampled on an NVIDIA GPU machine"
             )
-        self.query = ["nvidia-smi", f"--id={gpu}", "--query-gpu=utilization.gpu"]
         self.samples: list[float] = []
 
     def sample(self) -> None:
-        fmt = "--format=csv,noheader,nounits"
         try:  # a missed sample is skipped: the mean is over the ones read
-            out = subprocess.run([*self.query, fmt], capture_output=True, text=True, timeout=5)
+            out = subprocess.run(self.QUERY, capture_output=True, text=True, timeout=5)
             self.samples.append(float(out.stdout.splitlines()[0]))
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             pass
