@@ -20,7 +20,7 @@ def test_sweep_rows():
     assert rows[1]["throughput_gain"] == pytest.approx(2.0)
     with pytest.raises(ValueError, match="no measurements"):
         batch_sweep.sweep_rows({})
-    with pytest.raises(ValueError, match="positive ints"):
+    with pytest.raises(ValueError, match="batch size must be a positive int"):
         batch_sweep.sweep_rows({0: Measurement("b0", [0.01])})
 
 

@@ -13,38 +13,40 @@ def test_time_stages_times_each_stage(torch_mod):
         {"matmul": lambda: x @ x, "add": lambda: x + 1}, warmup=1, repeats=2
     )
     assert list(stages) == ["matmul", "add"] and all(len(m.times_s) == 2 for m in stages.values())
-    with pytest.raises(ValueError, match="no stages"):
+    with pytest.raises(ValueError, match="nothing to benchmark"):
         profiling.time_stages({})
+
+
+class _Task:
+    """A task as make_task builds one: callable on a batch, its network as ``module``."""
+
+    def __init__(self, torch_mod, work):
+        self.module, self.work = torch_mod.nn.Linear(4, 4), work
+
+    def __call__(self, x):
+        return self.work(self, x)
 
 
 def test_peak_memory_sees_temporaries_and_retained(torch_mod):
     kept = []
 
-    def work():
+    def work(task, x):
         a = torch_mod.ones(1024, 1024)  # 4 MiB temporary
         b = a * 2  # another 4 MiB while a is alive
         kept.append(b.sum(dim=0))  # 4 KiB kept
-        return None
+        task.module(x).sum().backward()  # the warm-up's gradients are dropped before the call
 
-    mem = profiling.torch_peak_memory(work, warmup=0)
+    mem = profiling.task_peak_memory(_Task(torch_mod, work), torch_mod.ones(1, 4))
     assert mem["peak"] >= 8 * 2**20 and mem["peak"] < 9 * 2**20
     assert 0 < mem["retained"] < 2**20
     assert mem["method"].startswith("torch.profiler")
 
 
-def test_peak_memory_bad_inputs():
-    with pytest.raises(TypeError, match="callable"):
-        profiling.torch_peak_memory(42)
+def test_peak_memory_bad_inputs(torch_mod):
+    with pytest.raises(TypeError, match="make_task"):
+        profiling.task_peak_memory(lambda x: x, 1)
     with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
-        profiling.torch_peak_memory(lambda: None, device="meta")
-
-
-def test_peak_memory_setup_runs_before_the_measured_call(torch_mod):
-    calls = []
-    profiling.torch_peak_memory(
-        lambda: calls.append("fn"), warmup=2, setup=lambda: calls.append("setup")
-    )
-    assert calls == ["fn", "fn", "setup", "fn"]
+        profiling.task_peak_memory(_Task(torch_mod, lambda t, x: None), 1, device="meta")
 
 
 def test_table_rows_narrows_the_profilers_own_table(torch_mod):

@@ -29,7 +29,7 @@ def test_every_oneflow_timer_calls_oneflows_own_sync(flow, monkeypatch):
     assert len(calls) == 1 + 1 + 3 * (1 + 1)  # idle start, after the warm-up, 3 one-call loops
     calls.clear()
     timer.time_calls(fn, 4, framework="oneflow")
-    assert len(calls) == 1 + (1 + 4)  # the name check, then the timed loop
+    assert len(calls) == 1 + 4  # before the first timed call, then after each
     calls.clear()
     benchmark_interleaved({"a": fn, "b": fn}, framework="oneflow", warmup=1, repeats=3)
     assert len(calls) == 1 + 2 + 2 * 3 * (1 + 1)  # name check, 2 warm-ups, 6 one-call loops

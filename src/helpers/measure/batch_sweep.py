@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,8 @@ def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
     """Rows of ``{batch: Measurement}``: ms per call and per image, images/s, gain over the first."""
     if not measurements:
         raise ValueError("no measurements: run the sweep first")
-    bad = [b for b in measurements if not isinstance(b, int) or b < 1]
-    if bad:
-        raise ValueError(f"batch sizes must be positive ints, got {bad}")
+    for b in measurements:
+        check_int("batch size", b)
     first = measurements[min(measurements)]
     return [
         {
@@ -37,26 +37,22 @@ def sweep_rows(measurements: Mapping[int, Measurement]) -> list[dict[str, Any]]:
 
 
 class GpuUtilisation(Sampler):
-    """Sample GPU utilisation (percent, from ``nvidia-smi``) in a background thread::
+    """GPU 0's utilisation (percent, from ``nvidia-smi``) sampled in a background thread:
+    ``with GpuUtilisation() as u: ...``, then ``u.mean``."""
 
-    with GpuUtilisation() as u:
-        run_workload()
-    print(u.mean)
-    """
+    QUERY = ["nvidia-smi", "--id=0", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
 
-    def __init__(self, interval_s: float = 0.1, gpu: int = 0) -> None:
+    def __init__(self, interval_s: float = 0.1) -> None:
         super().__init__(interval_s)  # refuses a non-positive interval
         if shutil.which("nvidia-smi") is None:
             raise RuntimeError(
                 "nvidia-smi not found: GPU utilisation can only be sampled on an NVIDIA GPU machine"
             )
-        self.query = ["nvidia-smi", f"--id={gpu}", "--query-gpu=utilization.gpu"]
         self.samples: list[float] = []
 
     def sample(self) -> None:
-        fmt = "--format=csv,noheader,nounits"
         try:  # a missed sample is skipped: the mean is over the ones read
-            out = subprocess.run([*self.query, fmt], capture_output=True, text=True, timeout=5)
+            out = subprocess.run(self.QUERY, capture_output=True, text=True, timeout=5)
             self.samples.append(float(out.stdout.splitlines()[0]))
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             pass
@@ -78,12 +74,9 @@ def fastest_thread_count(
     warmup: int = 2,
     repeats: int = 5,
 ) -> tuple[int, dict[int, Measurement]]:
-    """The fastest PyTorch intra-op thread count for ``fn()`` among ``candidates`` (interleaved).
-
-    On a busy machine threads that meet at every layer can be many times *slower* than one. The
-    count is restored afterwards. Default candidates: 1, PyTorch's current count and every core
-    this process may use (:func:`helpers.core.threads.available_cores`).
-    """
+    """The fastest PyTorch intra-op thread count for ``fn()`` (interleaved; restored after) among
+    ``candidates``, default 1, PyTorch's count and every available core: on a busy machine,
+    threads that meet at every layer can be many times *slower* than one."""
     import torch
 
     from helpers.core.threads import available_cores
@@ -98,16 +91,13 @@ def fastest_thread_count(
         check_int("thread count", t)
     saved = torch.get_num_threads()
 
-    def with_threads(t: int) -> Any:
-        def run() -> Any:
-            torch.set_num_threads(t)
-            return fn()
-
-        return run
+    def run(t: int) -> Any:
+        torch.set_num_threads(t)
+        return fn()
 
     try:
         times = benchmark_interleaved(
-            {t: with_threads(t) for t in candidates},
+            {t: partial(run, t) for t in candidates},
             framework="torch",
             warmup=warmup,
             repeats=repeats,

@@ -6,18 +6,13 @@ Chapter 10's method, for any task on any model (the page builds the paths; this 
     rungs = [Rung("pruning", {"pruning": {"variant": "single_forward"}}), ...]
     lad = climb(naive, rungs, build, rounds=15)   # build(settings) -> Timed(call, items)
 
-- A **path** is a dict of settings; ``build(settings)`` returns one :class:`Timed` call of it.
-- A **rung** offers candidate changes to the kept path (its *base*). The base, the candidates and
-  the rung's controls (an A/A twin) are timed in one interleaved run; a candidate's factor is the
-  paired ratio base / candidate. The fastest is **kept** only when ``keep(ratio)``
-  (:func:`keep_rule`: the per-round interval lies wholly above 1), and the next rung builds on it;
-  a rung not kept leaves the base as it was, and its row says why.
-- ``check`` is the page's own check of each path's answer: a failing candidate is timed and shown
-  but never kept; a failing control or naive path stops the climb.
-- A ``later`` rung is measured on its base and never built on (timed with the next rung); a
-  forward-only rung (``branch=<rung key>``) leaves from the path kept right after that rung.
-- Last, the naive and the final kept path are timed together: the **end-to-end** factor, measured
-  directly (the product of the kept factors is only its estimate).
+A **path** is a dict of settings. A **rung** offers candidate changes to the kept path (its
+*base*); base, candidates and controls (an A/A twin) are timed in one interleaved run, each
+candidate's factor the paired ratio base / candidate. The fastest is **kept** only when
+``keep(ratio)`` (:func:`keep_rule`: the per-round interval wholly above 1); a rung not kept leaves
+the base as it was, and its row says why. A candidate failing the page's ``check`` is shown but
+never kept. Last, naive and final path are timed together: the **end-to-end** factor, measured
+(the product of the kept factors is only its estimate).
 """
 
 from __future__ import annotations
@@ -54,11 +49,11 @@ class Timed:
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung: candidate changes (label -> settings to update, or a function of the base's
-    settings), controls timed beside them (never picked), ``twins`` kept apart in the rounds.
-    ``why(row)`` may add the page's reason when it is dropped. ``task_change``: it changes the task
-    (forward only): always taken, its factor never counted as a speed-up. ``reported``: the case
-    study's factor (default: :func:`climb`'s ``reported`` of its key)."""
+    """Candidate changes (label -> settings to update, or a function of the base's settings),
+    controls timed beside them (never picked), ``twins`` kept apart in the rounds. ``why(row)``:
+    the page's reason when dropped. A ``later`` rung is measured, never built on; a forward-only
+    one leaves from the path kept right after rung ``branch``; a ``task_change`` is always taken,
+    its factor never counted as a speed-up."""
 
     key: str
     candidates: Mapping[str, Change]
@@ -69,7 +64,6 @@ class Rung:
     branch: str | None = None
     later: bool = False
     task_change: bool = False
-    reported: float | None = None
     why: Callable[[Mapping[str, Any]], str] | None = None
 
     def __post_init__(self) -> None:
@@ -83,11 +77,8 @@ def keep_rule(ratio: RatioSummary) -> bool:
 
 
 def chain(ratios: Sequence[RatioSummary]) -> RatioSummary:
-    """The product of factors measured in separate runs: medians and quartiles multiplied.
-
-    An estimate of the cumulative factor, not a measurement (the quartiles of a product are not
-    the product of quartiles); the ladder measures the end-to-end factor directly.
-    """
+    """The product of factors measured in separate runs, medians and quartiles multiplied: an
+    estimate (the quartiles of a product are not the product of quartiles)."""
     if not ratios:
         return RatioSummary(1.0, 1.0, 1.0, 0, ())
     return RatioSummary(
@@ -101,17 +92,11 @@ def chain(ratios: Sequence[RatioSummary]) -> RatioSummary:
 
 @dataclass
 class Ladder:
-    """What :func:`climb` measured.
-
-    ``rows``: one per rung (the first is the naive baseline) with ``rung``, ``key``, ``candidate``
-    (the pick), ``base`` (the path it was measured over) and ``over`` (its rung), ``ms_per_image``,
-    ``factor``/``ratio``, ``candidates`` (every candidate's ratio), ``kept``, ``verdict``,
-    ``reason``, ``cumulative``
-    (:func:`chain` of the kept factors up to it), ``reported``, ``forward_only`` and ``stage`` (the
-    measurements of its run). ``paths``: every timed path's settings; ``final``: the last kept task
-    path; ``end_to_end``: naive / final, timed together (None when nothing was kept); ``failed``:
-    the candidates whose check failed, with the reason.
-    """
+    """What :func:`climb` measured: ``rows``, one per rung after the naive baseline (the pick
+    as ``candidate`` over its ``base``, ``factor``/``ratio``, ``kept``, ``verdict``, ``reason``,
+    ``cumulative``: :func:`chain` of the kept factors so far); ``paths``: each path's settings;
+    ``end_to_end``: naive / ``final`` timed together (None when nothing was kept); ``failed``:
+    the candidates whose check failed, with the reason."""
 
     rows: list[dict[str, Any]]
     paths: dict[str, dict[str, Any]]
@@ -149,12 +134,9 @@ def climb(
     rungs: Sequence[Rung],
     build: Callable[[dict[str, Any]], Timed],
     *,
-    naive_label: str = "naive",
     rounds: int = 15,
-    warmup: int = 1,
     keep: Callable[[RatioSummary], bool] = keep_rule,
     progress: bool = False,
-    seed: int = 0,
     timer: Callable[..., dict[str, Measurement]] = benchmark_interleaved,
     check: Callable[[str, dict[str, Any], str | None], str | None] | None = None,
     reported: Mapping[str, float] | None = None,
@@ -162,10 +144,11 @@ def climb(
     """Climb ``rungs`` from the ``naive`` settings, each rung on the last kept path.
 
     Each stage is one ``timer`` run (benchmark_interleaved's arguments; a test gives a fake) of
-    ``rounds`` rounds. ``build`` and then ``check(label, settings, base_label)`` are called once
-    per path: ``check`` returns None when the answer is right, else the reason. ``reported``: the
-    case study's factor by rung key, for rungs that do not give their own.
+    ``rounds`` rounds after one warm-up. ``build`` and then ``check(label, settings, base_label)``
+    are called once per path: ``check`` returns None when the answer is right, else the reason.
+    ``reported``: the case study's factor by rung key. The first path is labelled ``naive``.
     """
+    naive_label = "naive"
     if not rungs:
         raise ValueError("no rungs given")
     keys = [r.key for r in rungs]
@@ -191,7 +174,6 @@ def climb(
     paths: dict[str, dict[str, Any]] = {naive_label: dict(naive)}
     timed: dict[str, Timed] = {}
     base_of: dict[str, str | None] = {naive_label: None}
-    key_of: dict[str, str] = {naive_label: naive_label}
     failed: dict[str, str] = {}
     candidates = {c for r in rungs for c in r.candidates}
 
@@ -214,10 +196,10 @@ def climb(
             items={k: t.items for k, t in runs.items()},
             framework={k: t.framework for k, t in runs.items()},
             apart=list(twins),
-            warmup=warmup,
+            warmup=1,
             repeats=rounds,
             progress=progress,
-            seed=seed + len(stages),
+            seed=len(stages),
         )
 
     stages: list[dict[str, Measurement]] = []
@@ -236,7 +218,7 @@ def climb(
             base = task
         for label, change in {**rung.candidates, **rung.controls}.items():
             paths[label] = _apply(paths[base], change)
-            key_of[label], base_of[label] = rung.key, base
+            base_of[label] = base
         if rung.later:
             pending.append(rung)
             continue
@@ -253,14 +235,12 @@ def climb(
             ratio = ratios[pick]
             kept = (r.task_change or bool(keep(ratio))) and not r.later and pick not in failed
             level = level_of[base] + ([ratio] if kept and not r.task_change else [])
-            case = r.reported if r.reported is not None else (reported or {}).get(r.key)
             verdict, why = _verdict(ratio, kept, r.later)
             row = {
                 "rung": r.label,
                 "key": r.key,
                 "candidate": pick,
                 "base": base,
-                "over": key_of[base],
                 "ms_per_image": _ms(measured[pick]),
                 "factor": ratio.median,
                 "ratio": ratio,
@@ -271,7 +251,7 @@ def climb(
                 else ("a different task" if r.task_change else verdict),
                 "reason": "",
                 "cumulative": chain(level).median,
-                "reported": case,
+                "reported": (reported or {}).get(r.key),
                 "forward_only": r.forward_only,
                 "stage": measured,
             }
@@ -327,7 +307,6 @@ def _baseline_row(label: str, m: Measurement) -> dict[str, Any]:
         "key": label,
         "candidate": label,
         "base": "",
-        "over": "",
         "ms_per_image": _ms(m),
         "factor": 1.0,
         "ratio": one,

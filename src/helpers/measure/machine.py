@@ -1,12 +1,9 @@
-"""The machine's load while something was timed, and the one rule that calls a measurement contended.
+"""The machine's load while something was timed, and the one rule that calls it contended.
 
-:class:`LoadProbe` reads, before and after a timed region, the load average and the CPU time
-*other* processes took meanwhile on this process's CPUs: in a container whose cgroup sets a CPU
-quota (``/proc/stat`` there counts the whole host), the cgroup's CPU time minus this process's
-and its children's (:mod:`helpers.core.cgroup`); otherwise the busy time ``/proc/stat`` gives for
-the CPUs of the affinity mask minus the same, plus steal time on a VM. :class:`MachineLoad` holds
-the result and applies :data:`CONTENDED_SHARE`; :func:`measured_loads` lists every load this
-process measured (the ledger stamps records with them).
+:class:`LoadProbe` reads the CPU time *other* processes took on this process's CPUs over a timed
+region: in a container whose cgroup sets a CPU quota (where ``/proc/stat`` counts the whole host),
+the cgroup's CPU time; else ``/proc/stat``'s busy time over the affinity mask, plus steal on a VM;
+either minus this process's and its children's. :class:`MachineLoad` applies the rule.
 """
 
 from __future__ import annotations
@@ -40,12 +37,9 @@ CONTENDED_SHARE = 0.10
 def read_proc_stat(
     text: str | None = None, cpus: Collection[int] | None = None
 ) -> tuple[int, int] | None:
-    """(busy ticks, steal ticks) from ``/proc/stat``: its aggregate ``cpu`` line, or with ``cpus``
-    the sum of those CPUs' lines (``cpu0`` ...); None where it cannot be read (not Linux).
-
-    Guest time is already inside user; steal is time the hypervisor ran other guests on our
-    virtual CPUs. ``text`` replaces the file (tests).
-    """
+    """(busy ticks, steal ticks) from ``/proc/stat``'s ``cpu`` line, or summed over the lines of
+    ``cpus``; None where it cannot be read. Guest time is inside user; steal is time the
+    hypervisor ran other guests on our CPUs. ``text`` replaces the file (tests)."""
     if text is None:
         try:
             with open("/proc/stat") as f:
@@ -79,9 +73,8 @@ def _own_cgroup() -> cgroup.Cgroup | None:
 
 
 def container_cpu_s(cg: cgroup.Cgroup | None = None) -> float | None:
-    """CPU seconds used so far by every process of this container (``cg``: another cgroup, the
-    tests' fake tree), where its cgroup sets a CPU quota; None otherwise (then ``/proc/stat``
-    over the affinity mask is the container's view)."""
+    """CPU seconds used so far by this container (or cgroup ``cg``) where its cgroup sets a CPU
+    quota; None otherwise (``/proc/stat`` over the affinity mask is then its view)."""
     found = _own_cgroup() if cg is None else cg
     return cgroup.cpu_usage_s(found) if cgroup.cpu_quota(found) is not None else None
 
@@ -125,12 +118,9 @@ READERS = _Readers()
 
 @dataclass(frozen=True)
 class MachineLoad:
-    """The machine's load over one timed region, and whether it was contended.
-
-    ``others_cpu_s``: CPU time other processes took meanwhile on this process's CPUs (``scope``
-    says where it was read); ``resolution_s``: ``/proc/stat`` counts whole ticks, about two per
-    CPU per interval. ``contended`` is None where neither can be read: unknown, not quiet.
-    """
+    """The machine's load over one timed region. ``others_cpu_s``: others' CPU time on this
+    process's CPUs (read where ``scope`` says); ``resolution_s``: ``/proc/stat`` counts whole
+    ticks, about two per CPU per interval. ``contended`` None: unknown, not quiet."""
 
     wall_s: float
     others_cpu_s: float | None
@@ -193,10 +183,8 @@ def measured_loads() -> list[MachineLoad]:
 
 
 class LoadProbe:
-    """Reads the machine before and after a timed region; :meth:`stop` returns its :class:`MachineLoad`.
-
-    ``with LoadProbe() as probe: ...`` then ``probe.load``. Readers come from :data:`READERS`.
-    """
+    """Reads the machine (through :data:`READERS`) before and after a timed region; :meth:`stop`
+    returns its :class:`MachineLoad` (or ``with LoadProbe() as probe: ...``, then ``probe.load``)."""
 
     def __init__(self, readers: _Readers | None = None) -> None:
         self.r = readers or READERS

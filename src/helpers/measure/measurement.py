@@ -1,22 +1,17 @@
-"""What a timing means: :class:`Measurement` (median first, spread, where it ran) and paired ratios.
-
-Shaped like ``torch.utils.benchmark``'s ``Measurement``: median and p99 first, a warning when the
-spread is large (:data:`SPREAD_WARNING`), and where it ran (device, threads, cores busy, load).
-:func:`paired_ratio` turns two measurements of one interleaved run into a :class:`RatioSummary`,
-the one shape of a speed-up from the page to the ledger (:meth:`RatioSummary.as_record`).
-"""
+"""What a timing means: :class:`Measurement` (like ``torch.utils.benchmark``'s: median and p99
+first, a warning when the spread is large, where it ran) and :func:`paired_ratio`, whose
+:class:`RatioSummary` is the one shape of a speed-up from the page to the ledger."""
 
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from helpers.core.checks import check_int
+from helpers.core.checks import check_int, check_number
 from helpers.core.environment import PAGE_COLUMNS
 from helpers.measure.machine import MachineLoad
 
@@ -29,24 +24,19 @@ __all__ = ["percentile", "Measurement", "RatioSummary", "paired_ratio", "measure
 SPREAD_WARNING = 0.10
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in 0..100) of already-sorted values (NumPy's default)."""
-    if not sorted_values:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``values``, linearly interpolated (NumPy's default)."""
+    import numpy as np  # not at import: `import helpers` loads no framework
+
+    if not len(values):
         raise ValueError("no values")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 @dataclass
 class Measurement:
-    """Timings of one callable: per-call seconds plus what they mean.
-
-    Printed as chapter 0 teaches: median (typical) and p99 (the worst a user sees) first, then the
-    spread, and a warning when the IQR exceeds :data:`SPREAD_WARNING` of the median.
-    ``throughput`` is taken at the median, so one slow outlier does not move it.
-    """
+    """Per-call seconds of one callable, printed as chapter 0 teaches: median (typical) and p99
+    (the worst a user sees) first, then the spread, warned when noisy; throughput at the median."""
 
     label: str
     times_s: list[float]
@@ -64,19 +54,13 @@ class Measurement:
         if not self.times_s:
             raise ValueError(f"measurement {self.label!r} has no timings")
         for t in self.times_s:
-            if not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
-                raise ValueError(
-                    f"measurement {self.label!r}: times must be finite seconds >= 0, got {t!r}"
-                )
+            check_number(f"measurement {self.label!r}: each time in seconds", t, minimum=0)
         check_int("items", self.items)
 
     @property
     def cores_used(self) -> float | None:
-        """CPU seconds / wall seconds while timed: cores busy, computing *or spinning*.
-
-        None when unknown. A runtime that polls for work counts as busy, so it is not the
-        parallelism achieved (on a GPU, the host side only).
-        """
+        """CPU seconds / wall seconds while timed (None: unknown): cores busy, computing *or
+        spinning* (a runtime polling for work counts), not the parallelism achieved."""
         return None if self.cpu_s is None or not self.wall_s else self.cpu_s / self.wall_s
 
     @property
@@ -84,31 +68,21 @@ class Measurement:
         """True when other processes took a share of the CPU while this ran (None: unknown)."""
         return None if self.load is None else self.load.contended
 
-    def _q(self, q: float) -> float:
-        return percentile(sorted(self.times_s), q)
-
     # Seconds per call. p99 with fewer than ~100 runs is about the slowest run; prefer the median
     # to the mean, which slow outliers pull up.
     runs = property(lambda self: len(self.times_s))
     mean = property(lambda self: statistics.fmean(self.times_s))
     std = property(lambda self: statistics.stdev(self.times_s) if self.runs > 1 else 0.0)
     median = property(lambda self: statistics.median(self.times_s))
-    min = property(lambda self: min(self.times_s))
-    p25 = property(lambda self: self._q(25))
-    p75 = property(lambda self: self._q(75))
-    p90 = property(lambda self: self._q(90))
-    p99 = property(lambda self: self._q(99))
+    p25 = property(lambda self: percentile(self.times_s, 25))
+    p75 = property(lambda self: percentile(self.times_s, 75))
+    p99 = property(lambda self: percentile(self.times_s, 99))
     iqr = property(lambda self: self.p75 - self.p25)  # the width of the middle half of the calls
 
     @property
     def relative_iqr(self) -> float:
         """IQR as a fraction of the median (0 when the median is 0)."""
         return self.iqr / self.median if self.median > 0 else 0.0
-
-    @property
-    def tail_ratio(self) -> float:
-        """p99 / p50: how much slower the worst calls are than the typical one (1 for median 0)."""
-        return self.p99 / self.median if self.median > 0 else 1.0
 
     @property
     def noisy(self) -> bool:
@@ -122,7 +96,7 @@ class Measurement:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers (seconds, items/s) for tables, the ledger and a subprocess's answer."""
-        stats = ("median", "p99", "iqr", "p90", "mean", "std", "min")
+        stats = ("median", "p99", "iqr", "mean", "std")
         return {
             "label": self.label,
             "framework": self.framework,
@@ -139,11 +113,12 @@ class Measurement:
 
     def __str__(self) -> str:
         ms, cores = 1e3, self.cores_used
+        tail = self.p99 / self.median if self.median > 0 else 1.0  # the worst calls vs typical
         lines = [
             f"{self.label}: median {self.median * ms:.2f} ms, p99 {self.p99 * ms:.2f} ms per call "
             f"({self.runs} run{'s' if self.runs != 1 else ''} after {self.warmup} warm-up)",
             f"  spread: IQR {self.iqr * ms:.2f} ms ({self.relative_iqr:.0%} of the median), "
-            f"p99/p50 {self.tail_ratio:.2f}; mean {self.mean * ms:.2f} +- {self.std * ms:.2f} ms; "
+            f"p99/p50 {tail:.2f}; mean {self.mean * ms:.2f} +- {self.std * ms:.2f} ms; "
             f"{self.throughput:.1f} items/s at the median",
         ]
         if any(v is not None for v in (self.device, self.threads, self.cpu_s, self.load)):
@@ -169,7 +144,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class RatioSummary:
-    """A speedup from interleaved rounds: the median of the per-round ratios and their spread."""
+    """A speedup from interleaved rounds: the median of the per-round ratios, their p25-p75."""
 
     median: float
     p25: float
@@ -229,18 +204,14 @@ class RatioSummary:
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> RatioSummary:
-        """The ratio back from :meth:`as_record`'s fields (a ledger record, a subprocess's rows);
-        the per-round ratios are not in a record."""
+        """The ratio back from :meth:`as_record`'s fields (without the per-round ratios)."""
         return cls(rec["value"], rec["p25"], rec["p75"], rec["rounds"], ())
 
 
 def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
-    """How many times faster ``other`` ran than ``baseline`` (per item), round by round.
-
-    Round *i*'s ratio is baseline time *i* / other time *i* of one interleaved run (side by side,
-    under the same load), so their spread is the *speedup's*, which the two measurements' own
-    spreads overstate.
-    """
+    """How many times faster ``other`` ran than ``baseline`` (per item): round *i*'s ratio is
+    baseline time *i* / other time *i* of one interleaved run, under the same load, so their
+    spread is the *speedup's*, which the two measurements' own spreads overstate."""
     if len(baseline.times_s) != len(other.times_s):
         raise ValueError(
             f"{baseline.label!r} has {len(baseline.times_s)} rounds, {other.label!r} "
@@ -265,15 +236,11 @@ def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
 def measurement_from_dict(d: dict[str, Any]) -> Measurement:
     """A :class:`Measurement` back from ``as_dict()`` plus ``times_s`` (what a subprocess returns)."""
     load, names = d.get("load"), {f.name for f in fields(MachineLoad)} - {"share"}
+    given = ("items", "framework", "warmup", "threads", "device", "cpu_s")
     return Measurement(
         label=d["label"],
         times_s=list(d["times_s"]),
-        items=d.get("items", 1),
-        framework=d.get("framework", "none"),
-        warmup=d.get("warmup", 0),
-        threads=d.get("threads"),
-        device=d.get("device"),
-        cpu_s=d.get("cpu_s"),
+        **{k: d[k] for k in given if k in d},
         wall_s=(d["cpu_s"] / d["cores_used"]) if d.get("cores_used") else None,
         load=None
         if load is None

@@ -13,7 +13,7 @@ from itertools import accumulate
 from typing import Any
 
 from helpers.measure.measurement import Measurement
-from helpers.measure.timer import benchmark
+from helpers.measure.timer import benchmark_interleaved
 
 __all__ = ["time_stages", "table_rows", "task_peak_memory"]
 
@@ -25,13 +25,8 @@ def time_stages(
     warmup: int = 2,
     repeats: int = 10,
 ) -> dict[str, Measurement]:
-    """Benchmark each stage of a pipeline separately (same warm-up and repetitions for all)."""
-    if not stages:
-        raise ValueError("no stages given")
-    return {
-        name: benchmark(fn, label=name, framework=framework, warmup=warmup, repeats=repeats)
-        for name, fn in stages.items()
-    }
+    """Each stage of a pipeline timed on its own, in interleaved rounds (the same load for all)."""
+    return benchmark_interleaved(dict(stages), framework=framework, warmup=warmup, repeats=repeats)
 
 
 def table_rows(
@@ -64,36 +59,30 @@ def table_rows(
     return [{c: row[header.index(c)] for c in keep} for row in body]
 
 
-def torch_peak_memory(
-    fn: Callable[[], Any],
-    *,
-    device: Any = "cpu",
-    warmup: int = 1,
-    setup: Callable[[], Any] | None = None,
-) -> dict[str, Any]:
-    """Peak *extra* tensor bytes allocated while ``fn()`` runs once (after ``warmup`` calls).
+def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
+    """Peak *extra* tensor bytes of one call ``task(x)`` of a PyTorch ``make_task`` task.
 
-    ``setup()`` runs just before the measured call, unmeasured. CUDA: the caching allocator's peak
-    counter; CPU: the running maximum of ``torch.profiler``'s allocation and free events. Memory
-    held before the call is not counted; ``retained`` is what the call left (e.g. ``.grad``).
+    After one warm-up call, the gradients it left are dropped (``zero_grad`` sets them to None),
+    so ``retained`` is what the measured call itself leaves (e.g. weight gradients). CUDA: the
+    caching allocator's peak counter; CPU: the running maximum of ``torch.profiler``'s allocation
+    and free events. Memory held before the call is not counted.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    module = getattr(task, "module", None)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
     device = torch.device(device)
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"peak memory is measured on 'cpu' or 'cuda', got {device.type!r}")
-    for _ in range(warmup):
-        fn()
-    if setup is not None:
-        setup()
+    task(x)
+    module.zero_grad()
     if device.type == "cuda":
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        fn()
+        task(x)
         torch.cuda.synchronize()
         return {
             "peak": int(torch.cuda.max_memory_allocated() - base),
@@ -102,24 +91,9 @@ def torch_peak_memory(
         }
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+        task(x)
     cpu = torch.autograd.DeviceType.CPU
     events = [e for e in prof.profiler.kineto_results.events() if e.device_type() == cpu]
     events = sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns())
     held = list(accumulate((e.nbytes() for e in events), initial=0))
     return {"peak": max(held), "retained": held[-1], "method": "torch.profiler allocation events"}
-
-
-def task_peak_memory(task: Any, x: Any, device: Any = "cpu") -> dict[str, Any]:
-    """Peak extra tensor memory of one call of a PyTorch ``make_task`` task, from a clean state.
-
-    Gradients left by earlier calls are dropped first, so ``retained`` shows the weight gradients
-    the variant itself leaves behind.
-    """
-    import torch
-
-    module = getattr(task, "module", None)
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError("task_peak_memory needs a PyTorch task made by make_task")
-    # zero_grad() sets every .grad to None (its default since PyTorch 2.0)
-    return torch_peak_memory(lambda: task(x), device=device, setup=module.zero_grad)

@@ -1,11 +1,9 @@
-"""How close to the limit: this machine's matmul ceilings and a model's FLOPs (a roofline's two axes).
+"""How close to the limit: this machine's matmul ceilings and a model's FLOPs (a roofline's axes).
 
-The ceiling depends on the math mode (:mod:`helpers.core.precision`): a float32 model on an
-Ampere-or-newer GPU runs its convolutions in TF32 by default, several times above the IEEE
-float32 peak, so :func:`ceilings` measures one peak per mode and "% of peak" divides by the
-ceiling of the mode the model runs in. On a CPU with 8-bit dot products (VNNI, AMX) it adds an
-``int8`` ceiling, the best of three integer kernels (:func:`int8_matmul_peak_gops`), by which
-chapter 8 divides every INT8 runtime's operations per second.
+The ceiling depends on the math mode: a float32 model on an Ampere-or-newer GPU runs its
+convolutions in TF32 by default, several times above the IEEE float32 peak, so :func:`ceilings`
+measures one peak per mode. A CPU with 8-bit dot products (VNNI, AMX) adds an ``int8`` ceiling,
+the best of three integer kernels, by which chapter 8 divides every INT8 runtime's rate.
 """
 
 from __future__ import annotations
@@ -61,8 +59,7 @@ def matmul_peak_gflops(
         raise ValueError("float16 matmul is not a meaningful CPU peak; use bfloat16 on CPU")
     if tf32 and (dtype != "float32" or dev.type != "cuda"):
         raise ValueError("tf32=True is for float32 matrices on a CUDA GPU")
-    a = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
-    b = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
+    a, b = (torch.randn(n, n, device=dev).to(getattr(torch, dtype)) for _ in range(2))
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     before = precision.set_tf32(tf32)
     try:
@@ -187,12 +184,12 @@ def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
 
 
 def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str, float]:
-    """The peak GFLOP/s of each math mode ``device`` offers, keyed by mode.
+    """The peak GFLOP/s of each math mode ``device`` offers, keyed by mode; a model's ceiling is
+    ``ceilings(...)[precision.torch_math_mode(device)]``.
 
     CPU: 'fp32' and 'bf16', each the better of a matmul and a 1x1 convolution, and 'int8' (GOP/s)
-    where the CPU has 8-bit dot products. CUDA: 'fp32' (TF32 off), 'tf32' where TF32 is in effect
-    (:func:`helpers.core.precision.torch_math_mode` while allowed), 'bf16' where native, 'fp16'.
-    A model's ceiling: ``ceilings(...)[precision.torch_math_mode(device)]``.
+    with 8-bit dot products. CUDA: 'fp32' (TF32 off), 'tf32' where in effect, 'bf16' where native,
+    'fp16'.
     """
     import torch
 
@@ -208,7 +205,7 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
             precision.restore_tf32(before)
         if tf32_in_effect:
             peaks["tf32"] = matmul_peak_gflops("float32", n, repeats, dev, tf32=True)
-        if _native_bf16(torch):
+        if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere+, not emulated
             peaks["bf16"] = matmul_peak_gflops("bfloat16", n, repeats, dev)
         peaks["fp16"] = matmul_peak_gflops("float16", n, repeats, dev)
     else:
@@ -223,14 +220,6 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
         if environment.has_int8_dot_product():
             peaks["int8"] = max(int8_matmul_peak_gops(n, repeats, k) for k in INT8_KERNELS)
     return peaks
-
-
-def _native_bf16(torch: Any) -> bool:
-    """Whether the GPU multiplies bfloat16 natively (Ampere+), not by emulation."""
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # PyTorch < 2.3: no emulation argument
-        return bool(torch.cuda.is_bf16_supported())
 
 
 def count_flops(model: Any, example_input: Any) -> int:

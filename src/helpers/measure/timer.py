@@ -33,11 +33,8 @@ FRAMEWORKS = ("torch", "oneflow", "onnxruntime", "openvino", "numpy", "triton", 
 
 
 def synchronize(framework: str) -> None:
-    """Wait until all work queued by ``framework`` has finished.
-
-    PyTorch on CUDA and OneFlow (even on CPU) return before the work is done: a clock read
-    without this measures how fast work is *queued*. ONNX Runtime, OpenVINO, NumPy: synchronous.
-    """
+    """Wait until all work queued by ``framework`` has finished: PyTorch on CUDA and OneFlow (even
+    on CPU) return before it is done. ONNX Runtime, OpenVINO, NumPy: synchronous."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; use one of {', '.join(FRAMEWORKS)}")
     if framework == "torch":
@@ -62,16 +59,8 @@ def benchmark(
     threads: int | None = None,
     device: str | None = None,
 ) -> Measurement:
-    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed calls, as a :class:`Measurement`.
-
-    :func:`benchmark_interleaved` with one variant: chapter 0's :func:`time_loop`, synchronised
-    for ``framework`` after the warm-up and after every call. ``items``: items one call processes
-    (for throughput); ``threads``: what the framework was given (default: read with
-    :func:`framework_threads`); ``device``: where it runs. The measurement also records this
-    process's CPU time (``cores_used``) and the machine's load (``contended``).
-    """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    """Time ``fn()``, ``warmup`` untimed calls then ``repeats`` timed: :func:`benchmark_interleaved`
+    with one variant (``items`` per call, for throughput)."""
     return benchmark_interleaved(
         {label: fn},
         framework=framework,
@@ -86,8 +75,7 @@ def benchmark(
 
 def time_calls(fn: Callable[[], Any], n: int, *, framework: str = "torch") -> list[float]:
     """Seconds taken by each of ``n`` consecutive calls, with no warm-up (to *see* warm-up)."""
-    check_int("n", n)
-    synchronize(framework)
+    check_int("n", n)  # time_loop waits for earlier queued work before the first call
     return time_loop(fn, warmup=0, repeats=n, sync=lambda: synchronize(framework))
 
 
@@ -114,16 +102,14 @@ def benchmark_interleaved(
     threads: int | dict[str, int | None] | None = None,
     device: str | dict[str, str] | None = None,
 ) -> dict[str, Measurement]:
-    """Time several variants in rounds, one call of each per round; one Measurement each.
+    """Time several variants in rounds, one synchronised call of each per round; a Measurement
+    each, with its own CPU time and the machine's load over the run.
 
-    A burst of background load then hits every variant alike, so the *ratios* between variants
-    are far more stable than with one :func:`benchmark` after another
-    (:func:`~helpers.measure.measurement.paired_ratio`). Each round runs in a fresh seeded random
-    order (:func:`round_orders`): no variant always runs first, last, or right after the same
-    neighbour, whose caches it would inherit; ``apart`` pairs (an A/A twin and its original) never
-    run back to back. ``framework``, ``items``, ``threads`` and ``device`` are one value for all
-    variants or a mapping ``label -> value``. Every call is synchronised; each Measurement records
-    its own CPU time and the machine's load over the run.
+    A burst of background load hits every variant alike, so the *ratios* between variants are far
+    more stable than with one :func:`benchmark` after another (:func:`paired_ratio`). Each round
+    runs in a fresh seeded order (:func:`round_orders`): no variant always first, last, or after
+    the neighbour whose caches it would inherit. ``framework``, ``items``, ``threads`` (default:
+    :func:`framework_threads`) and ``device``: one value, or a mapping ``label -> value``.
     """
     if not fns:
         raise ValueError("nothing to benchmark: give at least one labelled callable")
@@ -134,16 +120,13 @@ def benchmark_interleaved(
     given, devices = _each("threads", threads, list(fns)), _each("device", device, list(fns))
     check_int("repeats", repeats, why="at least one timed call is needed")
     check_int("warmup", warmup, minimum=0)
-    for label in fns:
-        check_int("items", n_items[label])
     for fw in set(fws.values()):
         synchronize(fw)  # validates every name before any work
     waits = {label: (lambda fw=fws[label]: synchronize(fw)) for label in fns}
     for label, fn in fns.items():
         time_loop(fn, warmup=warmup, repeats=0, sync=waits[label])  # warm-up, then synchronise
     times: dict[str, list[float]] = {label: [] for label in fns}
-    cpu = dict.fromkeys(fns, 0.0)
-    wall = dict.fromkeys(fns, 0.0)
+    cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
     orders: Any = round_orders(list(fns), repeats, apart=apart, seed=seed)
     if progress:
         from tqdm.auto import tqdm

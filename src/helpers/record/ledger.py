@@ -1,13 +1,11 @@
-"""The results ledger: JSON records of measurements, one file per chapter.
+"""The results ledger: JSON records of measurements, one file per chapter (:func:`record`,
+:func:`load`), in ``$COURSE_RESULTS_DIR`` or ``results/local/<mode>`` (quick and full never mix);
+committed reference runs in ``results/reference/<machine>-<mode>/``.
 
-Chapters call :func:`record`; the capstone and the book's reference tables call :func:`load`.
-A record carries the machine, library versions, mode, threads and (passed by the chapter) the
-device and precision, so a number is never separated from where it was measured. One shape:
-``value`` and ``unit``; a paired ratio (a :class:`~helpers.measure.measurement.RatioSummary` passed
-as the value) adds ``p25``, ``p75`` and ``rounds``, the one spelling of its spread; ``on=`` the
-measurements behind it adds where and under what load they ran (:func:`on_machine`). The folder
-is ``$COURSE_RESULTS_DIR`` or ``results/local/<mode>``, so quick and full runs never mix;
-committed reference runs live in ``results/reference/<machine>-<mode>/``.
+One shape: ``value`` and ``unit``, with the machine, versions, mode, threads and the chapter's
+device and precision; a paired ratio (a RatioSummary as the value) adds ``p25``, ``p75`` and
+``rounds``, the one spelling of its spread; ``on=`` adds where and under what load the
+measurements behind it ran (:func:`on_machine`).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.core.checks import check_number
-from helpers.measure.machine import measured_loads
+from helpers.measure.machine import READERS, measured_loads
 from helpers.measure.measurement import RatioSummary
 from helpers.record import ledger_names
 
@@ -65,11 +63,8 @@ def ledger_dir() -> Path:
 
 
 def machine_slug(features: bool = False) -> str:
-    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full``.
-
-    ``features=True`` adds the CPU's extensions (``...-2core-avx512-vnni-bf16-amx-full``): a
-    virtual machine's model name ("Intel(R) Xeon(R) Processor") does not say what ran a CPU figure.
-    """
+    """A folder-safe name for this machine and mode, e.g. ``nvidia-h200-full``; ``features`` adds
+    a CPU's extensions (``...-2core-avx512-vnni-bf16-amx-full``): a VM's model name does not."""
     from helpers.core.environment import environment_report
 
     env = environment_report()
@@ -118,12 +113,9 @@ def record(
     on: Any = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Add (or replace) the measurement ``name`` of ``chapter``; returns the stored record.
-
-    ``value`` is a number with its ``unit``, or a paired ratio (unit ``x``, with ``p25``, ``p75``
-    and ``rounds``). ``on``: the Measurement (or several) behind the figure, stamped with
-    :func:`on_machine`. ``extra`` fields (batch, device, precision, ...) are stored as given.
-    """
+    """Add (or replace) the record ``name`` of ``chapter`` and return it: ``value`` a number with
+    its ``unit`` or a paired ratio; ``on`` the Measurement(s) behind it (:func:`on_machine`);
+    ``extra`` fields (batch, device, precision, ...) stored as given."""
     from helpers.core.environment import environment_report
     from helpers.core.hardware import machine_facts
 
@@ -188,21 +180,16 @@ def _max(values: Iterable[float | None]) -> float | None:
 
 
 def on_machine(*measurements: Any) -> dict[str, Any]:
-    """Record fields for the measurements behind one figure: threads, cores used, load, contended.
-
-    Takes :class:`~helpers.measure.measurement.Measurement` objects or their ``as_dict()`` (what a
-    subprocess sends back): ``ledger.record(..., **ledger.on_machine(m1, m2))``.
-    """
+    """Record fields for the measurements (or their ``as_dict()``, from a subprocess) behind one
+    figure: threads, cores used, load, contended."""
     if not measurements:
         raise ValueError("on_machine needs at least one measurement")
     rows = [m if isinstance(m, dict) else m.as_dict() for m in measurements]
     for r in rows:
         if "contended" not in r:
             raise ValueError(f"not a measurement (no 'contended' field): {sorted(r)[:8]}")
-    loads = []
-    for r in rows:  # variants of one interleaved run share one load: count it once
-        if r.get("load") is not None and r["load"] not in loads:
-            loads.append(r["load"])
+    every = [r["load"] for r in rows if r.get("load") is not None]
+    loads = [x for i, x in enumerate(every) if x not in every[:i]]  # one run: one load, once
     return {
         "threads_given": [r.get("threads") for r in rows],
         "cores_used": [r.get("cores_used") for r in rows],
@@ -219,13 +206,9 @@ def on_machine(*measurements: Any) -> dict[str, Any]:
 def _process_load() -> dict[str, Any]:
     """The default stamp: every measurement this process took so far, contended if any was."""
     log = measured_loads()
-    try:
-        now = os.getloadavg()[0]
-    except OSError:
-        now = None
     scope = "every measurement of this process so far" if log else "no measurement in this process"
     loads = [x.as_dict() for x in log]
-    return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=now)
+    return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=READERS.loadavg())
 
 
 def check_quiet(folder: Path | str) -> list[str]:

@@ -1,11 +1,7 @@
-"""The one table of the ledger's record names, read by the chapters' ``ledger.record`` and the capstone.
-
-A course chapter (``NN_slug``) may only write a name listed under it, so a record renamed on a
-page but not here fails the chapter's run, and a name the capstone reads that no chapter writes
-fails a unit test. :func:`missing_records` lists each required name no record matches (the
-capstone asserts it is empty rather than silently "re-measure" a renamed step). A ``{hole}``
-stands for one name segment (``fps_{runtime}_batch{b}`` matches ``fps_ort_int8_batch8``); ``{b}``
-and ``{n}`` for a whole number only.
+"""The one table of record names: a course chapter (``NN_slug``) writes only names listed under
+it, and the capstone reads only them (:func:`missing_records`: each required name no record
+matches). A ``{hole}`` stands for one name segment (``fps_{runtime}_batch{b}`` matches
+``fps_ort_int8_batch8``); ``{b}`` and ``{n}`` for a whole number.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -34,23 +30,12 @@ class Name:
     required: bool = True
     when: str = ""
 
-    @property
+    @cached_property
     def regex(self) -> re.Pattern[str]:
-        return _compile(self.pattern)
-
-    def covers(self, names: Iterable[str]) -> bool:
-        return any(self.regex.match(n) for n in names)
-
-
-@cache
-def _compile(pattern: str) -> re.Pattern[str]:
-    out, pos = [], 0
-    for hole in re.finditer(r"\{([^{}]+)\}", pattern):
-        out.append(re.escape(pattern[pos : hole.start()]))
-        out.append(r"\d+" if hole.group(1) in NUMBERS else r"[^/\\\s]+?")
-        pos = hole.end()
-    out.append(re.escape(pattern[pos:]))
-    return re.compile("".join(out) + r"\Z")
+        parts = re.split(r"\{([^{}]+)\}", self.pattern)  # literal, hole, literal, ...
+        holes = [r"\d+" if h in NUMBERS else r"[^/\\\s]+?" for h in parts[1::2]]
+        literals = map(re.escape, parts[::2])
+        return re.compile("".join(a + b for a, b in zip(literals, [*holes, r"\Z"])))
 
 
 def _names(*items: str | Name) -> tuple[Name, ...]:
@@ -131,10 +116,8 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "pipeline_gain_over_control",  # 2 processes + lock vs the better of those two
         "pipeline_best_gain",  # the best DataLoader vs serial
         "pipeline_ceiling_from_stages",
-        # read by the capstone: the batch gain x the pipeline's gain over the better of
-        # serial and replicas (no longer over serial alone, which counted replica
-        # parallelism); on a CPU the record says loading_overlaps_gpu_work=False and the
-        # page prints "n/a" beside the case study's 4.6x
+        # read by the capstone: the batch gain x the pipeline's gain over the better of serial
+        # and replicas; on a CPU loading_overlaps_gpu_work=False and the page prints "n/a"
         "parallel_total",
     ),
     "06_compile_optimisations": _names(
@@ -209,8 +192,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
     ),
 }
 
-# The record each step of the capstone's journey reads, {step: (chapter, name)}: exact entries
-# of NAMES (a test checks), named here once for chapter 10's companion.
+# The record each step of the capstone's journey reads: exact entries of NAMES (a test checks).
 JOURNEY: dict[str, tuple[str, str]] = {
     "static": ("03_dynamic_to_static", "oneflow_task_graph_speedup_batch1"),
     "pruning": ("04_pruning", "oneflow_nngraph_pruning_speedup"),
@@ -253,11 +235,8 @@ def missing_records(
     records: Iterable[Mapping[str, Any]],
     chapters: Iterable[str] | None = None,
 ) -> dict[str, list[str]]:
-    """``{chapter: [required patterns no record matches]}`` for each chapter that wrote any record.
-
-    ``chapters`` limits the check (default: every table chapter that has records). A chapter that
-    never ran is not listed: it has nothing to be missing from.
-    """
+    """``{chapter: [required patterns no record matches]}`` over ``chapters`` (default: all),
+    leaving out a chapter that wrote no record: it never ran."""
     by_chapter: dict[str, list[str]] = {}
     for rec in records:
         by_chapter.setdefault(rec["chapter"], []).append(rec["name"])
@@ -269,7 +248,8 @@ def missing_records(
                 f"unknown chapter {chapter!r}: not in helpers.record.ledger_names.NAMES"
             )
         written = by_chapter.get(chapter, [])
-        gaps = [p.pattern for p in NAMES[chapter] if p.required and not p.covers(written)]
+        needed = [p for p in NAMES[chapter] if p.required]
+        gaps = [p.pattern for p in needed if not any(map(p.regex.match, written))]
         if written and gaps:
             out[chapter] = gaps
     return out

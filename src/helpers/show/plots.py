@@ -26,22 +26,17 @@ def _plt() -> Any:
     return plt
 
 
-def plot_latency_distribution(
-    measurements: Sequence[Measurement], ax: Any = None, unit: str = "ms"
-) -> Any:
-    """Histogram of per-call latencies, with p50 and p99 marked, one colour per measurement."""
+def plot_latency_distribution(measurements: Sequence[Measurement]) -> Any:
+    """Histogram of per-call latencies (ms), with p50 and p99 marked, one colour per measurement."""
     if not measurements:
         raise ValueError("nothing to plot")
-    scales = {"ms": 1e3, "s": 1.0, "us": 1e6}
-    if unit not in scales:
-        raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(scales)}")
-    scale, ax = scales[unit], ax or _plt().subplots(figsize=(7, 3.5))[1]
+    ax = _plt().subplots(figsize=(7, 3.5))[1]
     for i, m in enumerate(measurements):
-        t = np.asarray(m.times_s) * scale
+        t = np.asarray(m.times_s) * 1e3
         ax.hist(t, bins=min(40, max(5, len(t) // 2)), alpha=0.55, color=f"C{i}", label=m.label)
-        ax.axvline(m.median * scale, color=f"C{i}", ls="-", lw=1.5)
-        ax.axvline(m.p99 * scale, color=f"C{i}", ls=":", lw=1.5)
-    ax.set(xlabel=f"latency per call ({unit}); solid line p50, dotted p99", ylabel="calls")
+        ax.axvline(m.median * 1e3, color=f"C{i}", ls="-", lw=1.5)
+        ax.axvline(m.p99 * 1e3, color=f"C{i}", ls=":", lw=1.5)
+    ax.set(xlabel="latency per call (ms); solid line p50, dotted p99", ylabel="calls")
     ax.legend(fontsize=8)
     return ax
 
@@ -52,7 +47,6 @@ def plot_speedups(
     reported: Sequence[float | None] | None = None,
     ax: Any = None,
     title: str = "",
-    reported_label: str = "reported (case study)",
 ) -> Any:
     """Bars of measured speedups (x), with the case study's reported factor beside each where known."""
     if not labels:
@@ -68,7 +62,9 @@ def plot_speedups(
     ax.bar_label(bars, fmt="%.2fx", fontsize=8)
     if reported is not None:
         rep = [r if r is not None else 0 for r in reported]
-        rb = ax.bar(idx + width / 2, rep, width, label=reported_label, color="C1", alpha=0.7)
+        rb = ax.bar(
+            idx + width / 2, rep, width, label="reported (case study)", color="C1", alpha=0.7
+        )
         ax.bar_label(rb, labels=[f"{r:.2f}x" if r else "" for r in rep], fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(idx, labels, rotation=15, ha="right")
@@ -85,11 +81,10 @@ def plot_sweep(
     ylabel: str,
     right: Mapping[str, Sequence[float]] | None = None,
     right_label: str = "",
-    logx: bool = True,
     ax: Any = None,
     title: str = "",
 ) -> Any:
-    """Line plot of one or more series over ``x`` (e.g. batch size), with optional right-axis series."""
+    """Line plot of series over ``x`` (batch sizes, log 2 axis), with optional right-axis series."""
     if len(x) == 0 or not series:
         raise ValueError("nothing to plot: give x values and at least one series")
     ax = ax or _plt().subplots(figsize=(7, 3.5))[1]
@@ -98,9 +93,8 @@ def plot_sweep(
             raise ValueError(f"series {name!r} has {len(ys)} points for {len(x)} x values")
         ax.plot(x, ys, "o-", color=f"C{i}", label=name)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    if logx:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(list(x), [str(v) for v in x])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(x), [str(v) for v in x])
     lines, names = ax.get_legend_handles_labels()
     if right:
         ax2 = ax.twinx()
@@ -130,13 +124,10 @@ def plot_stage_breakdown(
     return ax
 
 
-def plot_timeline(
-    events: Sequence[Any], ax: Any = None, title: str = "", t0: float | None = None
-) -> Any:
-    """Gantt chart of pipeline stages: one row per lane (process), one colour per stage.
+def plot_timeline(events: Sequence[Any], ax: Any = None, title: str = "") -> Any:
+    """Gantt chart of pipeline stages from the first start: one row per lane, one colour per stage.
 
-    ``events`` are objects or dicts with ``lane``, ``stage``, ``start`` and ``end`` (seconds),
-    e.g. :class:`helpers.chapters.ch05_pipeline.StageEvent`. Time is shown from ``t0`` (default: the first start).
+    ``events``: objects or dicts with ``lane``, ``stage``, ``start`` and ``end`` (seconds).
     """
     rows = [
         e if isinstance(e, dict) else {k: getattr(e, k) for k in ("lane", "stage", "start", "end")}
@@ -149,7 +140,7 @@ def plot_timeline(
     ax = ax or _plt().subplots(figsize=(8, 0.6 + 0.45 * len({r["lane"] for r in rows})))[1]
     lanes = list(dict.fromkeys(r["lane"] for r in rows))
     stages = list(dict.fromkeys(r["stage"] for r in rows))
-    start = min(r["start"] for r in rows) if t0 is None else t0
+    start = min(r["start"] for r in rows)
     for r in rows:
         y = lanes.index(r["lane"])
         ax.barh(
@@ -178,32 +169,20 @@ def plot_grouped_bars(
     groups: Mapping[str, Mapping[str, float]],
     *,
     ylabel: str,
-    reference: float | None = None,
-    reference_label: str = "reported",
-    ax: Any = None,
     title: str = "",
-    fmt: str = "%.0f",
 ) -> Any:
-    """Grouped bars: one group per outer key (e.g. batch size), one bar per inner key (e.g. runtime).
-
-    ``reference`` draws a dashed horizontal line (e.g. the case study's reported figure) labelled
-    ``reference_label``. Missing inner keys in a group leave a gap.
-    """
+    """Grouped bars: one group per outer key (e.g. batch size), one bar per inner key (e.g. runtime);
+    an inner key missing from a group leaves a gap."""
     if not groups or not any(groups.values()):
         raise ValueError("nothing to plot: give at least one group with one value")
     series = list(dict.fromkeys(k for g in groups.values() for k in g))
-    ax = (
-        ax
-        or _plt().subplots(figsize=(min(12, max(7, 0.3 * len(groups) * len(series) + 2)), 3.8))[1]
-    )
+    ax = _plt().subplots(figsize=(min(12, max(7, 0.3 * len(groups) * len(series) + 2)), 3.8))[1]
     idx = np.arange(len(groups))
     width = 0.8 / len(series)
     for i, name in enumerate(series):
         vals = [g.get(name, np.nan) for g in groups.values()]
         bars = ax.bar(idx - 0.4 + width * (i + 0.5), vals, width, label=name, color=f"C{i}")
-        ax.bar_label(bars, fmt=fmt, fontsize=7)
-    if reference is not None:
-        ax.axhline(reference, color="black", ls="--", lw=1, label=reference_label)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
     many = len(groups) > 5
     ax.set_xticks(idx, list(groups), rotation=30 if many else 0, ha="right" if many else "center")
     ax.set(ylabel=ylabel, title=title)
@@ -214,23 +193,17 @@ def plot_grouped_bars(
 def plot_speed_accuracy(
     points: Sequence[Mapping[str, Any]],
     *,
-    ax: Any = None,
     title: str = "",
-    xlabel: str = "throughput (images/s)",
-    ylabel: str = "held-out accuracy",
-    logx: bool = True,
 ) -> Any:
-    """Scatter of speed (x) against accuracy (y), one labelled point per variant (``label``, ``speed``, ``accuracy``).
-
-    Better variants sit to the right (faster) and high (more accurate).
-    """
+    """Scatter of throughput (log x) against held-out accuracy, one labelled point per variant
+    (``label``, ``speed``, ``accuracy``): better variants sit right (faster) and high."""
     if not points:
         raise ValueError("nothing to plot: give at least one point")
     for p in points:
         missing = {"label", "speed", "accuracy"} - set(p)
         if missing:
             raise ValueError(f"point {p!r} lacks {sorted(missing)}")
-    ax = ax or _plt().subplots(figsize=(7, 4))[1]
+    ax = _plt().subplots(figsize=(7, 4))[1]
     offsets = [(6, 5), (6, -12), (6, 16), (6, -23)]  # staggered: coinciding points stay readable
     for i, p in enumerate(points):
         ax.scatter([p["speed"]], [p["accuracy"]], s=60, color=f"C{i}", zorder=3, label=p["label"])
@@ -246,8 +219,7 @@ def plot_speed_accuracy(
     lo, hi = min(accs), max(accs)
     pad = max(0.05 - (hi - lo) / 2, 0.01)  # a window of 10 points or more: tiny gaps look tiny
     ax.set_ylim(lo - pad, hi + pad)
-    if logx:
-        ax.set_xscale("log")
-    ax.set(xlabel=xlabel + (" (log scale)" if logx else ""), ylabel=ylabel, title=title)
+    ax.set_xscale("log")
+    ax.set(xlabel="throughput (images/s, log scale)", ylabel="held-out accuracy", title=title)
     ax.grid(alpha=0.3, which="both")
     return ax

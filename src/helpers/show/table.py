@@ -19,12 +19,9 @@ _CSS = "border-collapse:collapse;font-size:0.85em;max-width:100%;font-variant-nu
 
 
 class Table:
-    """Rows (dicts) shown as a table: HTML where a notebook renders it, aligned text when printed.
-
-    The columns are the first row's keys unless ``columns`` names them (a row lacking one is
-    refused). Floats use ``floatfmt``, or per column ``formats`` (``{"p50_ms": ".1f"}``); None
-    shows as ``-``. ``title`` goes above, ``notes`` (lines) below.
-    """
+    """Rows (dicts) shown as HTML where a notebook renders it, aligned text when printed: the
+    first row's keys or ``columns``; floats in ``floatfmt`` or per column ``formats``
+    (``{"p50_ms": ".1f"}``), None as ``-``; ``title`` above, ``notes`` (lines) below."""
 
     def __init__(
         self,
@@ -46,9 +43,7 @@ class Table:
                 raise ValueError(
                     f"row {i} lacks {missing}: every row needs the keys of the first row"
                 )
-        self.rows = rows
-        self.title = title
-        self.floatfmt = floatfmt
+        self.rows, self.title, self.floatfmt = rows, title, floatfmt
         self.formats = dict(formats or {})
         unknown = [k for k in self.formats if k not in self.columns]
         if unknown:
@@ -139,11 +134,8 @@ class ShowsAsTable:
 def compare_rows(
     measurements: Sequence[Measurement], baseline: Measurement | None = None
 ) -> list[dict[str, Any]]:
-    """One dict per measurement: where it ran, p50/p99 ms, IQR (% of p50), items/s, speedup.
-
-    The speedup is the ratio of median throughputs against ``baseline`` (default: the first).
-    ``machine`` is 'CONTENDED' when other processes took CPU time while it ran, 'quiet', or '?'.
-    """
+    """One dict per measurement: where it ran, p50/p99 ms, IQR (% of p50), items/s, the speedup
+    (median throughputs over ``baseline``'s, default the first), and the machine's load."""
     if not measurements:
         raise ValueError("nothing to compare: give at least one Measurement")
     base = baseline or measurements[0]
@@ -181,11 +173,8 @@ def paired_table(
     title: str | None = None,
     notes: Sequence[str] = (),
 ) -> Table:
-    """One interleaved run as a :class:`Table`: median ms and paired speedup over ``baseline``.
-
-    The speedup is :func:`~helpers.measure.measurement.paired_ratio`'s median with its per-round
-    IQR and reading ("faster", "slower" or "inconclusive"); ``meta[label]`` adds columns.
-    """
+    """One interleaved run as a :class:`Table`: median ms, and the paired ratio over ``baseline``
+    with its per-round IQR and reading; ``meta[label]`` adds columns."""
     if baseline not in runs:
         raise KeyError(f"baseline {baseline!r} is not one of the runs: {list(runs)}")
     rows = []

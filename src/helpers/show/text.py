@@ -8,11 +8,8 @@ __all__ = ["say"]
 
 
 def say(*parts: object, markdown: bool = False) -> None:
-    """Show ``parts`` joined by spaces (a list of sentences counts as its sentences).
-
-    Printed wrapped to the book's 88 columns, like ``print``; ``markdown=True`` renders the text
-    as Markdown in a notebook (bold verdicts), and prints it elsewhere.
-    """
+    """Print ``parts`` (a list counts as its items) joined by spaces, wrapped to the book's 88
+    columns; ``markdown=True`` renders them as Markdown in a notebook (bold verdicts)."""
     flat = [q for p in parts for q in (p if isinstance(p, (list, tuple)) else [p])]
     body = " ".join(str(p) for p in flat if p != "")
     if markdown:
