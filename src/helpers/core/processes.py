@@ -3,15 +3,14 @@
 :class:`ManagedProcess` starts a command in a process group of its own (``start_new_session``: a
 ``setsid()`` done by ``subprocess``'s C code, no ``preexec_fn``, which can deadlock in a threaded
 process such as a Jupyter kernel running PyTorch), with its output in a log file in a scratch
-folder. Four safety nets stop the whole group: the context manager (also on exceptions), an
-``atexit`` hook, a finalizer when the object is garbage collected, and a watchdog process
-(:mod:`helpers.core.process_watchdog`) that stops the group when this Python process dies, even
-by SIGKILL. The Triton server and the nginx front are both built on it.
+folder. Three safety nets stop the whole group: the context manager (also on exceptions), a
+finalizer (``weakref.finalize``: when the object is garbage collected, and at interpreter exit for
+those still alive), and a watchdog process (:mod:`helpers.core.process_watchdog`) that stops the
+group when this Python process dies, even by SIGKILL. The Triton server and the nginx front use it.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import subprocess
@@ -89,23 +88,12 @@ def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
 def _cleanup(
     proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path | None, grace_s: float
 ) -> None:
-    """What the finalizer of a forgotten process does: stop its group and its watchdog, delete its folder."""
+    """The finalizer of a forgotten process (or one alive at exit): stop its group and watchdog,
+    delete its folder."""
     kill_group(proc, grace_s)
     _stop_watchdog(watchdog)
     if workdir is not None:
         scratch.remove_scratch(workdir)
-
-
-# Processes started and not yet stopped. Weak references: an object that is garbage collected is
-# stopped by its finalizer; the ones still referenced at interpreter exit are stopped by stop_all.
-_LIVE: weakref.WeakValueDictionary[int, ManagedProcess] = weakref.WeakValueDictionary()
-
-
-@atexit.register
-def stop_all() -> None:
-    """Stop every managed process this Python process started and has not stopped (runs at exit)."""
-    for managed in list(_LIVE.values()):
-        managed.stop()
 
 
 # Every server the course starts listens on loopback only.
@@ -201,7 +189,6 @@ class ManagedProcess:
             _stop_watchdog(self._watchdog)
             self._watchdog = None
             raise
-        _LIVE[id(self)] = self
         self._finalizer = weakref.finalize(
             self, _cleanup, self.proc, self._watchdog, self.workdir, self.grace_s
         )
@@ -225,7 +212,6 @@ class ManagedProcess:
                 self._finalizer.detach()
         _stop_watchdog(self._watchdog)
         self._watchdog = None
-        _LIVE.pop(id(self), None)
         if self.workdir is not None:
             self._kept = {name: self.kept(name) for name in self.kept_files()}
             scratch.remove_scratch(self.workdir)
