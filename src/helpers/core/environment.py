@@ -22,7 +22,7 @@ from functools import cache, lru_cache
 from importlib import metadata
 from typing import Any
 
-from helpers.core import cgroup, hardware, machine_needs
+from helpers.core import cgroup, cuda_compat, hardware, machine_needs
 from helpers.core.checks import check_int
 from helpers.core.hardware import has_bf16_instructions, has_int8_dot_product, int8_saturates
 
@@ -38,6 +38,7 @@ __all__ = [
     "torch_device",
     "flow_device",
     "paired_devices",
+    "native_output",
     "quiet_native_stderr",
     "import_oneflow",
     "seed_everything",
@@ -105,13 +106,9 @@ def mode_choice() -> tuple[str, str]:
     host's RAM (its container's limit, if lower) hold full mode's heaviest chapter
     (:func:`helpers.core.machine_needs.full_mode_fits`), else ``quick``."""
     value = os.environ.get(MODE_ENV, "").strip().lower()
-    if value:
-        if value not in MODES:
-            raise ValueError(
-                f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}"
-            )
-        return value, f"{MODE_ENV}={value}"
-    return _auto_mode()
+    if value not in ("", *MODES):
+        raise ValueError(f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}")
+    return (value, f"{MODE_ENV}={value}") if value else _auto_mode()
 
 
 @lru_cache(maxsize=1)
@@ -149,12 +146,6 @@ def _fewest(s: Sizes) -> Sizes:
     return replace(s, warmup=1, repeats=3, train_steps=steps, batch_sweep=sweep, fewest=True)
 
 
-def own_model() -> str | None:
-    """``$COURSE_MODEL``: your own classifier for every chapter's ``S.arch``, or None."""
-    value = os.environ.get(MODEL_ENV, "").strip()
-    return value or None
-
-
 def sizes(mode: str | None = None) -> Sizes:
     """Problem sizes for ``mode`` (default: the current one), cut under ``COURSE_FEWEST=1``;
     ``COURSE_MODEL`` replaces the course's ResNet as ``arch`` at the mode's sizes."""
@@ -162,7 +153,7 @@ def sizes(mode: str | None = None) -> Sizes:
     if mode not in SIZES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     s = _fewest(SIZES[mode]) if fewest() else SIZES[mode]
-    own = own_model()
+    own = os.environ.get(MODEL_ENV, "").strip()
     return replace(s, arch=own) if own else s
 
 
@@ -225,7 +216,7 @@ def flow_device(name: str = "auto") -> Any:
     CPU and says why once, and an explicit ``cuda`` raises the reason."""
     flow = import_oneflow()
     cuda = bool(flow.cuda.is_available())
-    problem = _oneflow_gpu_problem() if cuda else None
+    problem = cuda_compat.oneflow_gpu_problem() if cuda else None
     device = _device_name(name, "OneFlow", cuda, problem)
     if problem and name.strip().lower() == "auto":
         _say_once(problem)
@@ -239,13 +230,6 @@ def paired_devices() -> tuple[Any, Any]:
     PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
     fdev = flow_device()
     return torch_device(fdev.type), fdev
-
-
-@lru_cache(maxsize=1)
-def _oneflow_gpu_problem() -> str | None:
-    from helpers.core.cuda_compat import oneflow_gpu_problem
-
-    return oneflow_gpu_problem()
 
 
 PAGE_COLUMNS = 88  # the book's code and output column: longer printed lines scroll sideways
@@ -274,24 +258,35 @@ _HARMLESS = (
 
 
 @contextmanager
+def native_output(fd: int) -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor ``fd`` (1 or 2) during the block; the
+    list it yields holds those lines after the block (C's stdio buffers flushed first)."""
+    import ctypes
+    import tempfile
+
+    (sys.stdout if fd == 1 else sys.stderr).flush()
+    lines: list[str] = []
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield lines
+        finally:
+            ctypes.CDLL(None).fflush(None)
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            lines += tmp.read().decode(errors="replace").splitlines()
+
+
+@contextmanager
 def quiet_native_stderr() -> Iterator[None]:
     """Hide the harmless lines native code writes to file descriptor 2 (:data:`_HARMLESS`), pass on
     every other one after the block: OneFlow's 'no CUDA driver' at import and at the first
     ``nn.Graph`` compile on a CPU-only machine, PyTorch's profiler notes (chapter 4)."""
-    import tempfile
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
-    for line in text.splitlines():
+    with native_output(2) as lines:
+        yield
+    for line in lines:
         if line.strip() and not any(h in line for h in _HARMLESS):
             print(line, file=sys.stderr)
 
@@ -356,7 +351,7 @@ def environment_report() -> dict[str, Any]:
     """Facts about this machine and its libraries (machine, cores, GPU, driver, versions, mode)."""
     facts, gpu = hardware.machine_facts(), hardware.gpu_info()
     host, where = machine_needs.host_memory()
-    problem = _oneflow_gpu_problem() if gpu["gpu"] else None
+    problem = cuda_compat.oneflow_gpu_problem() if gpu["gpu"] else None
     return {
         "mode": get_mode(),
         "python": platform.python_version(),
@@ -391,25 +386,18 @@ def print_environment_report() -> None:
             print(" " * (width + 1) + line)
 
     for key in ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory"):
-        if key == "cpu_quota" and rep[key] is not None:  # none: the cores above are this process's
-            row(key, f"{rep[key]:g} cores (the container's cgroup; threads are capped to it)")
-        elif key != "cpu_quota":
+        if key != "cpu_quota":
             row(key, rep[key])
-    for key in ("gpu", "driver", "cuda"):
-        row(key, rep[key])
-    if rep.get("oneflow_gpu"):
-        row("oneflow gpu", rep["oneflow_gpu"])
-    try:
-        la = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-        row("load", f"{la} (1/5/15-minute load averages; each timing records its own load)")
-    except OSError:
-        pass
+        elif rep[key] is not None:  # none: the cores above are this process's
+            row(key, f"{rep[key]:g} cores (the container's cgroup; threads are capped to it)")
+    for key in ("gpu", "driver", "cuda", "oneflow_gpu"):
+        if key != "oneflow_gpu" or rep[key]:
+            row(key.replace("_", " "), rep[key])
+    la = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    row("load", f"{la} (1/5/15-minute load averages; each timing records its own load)")
     row("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
     s = asdict(sizes(rep["mode"]))
-    row(
-        "sizes",
-        ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode" and (k, v) != ("fewest", False)),
-    )
+    row("sizes", ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode" and v is not False))
     if s["fewest"]:
         row(
             "fewest",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from helpers.core import cgroup
 from helpers.core.checks import check_int
+from helpers.core.environment import native_output
 
 __all__ = [
     "affinity",
@@ -77,19 +78,8 @@ def same_threads(n: int | None = None) -> int:
     # OneFlow prints a misleading warning when n equals the CPU count (which it then uses, as
     # asked): only smaller counts are passed, with its output hidden
     if flow is not None and hasattr(flow, "set_num_threads") and n < (os.cpu_count() or 1):
-        sys.stdout.flush()
-        saved = os.dup(1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        try:
+        with native_output(1):  # its std::cout, captured and dropped
             flow.set_num_threads(n)
-        finally:
-            import ctypes
-
-            ctypes.CDLL(None).fflush(None)  # C stdio's buffer (std::cout) while still silenced
-            os.dup2(saved, 1)
-            os.close(saved)
-            os.close(devnull)
     return n
 
 
