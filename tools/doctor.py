@@ -46,7 +46,9 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from helpers.core import cgroup, machine_needs  # noqa: E402 - standard library only
+from helpers.core import cgroup, cuda_compat, machine_needs  # noqa: E402 - standard library only
+
+ONEFLOW_SASS, runs_on = cuda_compat.ONEFLOW_CUDA_ARCHS, cuda_compat.runs_on
 
 # glibc: torch 2.10.0 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
 # nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
@@ -65,10 +67,8 @@ GLIBCXX_SERVING = 30  # GLIBCXX_3.4.30
 # is what the course's own Triton docker command asks for (--shm-size=1g).
 SHM_NEEDED = 1 << 30
 SHM_MINIMUM = 256 << 20
-# GPUs: OneFlow 0.9.0 (cu117 wheel) carries SASS for these and no PTX (helpers.core.cuda_compat reads
-# them from the wheel; tests/tools/test_doctor.py checks the two agree). PyTorch 2.10's cu128 wheel carries
-# sm_70 to sm_120 (torch._C._cuda_getArchFlags()), so it starts at 7.0.
-ONEFLOW_SASS = (60, 61, 70, 75, 80, 86)
+# GPUs: OneFlow 0.9.0 (cu117 wheel) carries SASS for ONEFLOW_SASS and no PTX (helpers.core.cuda_compat).
+# PyTorch 2.10's cu128 wheel carries sm_70 to sm_120 (torch._C._cuda_getArchFlags()), so it starts at 7.0.
 TORCH_MIN_CC = (7, 0)
 # Driver: PyTorch 2.10.0 and onnxruntime-gpu 1.23.2 use CUDA 12, which runs on drivers from 525.60.13
 # on (CUDA's minor-version compatibility); OneFlow's CUDA 11.7 needs less (450.80.02).
@@ -139,11 +139,6 @@ class Row:
 
 def _v(parts: tuple[int, ...] | None) -> str:
     return ".".join(str(p) for p in parts) if parts else "?"
-
-
-def runs_on(cc: tuple[int, int], sass: tuple[int, ...]) -> bool:
-    """SASS runs on the same major architecture at an equal or higher minor (8.6 code on 8.9, not 9.0)."""
-    return any(a // 10 == cc[0] and a % 10 <= cc[1] for a in sass)
 
 
 def check_platform(f: Facts) -> Row:
