@@ -102,9 +102,8 @@ SIZES: dict[str, Sizes] = {
 
 
 def mode_choice() -> tuple[str, str]:
-    """(mode, why): ``$COURSE_MODE`` when set; otherwise ``full`` only where a CUDA GPU and the
-    host's RAM (its container's limit, if lower) hold full mode's heaviest chapter
-    (:func:`helpers.core.machine_needs.full_mode_fits`), else ``quick``."""
+    """(mode, why): ``$COURSE_MODE`` when set, else what
+    :func:`helpers.core.machine_needs.full_mode_fits` says of this GPU and RAM."""
     value = os.environ.get(MODE_ENV, "").strip().lower()
     if value not in ("", *MODES):
         raise ValueError(f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}")
@@ -159,10 +158,8 @@ def sizes(mode: str | None = None) -> Sizes:
 
 def sizes_on(device: Any, mode: str | None = None) -> Sizes:
     """The sizes for work on ``device`` (a torch or OneFlow device, or its type): quick sizes for
-    a CPU in full mode, said once. Full sizes are for a GPU; work the course runs on a CPU even
-    then (OneFlow's above all: chapter 0 compares on the CPU, and OneFlow 0.9.0 has no kernels for
-    Hopper GPUs) would take tens of minutes per chapter at them.
-    """
+    a CPU in full mode, said once. Work the course runs on a CPU even then (OneFlow's above all:
+    it has no kernels for Hopper GPUs) would take tens of minutes per chapter at full sizes."""
     current = sizes(mode)
     kind = device if isinstance(device, str) else getattr(device, "type", str(device))
     if current.mode == "full" and kind == "cpu":
@@ -224,10 +221,8 @@ def flow_device(name: str = "auto") -> Any:
 
 
 def paired_devices() -> tuple[Any, Any]:
-    """``(torch.device, oneflow.device)`` of the same kind, for chapters that compare the two frameworks.
-
-    Both CUDA when OneFlow can use the GPU, otherwise both CPU (printing why), so that a
-    PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
+    """``(torch.device, oneflow.device)``: both CUDA when OneFlow can use the GPU, else both CPU
+    (printing why), so that a PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
     fdev = flow_device()
     return torch_device(fdev.type), fdev
 
@@ -236,7 +231,6 @@ PAGE_COLUMNS = 88  # the book's code and output column: longer printed lines scr
 
 
 def _print_wrapped(text: str) -> None:
-    """Print ``text`` wrapped to :data:`PAGE_COLUMNS`, continuation lines indented."""
     import textwrap
 
     print(textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  "))
@@ -292,9 +286,8 @@ def quiet_native_stderr() -> Iterator[None]:
 
 
 def import_oneflow() -> Any:
-    """Import OneFlow once, inside :func:`quiet_native_stderr`, after loading the course's fix for
-    a race in OneFlow 0.9.0's ``nn.Graph`` launcher (:mod:`helpers.core.oneflow_fix`), which
-    would otherwise crash a process now and then; without it (no C++ compiler) a note says so."""
+    """Import OneFlow once, quietly, after the course's fix for OneFlow 0.9.0's ``nn.Graph`` launch
+    race (:mod:`helpers.core.oneflow_fix`); without it (no C++ compiler) a note says so."""
     if "oneflow" in sys.modules:
         return sys.modules["oneflow"]
     from helpers.core import oneflow_fix

@@ -54,18 +54,6 @@ def alive(pids: Sequence[int]) -> list[int]:
     return out
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
-    import psutil
-
-    members = []
-    for pid in psutil.pids():
-        with contextlib.suppress(OSError):  # gone, or not ours
-            if os.getpgid(pid) == pgid:
-                members.append(pid)
-    return alive(members)
-
-
 def _start_watchdog(grace_s: float) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(_WATCHDOG), str(grace_s)],
@@ -101,12 +89,10 @@ LOOPBACK = "127.0.0.1"
 
 
 class ManagedProcess:
-    """One command in its own process group, with a scratch folder, a log, and four ways to be stopped.
+    """One command in its own process group, with a scratch folder and a log, always stopped.
 
-    Subclasses write ``start()``: prepare :attr:`workdir` (:meth:`make_workdir`), call
-    :meth:`launch` with the command, then wait until the process is ready. :meth:`stop` stops the
-    group (SIGTERM, ``grace_s``, SIGKILL), the watchdog, and deletes the folder after keeping the
-    files named by :meth:`kept_files` (read them with :meth:`kept`).
+    Subclasses write ``start()``: :meth:`make_workdir`, :meth:`launch` the command, wait until it
+    is ready. :meth:`stop` keeps the files named by :meth:`kept_files` (read with :meth:`kept`).
     """
 
     grace_s: float = GRACE_S
@@ -145,8 +131,15 @@ class ManagedProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def processes(self) -> list[int]:
-        """PIDs of the process and its children (its process group)."""
-        return group_members(self.proc.pid) if self.proc is not None else []
+        """PIDs of the live process and its children (its process group; zombies excluded)."""
+        import psutil
+
+        members = []
+        for pid in psutil.pids() if self.proc is not None else ():
+            with contextlib.suppress(OSError):  # gone, or not ours
+                if os.getpgid(pid) == self.proc.pid:
+                    members.append(pid)
+        return alive(members)
 
     def make_workdir(self, prefix: str) -> Path:
         """A fresh scratch folder for this run (removed by :meth:`stop`, at exit, or by the next run)."""
@@ -201,10 +194,8 @@ class ManagedProcess:
         return self.proc
 
     def stop(self, grace_s: float | None = None) -> int | None:
-        """Stop the process group and the watchdog, keep the logs, delete the folder; the exit code.
-
-        Idempotent.
-        """
+        """Stop the group (SIGTERM, ``grace_s``, SIGKILL) and the watchdog, keep the logs, delete
+        the folder; the exit code. Idempotent."""
         code = None
         if self.proc is not None:
             code = kill_group(self.proc, self.grace_s if grace_s is None else grace_s)

@@ -2,16 +2,8 @@
 
 Some switches are read once, when a library is imported (OneFlow's MLIR passes, chosen by
 ``ONEFLOW_MLIR_*`` before ``import oneflow``): a process that imported it cannot flip them, so
-each setting runs in a new process::
-
-    out = run_in_subprocess(
-        "helpers.chapters.ch06_switches:oneflow_graph_ablation",
-        {...},
-        env=PAD_CONV_FUSION_ENV,  # added to this process's environment
-        unset=MLIR_VARS,  # removed from it first: only ``env`` decides
-    )
-
-The target, ``"package.module:function"``, gets JSON ``kwargs`` and returns what JSON encodes.
+each setting runs in a new process. The target, ``"package.module:function"``, gets JSON
+``kwargs`` and returns what JSON encodes.
 """
 
 from __future__ import annotations
@@ -103,15 +95,10 @@ def run_in_subprocess(
                 timeout=timeout_s,
                 check=False,
             )
-        except subprocess.TimeoutExpired as exc:
-            err = (
-                exc.stderr.decode(errors="replace")
-                if isinstance(exc.stderr, bytes)
-                else (exc.stderr or "")
-            )
+        except subprocess.TimeoutExpired as exc:  # its output so far: bytes, whatever text= says
             raise TimeoutError(
                 f"{target} did not finish within {timeout_s:.0f} s in the subprocess (killed); "
-                f"stderr tail:\n{_tail(err)}"
+                f"stderr tail:\n{_tail((exc.stderr or b'').decode(errors='replace'))}"
             ) from None
         wall = time.perf_counter() - start
         payload = json.loads(out_path.read_text()) if out_path.exists() else None
