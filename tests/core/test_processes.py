@@ -138,7 +138,7 @@ class Stubborn(Sleeper):
 
 
 def test_stop_kills_a_group_that_ignores_sigterm():
-    """Catches M26 (``kill_group`` without its SIGKILL after the grace period): ``stop()`` of a
+    """Catches M26 (``_stop`` without its SIGKILL after the grace period): ``stop()`` of a
     live parent must not leave a process that ignores SIGTERM running."""
     with Stubborn() as s:
         pids = s.processes()

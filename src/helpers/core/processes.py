@@ -27,19 +27,9 @@ __all__ = [
     "alive",
 ]
 
-# Seconds a stopped group gets between SIGTERM and SIGKILL, unless its stop() says otherwise.
+# Seconds a stopped group gets between SIGTERM and SIGKILL, unless its class says otherwise.
 GRACE_S = 5.0
 _WATCHDOG = Path(__file__).with_name("process_watchdog.py")
-
-
-def kill_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:
-    """Stop the process group of ``proc`` (:func:`~helpers.core.process_watchdog.stop_group`:
-    SIGTERM, up to ``grace_s``, SIGKILL); its exit code."""
-    stop_group(proc.pid, grace_s, lambda: proc.poll() is None)
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def alive(pids: Sequence[int]) -> list[int]:
@@ -65,21 +55,23 @@ def _start_watchdog(grace_s: float) -> subprocess.Popen:
     )
 
 
-def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
-    """Stop a watchdog whose group is already stopped (it must not signal a reused group id)."""
+def _stop(
+    proc: subprocess.Popen | None,
+    watchdog: subprocess.Popen | None,
+    workdir: Path | None,
+    grace_s: float,
+) -> None:
+    """Stop the group of ``proc`` (SIGTERM, up to ``grace_s``, SIGKILL), then its watchdog (which
+    must not signal a reused group id), and delete ``workdir``: what :meth:`ManagedProcess.stop`
+    runs, and the finalizer of a forgotten process (or of one alive at interpreter exit)."""
+    if proc is not None:
+        stop_group(proc.pid, grace_s, lambda: proc.poll() is None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
     if watchdog is not None:
         watchdog.kill()  # nothing once it has exited
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             watchdog.communicate(timeout=10)  # reaps it and closes its stdin
-
-
-def _cleanup(
-    proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path | None, grace_s: float
-) -> None:
-    """The finalizer of a forgotten process (or one alive at exit): stop its group and watchdog,
-    delete its folder."""
-    kill_group(proc, grace_s)
-    _stop_watchdog(watchdog)
     if workdir is not None:
         scratch.remove_scratch(workdir)
 
@@ -179,35 +171,31 @@ class ManagedProcess:
                     start_new_session=True,  # its own process group; no preexec_fn (see above)
                 )
         except BaseException:
-            _stop_watchdog(self._watchdog)
+            _stop(None, self._watchdog, None, self.grace_s)
             self._watchdog = None
             raise
         self._finalizer = weakref.finalize(
-            self, _cleanup, self.proc, self._watchdog, self.workdir, self.grace_s
+            self, _stop, self.proc, self._watchdog, self.workdir, self.grace_s
         )
         try:
             self._watchdog.stdin.write(f"{self.proc.pid}\n".encode())
             self._watchdog.stdin.flush()
         except OSError as exc:  # the watchdog died at once: do not run what nothing guards
-            self.stop(grace_s=1.0)
+            self.stop()
             raise RuntimeError(f"the watchdog process is not running: {exc}") from exc
         return self.proc
 
-    def stop(self, grace_s: float | None = None) -> int | None:
-        """Stop the group (SIGTERM, ``grace_s``, SIGKILL) and the watchdog, keep the logs, delete
-        the folder; the exit code. Idempotent."""
-        code = None
-        if self.proc is not None:
-            code = kill_group(self.proc, self.grace_s if grace_s is None else grace_s)
-            if self._finalizer is not None:
-                self._finalizer.detach()
-        _stop_watchdog(self._watchdog)
-        self._watchdog = None
+    def stop(self) -> int | None:
+        """Stop the group (SIGTERM, :attr:`grace_s`, SIGKILL) and the watchdog, keep the logs,
+        delete the folder; the exit code. Idempotent."""
         if self.workdir is not None:
             self._kept = {name: self.kept(name) for name in self.kept_files()}
+        if self._finalizer is not None:
+            self._finalizer()  # runs _stop once; a second call does nothing
+        elif self.workdir is not None:  # launch() never started the process
             scratch.remove_scratch(self.workdir)
-            self.workdir = None
-        return code
+        self.workdir = self._watchdog = None
+        return None if self.proc is None else self.proc.returncode
 
     def start(self) -> ManagedProcess:
         """Start the process and wait until it is ready (subclasses)."""
