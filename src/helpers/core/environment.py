@@ -191,12 +191,9 @@ def _device_name(name: str, who: str, cuda: bool, problem: str | None = None) ->
         raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
     if name == "auto":
         return "cuda" if cuda and not problem else "cpu"
-    if name.startswith("cuda") and not cuda:
-        raise RuntimeError(
-            f"device {name!r} requested but {who} sees no CUDA GPU; use 'cpu' or 'auto'"
-        )
-    if name.startswith("cuda") and problem:
-        raise RuntimeError(problem)
+    if name.startswith("cuda") and (problem or not cuda):
+        no_gpu = f"device {name!r} requested but {who} sees no CUDA GPU; use 'cpu' or 'auto'"
+        raise RuntimeError(problem if cuda else no_gpu)
     return name
 
 

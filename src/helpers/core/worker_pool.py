@@ -160,10 +160,8 @@ class WorkerPool:
                 done += 1
 
     def __exit__(self, *exc: object) -> None:
-        started = [p for p in self._procs if p.pid is not None]
-        for p in started:
+        for p in (p for p in self._procs if p.pid is not None):
             p.join(timeout=5)
-        for p in started:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
