@@ -75,20 +75,17 @@ def run_in_subprocess(
         ) from exc
     _resolve(target)  # fail here, with a clear message, rather than in the child
 
-    child_env = dict(os.environ)
-    for key in removed:
-        child_env.pop(key, None)
-    child_env.update(env)
+    child_env = {k: v for k, v in os.environ.items() if k not in removed} | env
     # make `helpers` importable in the child even if it is not installed
     src = str(Path(__file__).resolve().parents[1])
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, child_env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="subrun-") as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec_path.write_text(spec_text)
+        out_path = Path(tmp) / "result.json"
         start = time.perf_counter()
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", __name__, str(spec_path), str(out_path)],
+                [sys.executable, "-m", __name__, str(out_path)],
+                input=spec_text,  # the spec on its stdin, the result in a file
                 env=child_env,
                 capture_output=True,
                 text=True,
@@ -113,9 +110,9 @@ def run_in_subprocess(
 
 
 def _main(argv: list[str]) -> int:
-    spec_path, out_path = Path(argv[0]), Path(argv[1])
+    out_path = Path(argv[0])
     try:
-        spec = json.loads(spec_path.read_text())
+        spec = json.loads(sys.stdin.read())
         result = _resolve(spec["target"])(**spec["kwargs"])
         text = json.dumps({"result": result})
     except BaseException:  # report every failure to the parent
