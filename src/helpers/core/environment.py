@@ -369,11 +369,9 @@ def print_environment_report() -> None:
     width = 14
 
     def row(key: str, value: Any) -> None:
-        value = ", ".join(value) or "-" if isinstance(value, list) else value
-        lines = textwrap.wrap("-" if value is None else str(value), PAGE_COLUMNS - width - 1)
-        print(f"{key:<{width}} {lines[0] if lines else '-'}")
-        for line in lines[1:]:
-            print(" " * (width + 1) + line)
+        text = ", ".join(value) if isinstance(value, list) else "" if value is None else str(value)
+        pad = (f"{key:<{width}} ", " " * (width + 1))
+        print(textwrap.fill(text or "-", PAGE_COLUMNS, initial_indent=pad[0], subsequent_indent=pad[1]))
 
     for key in ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory"):
         if key != "cpu_quota":
