@@ -370,8 +370,8 @@ def print_environment_report() -> None:
 
     def row(key: str, value: Any) -> None:
         text = ", ".join(value) if isinstance(value, list) else "" if value is None else str(value)
-        pad = (f"{key:<{width}} ", " " * (width + 1))
-        print(textwrap.fill(text or "-", PAGE_COLUMNS, initial_indent=pad[0], subsequent_indent=pad[1]))
+        first, rest = f"{key:<{width}} ", " " * (width + 1)
+        print(textwrap.fill(text or "-", PAGE_COLUMNS, initial_indent=first, subsequent_indent=rest))
 
     for key in ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory"):
         if key != "cpu_quota":
