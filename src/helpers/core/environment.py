@@ -369,9 +369,11 @@ def print_environment_report() -> None:
     width = 14
 
     def row(key: str, value: Any) -> None:
-        text = ", ".join(value) if isinstance(value, list) else "" if value is None else str(value)
-        first, rest = f"{key:<{width}} ", " " * (width + 1)
-        print(textwrap.fill(text or "-", PAGE_COLUMNS, initial_indent=first, subsequent_indent=rest))
+        value = ", ".join(value) or "-" if isinstance(value, list) else value
+        lines = textwrap.wrap("-" if value is None else str(value), PAGE_COLUMNS - width - 1)
+        print(f"{key:<{width}} {lines[0] if lines else '-'}")
+        for line in lines[1:]:
+            print(" " * (width + 1) + line)
 
     for key in ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory"):
         if key != "cpu_quota":
