@@ -244,7 +244,7 @@ def check_gpu(f: Facts) -> Row:
         fix = "driver too old to report compute capability"
     elif cc < TORCH_MIN_CC:
         fix = "PyTorch 2.10 has no code for this GPU: everything runs on the CPU. Rent a newer GPU"
-    elif not cuda_compat.runs_on(cc, cuda_compat.ONEFLOW_CUDA_ARCHS, cuda_compat.ONEFLOW_HAS_PTX):
+    elif not cuda_compat.runs_on(cc, cuda_compat.ONEFLOW_CUDA_ARCHS):
         fix = (
             "OneFlow 0.9.0 has no code for this GPU (Hopper: H100, H200, H800, H20; Blackwell): its "
             "cells run on the CPU (PyTorch, ONNX Runtime and Triton use the GPU). To see OneFlow on "

@@ -32,13 +32,10 @@ from helpers.core import environment as env
     ],
 )
 def test_oneflow_sass_compatibility(capability, expected):
-    assert cc.runs_on(capability, cc.ONEFLOW_CUDA_ARCHS, cc.ONEFLOW_HAS_PTX) is expected
+    assert cc.runs_on(capability, cc.ONEFLOW_CUDA_ARCHS) is expected
 
 
-def test_ptx_lets_newer_gpus_run():
-    assert cc.runs_on((9, 0), (80, 86), ptx=True)
-    assert cc.runs_on((9, 0), (70,), ptx={86})
-    assert not cc.runs_on((8, 0), (70,), ptx={86})
+def test_not_a_capability_is_refused():
     with pytest.raises(ValueError, match="compute capability"):
         cc.runs_on((0, 0), (80,))
 
@@ -107,7 +104,15 @@ def test_constants_match_the_installed_oneflow_wheel():
     assert libs, f"liboneflow not found under {root / 'oneflow.libs'}"
     found = fatbin_archs(libs[0])
     assert tuple(sorted(found["sass"])) == cc.ONEFLOW_CUDA_ARCHS
-    assert bool(found["ptx"]) is cc.ONEFLOW_HAS_PTX
+    assert not found["ptx"], "PTX would let newer GPUs run it: runs_on reads SASS only"
+
+
+@pytest.fixture(autouse=True)
+def _uncached():
+    problem = cc.oneflow_gpu_problem  # the cached function, before a test replaces it
+    problem.cache_clear()
+    yield
+    problem.cache_clear()
 
 
 def _fake_gpu(monkeypatch, capability, name="NVIDIA H200"):
@@ -121,6 +126,7 @@ def _fake_gpu(monkeypatch, capability, name="NVIDIA H200"):
 def test_problem_named_for_hopper_and_none_for_ampere(monkeypatch):
     _fake_gpu(monkeypatch, (9, 0))
     problem = cc.oneflow_gpu_problem()
+    cc.oneflow_gpu_problem.cache_clear()
     assert "NVIDIA H200" in problem and "9.0" in problem and "CPU" in problem and "A100" in problem
     _fake_gpu(monkeypatch, (8, 0), "NVIDIA A100")
     assert cc.oneflow_gpu_problem() is None
@@ -138,14 +144,14 @@ def test_flow_device_keeps_oneflow_off_an_unsupported_gpu(monkeypatch, capsys):
     flow = env.import_oneflow()
     problem = "OneFlow 0.9.0 has no GPU code for the NVIDIA H200 (compute capability 9.0)"
     monkeypatch.setattr(flow.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(env, "_oneflow_gpu_problem", lambda: problem)
+    monkeypatch.setattr(cc, "oneflow_gpu_problem", lambda: problem)
     env._say_once.cache_clear()
     assert env.flow_device().type == "cpu"
     assert env.flow_device().type == "cpu"
     assert capsys.readouterr().out.count("NOTE: OneFlow 0.9.0 has no GPU code") == 1  # said once
     with pytest.raises(RuntimeError, match="compute capability 9.0"):
         env.flow_device("cuda")
-    monkeypatch.setattr(env, "_oneflow_gpu_problem", lambda: None)
+    monkeypatch.setattr(cc, "oneflow_gpu_problem", lambda: None)
     assert env.flow_device().type == "cuda"  # a supported GPU: OneFlow uses it (device object only)
 
 

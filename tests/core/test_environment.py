@@ -127,6 +127,14 @@ def test_quiet_native_stderr_hides_only_the_harmless_lines(capfd):
     assert "after" in capfd.readouterr().err
 
 
+def test_native_output_captures_what_c_stdio_buffered(capfd):
+    import ctypes
+
+    with env.native_output(1) as lines:
+        ctypes.CDLL(None).printf(b"from C\n")  # native code, not Python
+    assert lines == ["from C"] and "from C" not in capfd.readouterr().out
+
+
 @pytest.mark.parametrize("mode", env.MODES)
 def test_sizes_fit_what_the_chapters_assume(mode):
     """Full mode has never run in CI: check its sizes satisfy what the chapters index and build."""
@@ -218,7 +226,7 @@ def test_cpu_family_names_the_generation():
 def test_course_model_is_every_chapters_arch_at_the_modes_sizes(monkeypatch, capsys):
     """Your own model: COURSE_MODEL replaces the course's ResNet in S and in OneFlow's S_flow."""
     monkeypatch.delenv(env.MODEL_ENV, raising=False)
-    assert env.sizes("quick").arch == "resnet18" and env.own_model() is None
+    assert env.sizes("quick").arch == "resnet18"
     monkeypatch.setenv(env.MODEL_ENV, " mobilenet_v3_small ")
     quick, full = env.sizes("quick"), env.sizes("full")
     assert quick.arch == full.arch == "mobilenet_v3_small"

@@ -50,11 +50,33 @@ def test_stop_kills_the_group_keeps_the_log_and_removes_the_folder():
     assert s.stop() is not None or not s.is_alive()  # stop() again is harmless
 
 
-def test_exit_hook_and_finalizer_stop_forgotten_processes():
-    s = Sleeper().start()
-    pids = s.processes()
-    processes.stop_all()  # what the atexit hook runs
-    assert _wait_gone(pids) == []
+EXITING = textwrap.dedent("""
+    import json, os, signal, sys
+    sys.path.insert(0, sys.argv[1])
+    from test_processes import Sleeper
+
+    s = Sleeper().start()  # still referenced at exit
+    os.kill(s._watchdog.pid, signal.SIGKILL)  # so that only the exit hook can stop it
+    print(json.dumps([s.workdir.as_posix(), *s.processes()]), flush=True)
+""")
+
+
+def test_exit_hook_stops_processes_alive_at_exit(tmp_path):
+    script = tmp_path / "exiting.py"
+    script.write_text(EXITING)
+    here = os.path.dirname(__file__)
+    proc = subprocess.run(
+        [sys.executable, str(script), here], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    folder, *pids = json.loads(proc.stdout.splitlines()[-1])
+    left = _wait_gone(pids, timeout=3)
+    for pid in left:  # the check failed: do not leak the process
+        os.kill(pid, signal.SIGKILL)
+    assert pids and left == [] and not os.path.exists(folder)
+
+
+def test_finalizer_stops_forgotten_processes():
     s = Sleeper().start()
     pids = s.processes()
     del s
@@ -116,7 +138,7 @@ class Stubborn(Sleeper):
 
 
 def test_stop_kills_a_group_that_ignores_sigterm():
-    """Catches M26 (``kill_group`` without its SIGKILL after the grace period): ``stop()`` of a
+    """Catches M26 (``_stop`` without its SIGKILL after the grace period): ``stop()`` of a
     live parent must not leave a process that ignores SIGTERM running."""
     with Stubborn() as s:
         pids = s.processes()

@@ -7,10 +7,7 @@ figures are in its cgroup: cgroup v2 ``cpu.max`` (quota and period), ``cpu.stat`
 (``usage_usec``) and ``memory.max``; cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``,
 ``cpuacct.usage`` (nanoseconds) and ``memory.limit_in_bytes``. A limit set on a parent cgroup
 binds too, so limits are the tightest from this process's cgroup up to the mount's root.
-
-Standard library only: ``tools/doctor.py`` loads this file before anything is installed. Every
-reader takes ``root`` (the cgroup mount, ``/sys/fs/cgroup``) and ``self_cgroup`` (the text of
-``/proc/self/cgroup``), so the tests read a fake tree in a temporary directory.
+Standard library only: ``tools/doctor.py`` loads this file before anything is installed.
 """
 
 from __future__ import annotations
@@ -80,11 +77,10 @@ def _chain(mount: Path, path: str) -> tuple[Path, ...]:
 
 
 def find(root: Path | str = ROOT, self_cgroup: str | None = None) -> Cgroup | None:
-    """This process's cgroup (None off Linux or without a cgroup mount).
-
-    Pure cgroup v2 when ``root/cgroup.controllers`` exists; otherwise v1, one mount per
-    controller (``root/cpu``, ``root/cpuacct``, ``root/memory``, or a combined ``cpu,cpuacct``).
-    """
+    """This process's cgroup (None off Linux or without a cgroup mount), under ``root`` as
+    ``self_cgroup`` (the text of ``/proc/self/cgroup``) names it: v2 where
+    ``root/cgroup.controllers`` exists, else v1 (``root/cpu``, ``root/cpuacct``, ``root/memory``,
+    or a combined ``cpu,cpuacct``)."""
     root = Path(root)
     if self_cgroup is None:
         self_cgroup = _read(Path("/proc/self/cgroup")) or ""

@@ -1,10 +1,5 @@
-"""Argument checks with one wording: ``check_int("repeats", repeats)`` instead of the same test everywhere.
-
-A bool is an ``int`` in Python (``True == 1``), so every check refuses bools explicitly: ``repeats=True``
-is a mistake, not one repeat. Each check returns the value, so it reads as an assignment::
-
-    repeats = check_int("repeats", repeats, why="at least one timed call is needed")
-"""
+"""Argument checks with one wording, returning the value: ``n = check_int("repeats", n)``.
+Bools are refused (``True == 1`` in Python, but ``repeats=True`` is a mistake, not one repeat)."""
 
 from __future__ import annotations
 
@@ -60,7 +55,6 @@ def _within(value: Any, minimum: Any, maximum: Any) -> bool:
 
 
 def _refuse_unless(ok: bool, name: str, value: Any, kind: str, why: str) -> None:
-    """ValueError naming the argument, what it must be and why, unless ``ok`` (bools never are)."""
     if not ok or isinstance(value, bool):
         reason = f": {why}" if why else ""
         raise ValueError(f"{name} must be {kind}, got {value!r}{reason}")

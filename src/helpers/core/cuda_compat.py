@@ -5,40 +5,35 @@ driver compiles for newer ones. OneFlow 0.9.0's cu117 wheel has SASS for compute
 6.0-8.6 and no PTX: it cannot run on Hopper (H100/H200, 9.0) or newer (PyTorch 2.10's cu128 wheel
 starts at 7.0), so OneFlow needs a GPU of capability 7.0-8.9; elsewhere
 ``environment.flow_device`` keeps it on the CPU and says why. ``tests/core/test_cuda_compat.py``
-re-reads the architectures from the installed library's fat binaries.
+re-reads the architectures (and the absence of PTX) from the installed library's fat binaries.
+Standard library only at import: ``tools/doctor.py`` loads it before anything is installed.
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 __all__ = [
+    "ONEFLOW_CUDA_ARCHS",
     "runs_on",
     "oneflow_gpu_problem",
 ]
 
-# SASS architectures in oneflow-0.9.0+cu117's liboneflow (no PTX), read from its fat binaries
-# (tests/core/test_cuda_compat.py re-reads them from the installed wheel).
+# SASS architectures in oneflow-0.9.0+cu117's liboneflow (no PTX), read from its fat binaries.
 ONEFLOW_CUDA_ARCHS: tuple[int, ...] = (60, 61, 70, 75, 80, 86)
-ONEFLOW_HAS_PTX = False
 
 
-def runs_on(
-    capability: tuple[int, int], sass: tuple[int, ...] | set[int], ptx: bool | set[int] = False
-) -> bool:
-    """Whether code built for ``sass`` (e.g. ``(70, 80, 86)``) runs on a GPU of ``capability`` ``(major, minor)``.
-
-    SASS runs on the same major version with an equal or higher minor (8.6 code runs on 8.9, not on
-    9.0); PTX for an architecture at or below the GPU's is compiled by the driver."""
+def runs_on(capability: tuple[int, int], sass: tuple[int, ...]) -> bool:
+    """Whether SASS built for ``sass`` (e.g. ``(70, 80, 86)``) runs on a GPU of ``capability``
+    ``(major, minor)``: the same major version with an equal or higher minor (8.6 code runs on
+    8.9, not on 9.0)."""
     major, minor = capability
     if major < 1 or minor < 0:
         raise ValueError(f"not a compute capability: {capability}")
-    cc = major * 10 + minor
-    if any(a // 10 == major and a % 10 <= minor for a in sass):
-        return True
-    if isinstance(ptx, bool):
-        return ptx and any(a <= cc for a in sass)
-    return any(a <= cc for a in ptx)
+    return any(a // 10 == major and a % 10 <= minor for a in sass)
 
 
+@cache
 def oneflow_gpu_problem() -> str | None:
     """Why OneFlow cannot use this machine's GPU, or None (it can, or there is no GPU at all)."""
     try:
@@ -50,7 +45,7 @@ def oneflow_gpu_problem() -> str | None:
         name = torch.cuda.get_device_name(0)
     except Exception:  # no usable CUDA stack: nothing to warn about here
         return None
-    if runs_on(capability, ONEFLOW_CUDA_ARCHS, ONEFLOW_HAS_PTX):
+    if runs_on(capability, ONEFLOW_CUDA_ARCHS):
         return None
     archs = ", ".join(f"{a // 10}.{a % 10}" for a in ONEFLOW_CUDA_ARCHS)
     return (

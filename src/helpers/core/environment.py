@@ -22,7 +22,7 @@ from functools import cache, lru_cache
 from importlib import metadata
 from typing import Any
 
-from helpers.core import cgroup, hardware, machine_needs
+from helpers.core import cgroup, cuda_compat, hardware, machine_needs
 from helpers.core.checks import check_int
 from helpers.core.hardware import has_bf16_instructions, has_int8_dot_product, int8_saturates
 
@@ -38,6 +38,7 @@ __all__ = [
     "torch_device",
     "flow_device",
     "paired_devices",
+    "native_output",
     "quiet_native_stderr",
     "import_oneflow",
     "seed_everything",
@@ -101,17 +102,12 @@ SIZES: dict[str, Sizes] = {
 
 
 def mode_choice() -> tuple[str, str]:
-    """(mode, why): ``$COURSE_MODE`` when set; otherwise ``full`` only where a CUDA GPU and the
-    host's RAM (its container's limit, if lower) hold full mode's heaviest chapter
-    (:func:`helpers.core.machine_needs.full_mode_fits`), else ``quick``."""
+    """(mode, why): ``$COURSE_MODE`` when set, else what
+    :func:`helpers.core.machine_needs.full_mode_fits` says of this GPU and RAM."""
     value = os.environ.get(MODE_ENV, "").strip().lower()
-    if value:
-        if value not in MODES:
-            raise ValueError(
-                f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}"
-            )
-        return value, f"{MODE_ENV}={value}"
-    return _auto_mode()
+    if value not in ("", *MODES):
+        raise ValueError(f"{MODE_ENV}={value!r} is not a known mode; use one of {', '.join(MODES)}")
+    return (value, f"{MODE_ENV}={value}") if value else _auto_mode()
 
 
 @lru_cache(maxsize=1)
@@ -149,12 +145,6 @@ def _fewest(s: Sizes) -> Sizes:
     return replace(s, warmup=1, repeats=3, train_steps=steps, batch_sweep=sweep, fewest=True)
 
 
-def own_model() -> str | None:
-    """``$COURSE_MODEL``: your own classifier for every chapter's ``S.arch``, or None."""
-    value = os.environ.get(MODEL_ENV, "").strip()
-    return value or None
-
-
 def sizes(mode: str | None = None) -> Sizes:
     """Problem sizes for ``mode`` (default: the current one), cut under ``COURSE_FEWEST=1``;
     ``COURSE_MODEL`` replaces the course's ResNet as ``arch`` at the mode's sizes."""
@@ -162,16 +152,14 @@ def sizes(mode: str | None = None) -> Sizes:
     if mode not in SIZES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     s = _fewest(SIZES[mode]) if fewest() else SIZES[mode]
-    own = own_model()
+    own = os.environ.get(MODEL_ENV, "").strip()
     return replace(s, arch=own) if own else s
 
 
 def sizes_on(device: Any, mode: str | None = None) -> Sizes:
     """The sizes for work on ``device`` (a torch or OneFlow device, or its type): quick sizes for
-    a CPU in full mode, said once. Full sizes are for a GPU; work the course runs on a CPU even
-    then (OneFlow's above all: chapter 0 compares on the CPU, and OneFlow 0.9.0 has no kernels for
-    Hopper GPUs) would take tens of minutes per chapter at them.
-    """
+    a CPU in full mode, said once. Work the course runs on a CPU even then (OneFlow's above all:
+    it has no kernels for Hopper GPUs) would take tens of minutes per chapter at full sizes."""
     current = sizes(mode)
     kind = device if isinstance(device, str) else getattr(device, "type", str(device))
     if current.mode == "full" and kind == "cpu":
@@ -203,12 +191,9 @@ def _device_name(name: str, who: str, cuda: bool, problem: str | None = None) ->
         raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
     if name == "auto":
         return "cuda" if cuda and not problem else "cpu"
-    if name.startswith("cuda") and not cuda:
-        raise RuntimeError(
-            f"device {name!r} requested but {who} sees no CUDA GPU; use 'cpu' or 'auto'"
-        )
-    if name.startswith("cuda") and problem:
-        raise RuntimeError(problem)
+    if name.startswith("cuda") and (problem or not cuda):
+        no_gpu = f"device {name!r} requested but {who} sees no CUDA GPU; use 'cpu' or 'auto'"
+        raise RuntimeError(problem if cuda else no_gpu)
     return name
 
 
@@ -225,7 +210,7 @@ def flow_device(name: str = "auto") -> Any:
     CPU and says why once, and an explicit ``cuda`` raises the reason."""
     flow = import_oneflow()
     cuda = bool(flow.cuda.is_available())
-    problem = _oneflow_gpu_problem() if cuda else None
+    problem = cuda_compat.oneflow_gpu_problem() if cuda else None
     device = _device_name(name, "OneFlow", cuda, problem)
     if problem and name.strip().lower() == "auto":
         _say_once(problem)
@@ -233,26 +218,16 @@ def flow_device(name: str = "auto") -> Any:
 
 
 def paired_devices() -> tuple[Any, Any]:
-    """``(torch.device, oneflow.device)`` of the same kind, for chapters that compare the two frameworks.
-
-    Both CUDA when OneFlow can use the GPU, otherwise both CPU (printing why), so that a
-    PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
+    """``(torch.device, oneflow.device)``: both CUDA when OneFlow can use the GPU, else both CPU
+    (printing why), so that a PyTorch-vs-OneFlow difference is never a GPU-vs-CPU difference."""
     fdev = flow_device()
     return torch_device(fdev.type), fdev
-
-
-@lru_cache(maxsize=1)
-def _oneflow_gpu_problem() -> str | None:
-    from helpers.core.cuda_compat import oneflow_gpu_problem
-
-    return oneflow_gpu_problem()
 
 
 PAGE_COLUMNS = 88  # the book's code and output column: longer printed lines scroll sideways
 
 
 def _print_wrapped(text: str) -> None:
-    """Print ``text`` wrapped to :data:`PAGE_COLUMNS`, continuation lines indented."""
     import textwrap
 
     print(textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  "))
@@ -274,32 +249,42 @@ _HARMLESS = (
 
 
 @contextmanager
+def native_output(fd: int) -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor ``fd`` (1 or 2) during the block; the
+    list it yields holds those lines after the block (C's stdio buffers flushed first)."""
+    import ctypes
+    import tempfile
+
+    (sys.stdout if fd == 1 else sys.stderr).flush()
+    lines: list[str] = []
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield lines
+        finally:
+            ctypes.CDLL(None).fflush(None)
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            lines += tmp.read().decode(errors="replace").splitlines()
+
+
+@contextmanager
 def quiet_native_stderr() -> Iterator[None]:
     """Hide the harmless lines native code writes to file descriptor 2 (:data:`_HARMLESS`), pass on
     every other one after the block: OneFlow's 'no CUDA driver' at import and at the first
     ``nn.Graph`` compile on a CPU-only machine, PyTorch's profiler notes (chapter 4)."""
-    import tempfile
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
-    for line in text.splitlines():
+    with native_output(2) as lines:
+        yield
+    for line in lines:
         if line.strip() and not any(h in line for h in _HARMLESS):
             print(line, file=sys.stderr)
 
 
 def import_oneflow() -> Any:
-    """Import OneFlow once, inside :func:`quiet_native_stderr`, after loading the course's fix for
-    a race in OneFlow 0.9.0's ``nn.Graph`` launcher (:mod:`helpers.core.oneflow_fix`), which
-    would otherwise crash a process now and then; without it (no C++ compiler) a note says so."""
+    """Import OneFlow once, quietly, after the course's fix for OneFlow 0.9.0's ``nn.Graph`` launch
+    race (:mod:`helpers.core.oneflow_fix`); without it (no C++ compiler) a note says so."""
     if "oneflow" in sys.modules:
         return sys.modules["oneflow"]
     from helpers.core import oneflow_fix
@@ -356,7 +341,7 @@ def environment_report() -> dict[str, Any]:
     """Facts about this machine and its libraries (machine, cores, GPU, driver, versions, mode)."""
     facts, gpu = hardware.machine_facts(), hardware.gpu_info()
     host, where = machine_needs.host_memory()
-    problem = _oneflow_gpu_problem() if gpu["gpu"] else None
+    problem = cuda_compat.oneflow_gpu_problem() if gpu["gpu"] else None
     return {
         "mode": get_mode(),
         "python": platform.python_version(),
@@ -391,25 +376,18 @@ def print_environment_report() -> None:
             print(" " * (width + 1) + line)
 
     for key in ("mode", "python", "os", "cpu", "cores", "cpu_quota", "flags", "memory"):
-        if key == "cpu_quota" and rep[key] is not None:  # none: the cores above are this process's
-            row(key, f"{rep[key]:g} cores (the container's cgroup; threads are capped to it)")
-        elif key != "cpu_quota":
+        if key != "cpu_quota":
             row(key, rep[key])
-    for key in ("gpu", "driver", "cuda"):
-        row(key, rep[key])
-    if rep.get("oneflow_gpu"):
-        row("oneflow gpu", rep["oneflow_gpu"])
-    try:
-        la = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-        row("load", f"{la} (1/5/15-minute load averages; each timing records its own load)")
-    except OSError:
-        pass
+        elif rep[key] is not None:  # none: the cores above are this process's
+            row(key, f"{rep[key]:g} cores (the container's cgroup; threads are capped to it)")
+    for key in ("gpu", "driver", "cuda", "oneflow_gpu"):
+        if key != "oneflow_gpu" or rep[key]:
+            row(key.replace("_", " "), rep[key])
+    la = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    row("load", f"{la} (1/5/15-minute load averages; each timing records its own load)")
     row("libraries", ", ".join(f"{k} {v}" for k, v in rep["libraries"].items() if v))
     s = asdict(sizes(rep["mode"]))
-    row(
-        "sizes",
-        ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode" and (k, v) != ("fewest", False)),
-    )
+    row("sizes", ", ".join(f"{k}={v}" for k, v in s.items() if k != "mode" and v is not False))
     if s["fewest"]:
         row(
             "fewest",

@@ -1,12 +1,8 @@
 """What this machine is: its CPU (model, generation, the instruction sets that decide its speeds),
-cores, memory and GPU, and one way to describe it.
-
-:func:`machine_facts` is the one shape in which the course records a machine (the ledger's
-records, the chapters' Time lines, the full-size tables, the CPU benchmark): ``cpu``,
-``cpu_family``, ``cores``, ``flags``, ``memory_gib``, ``gpu``; the ledger alone adds the GPU's
-``driver`` and ``cuda``, which no description reads. :func:`describe_machine` turns it into the
-words every generated page uses, and :func:`same_machine` says whether two records describe one
-CPU. Older records spelt ``flags`` as ``cpu_features``; both are read.
+cores, memory and GPU. :func:`machine_facts` is the one shape in which the ledger, the Time
+lines, the full-size tables and the CPU benchmark record a machine (the ledger adds the GPU's
+``driver`` and ``cuda``); :func:`describe_machine` puts it in words. Older records spelt
+``flags`` as ``cpu_features``; both are read.
 """
 
 from __future__ import annotations
@@ -72,8 +68,7 @@ def int8_saturates() -> bool:
 
 
 def gpu_properties() -> Any | None:
-    """PyTorch's properties of the CUDA GPU the course uses (device 0: ``name``,
-    ``total_memory``...); None without a usable one."""
+    """PyTorch's properties of CUDA device 0 (``name``, ``total_memory``...); None without one."""
     from helpers.core.environment import has_cuda
 
     if not has_cuda():

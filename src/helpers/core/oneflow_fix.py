@@ -124,26 +124,21 @@ def _liboneflow() -> Path | None:
     return path if path.exists() else None
 
 
-def _cache_dirs() -> list[Path]:
-    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    dirs = [Path(sys.prefix) / "share" / "fast-inference-course", home / "fast-inference-course"]
-    if os.environ.get("COURSE_NATIVE_DIR"):
-        dirs.insert(0, Path(os.environ["COURSE_NATIVE_DIR"]))
-    return dirs
-
-
 def _build() -> Path:
-    """The compiled fix, built on first use (atomically: several processes may race to build it)."""
+    """The compiled fix, built on first use in the first writable cache folder (atomically:
+    several processes may race to build it)."""
     digest = hashlib.sha256((SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:12]
     name = f"oneflow_lazyjob_fix-{digest}.so"
-    for folder in _cache_dirs():
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folders = [Path(sys.prefix) / "share" / "fast-inference-course", home / "fast-inference-course"]
+    for folder in folders:
         if (folder / name).exists():
             return folder / name
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if not cxx:
         raise RuntimeError("no C++ compiler (c++ or g++) found")
     errors = []
-    for folder in _cache_dirs():
+    for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
@@ -165,12 +160,9 @@ def _build() -> Path:
 
 
 def install() -> dict[str, Any]:
-    """Load the fix so that OneFlow, imported next, uses it; idempotent. Returns :func:`status`.
-
-    Must run before ``import oneflow`` (liboneflow binds the two functions when it is loaded and
-    first calls them); :func:`helpers.core.environment.import_oneflow` does. Never raises: without
-    the fix OneFlow still runs, with the rare crash described in this module's docstring.
-    """
+    """Load the fix before ``import oneflow`` (liboneflow binds the two functions when it loads);
+    idempotent; returns :func:`status`. Never raises: without the fix OneFlow still runs, with
+    the rare crash described above."""
     if _state["loaded"] or _state.get("tried"):
         return status()
     _state["tried"] = True

@@ -62,11 +62,12 @@ class TreeMemory(Sampler):
     ``pid`` itself; ``largest``: the largest single descendant; ``peak_rss``: the largest sum of
     RSS (an upper bound); ``pss``: False if any process was counted with its RSS instead;
     ``peak_at``: when the tree reached ``peak`` (``time.time()``; 0.0 before a sample);
-    ``load_max``: the highest 1-minute load average seen. Use as a context manager, or
-    ``start()`` and ``stop()``.
+    ``load_max``: the highest 1-minute load average seen.
     """
 
     def __init__(self, pid: int | None = None, every: float = 0.5) -> None:
+        import psutil  # noqa: F401 - fail here, not in the sampling thread
+
         super().__init__(every)
         self.pid = os.getpid() if pid is None else pid
         self.peak = self.peak_children = self.largest = self.peak_rss = 0
@@ -103,10 +104,3 @@ class TreeMemory(Sampler):
         self.largest = max(self.largest, max(pss.values(), default=0))
         self.peak_rss = max(self.peak_rss, sum(rss.values()))
         self.load_max = max(self.load_max, os.getloadavg()[0])
-
-    def start(self) -> TreeMemory:
-        """Start sampling in a daemon thread."""
-        import psutil  # noqa: F401 - fail here, not in the sampling thread
-
-        super().start()
-        return self

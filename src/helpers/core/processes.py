@@ -3,15 +3,14 @@
 :class:`ManagedProcess` starts a command in a process group of its own (``start_new_session``: a
 ``setsid()`` done by ``subprocess``'s C code, no ``preexec_fn``, which can deadlock in a threaded
 process such as a Jupyter kernel running PyTorch), with its output in a log file in a scratch
-folder. Four safety nets stop the whole group: the context manager (also on exceptions), an
-``atexit`` hook, a finalizer when the object is garbage collected, and a watchdog process
-(:mod:`helpers.core.process_watchdog`) that stops the group when this Python process dies, even
-by SIGKILL. The Triton server and the nginx front are both built on it.
+folder. Three safety nets stop the whole group: the context manager (also on exceptions), a
+finalizer (``weakref.finalize``: when the object is garbage collected, and at interpreter exit for
+those still alive), and a watchdog process (:mod:`helpers.core.process_watchdog`) that stops the
+group when this Python process dies, even by SIGKILL. The Triton server and the nginx front use it.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import subprocess
@@ -28,19 +27,9 @@ __all__ = [
     "alive",
 ]
 
-# Seconds a stopped group gets between SIGTERM and SIGKILL, unless its stop() says otherwise.
+# Seconds a stopped group gets between SIGTERM and SIGKILL, unless its class says otherwise.
 GRACE_S = 5.0
 _WATCHDOG = Path(__file__).with_name("process_watchdog.py")
-
-
-def kill_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:
-    """Stop the process group of ``proc`` (:func:`~helpers.core.process_watchdog.stop_group`:
-    SIGTERM, up to ``grace_s``, SIGKILL); its exit code."""
-    stop_group(proc.pid, grace_s, lambda: proc.poll() is None)
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def alive(pids: Sequence[int]) -> list[int]:
@@ -55,18 +44,6 @@ def alive(pids: Sequence[int]) -> list[int]:
     return out
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs of live processes in process group ``pgid`` (zombies excluded)."""
-    import psutil
-
-    members = []
-    for pid in psutil.pids():
-        with contextlib.suppress(OSError):  # gone, or not ours
-            if os.getpgid(pid) == pgid:
-                members.append(pid)
-    return alive(members)
-
-
 def _start_watchdog(grace_s: float) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(_WATCHDOG), str(grace_s)],
@@ -78,34 +55,25 @@ def _start_watchdog(grace_s: float) -> subprocess.Popen:
     )
 
 
-def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
-    """Stop a watchdog whose group is already stopped (it must not signal a reused group id)."""
+def _stop(
+    proc: subprocess.Popen | None,
+    watchdog: subprocess.Popen | None,
+    workdir: Path | None,
+    grace_s: float,
+) -> None:
+    """Stop the group of ``proc`` (SIGTERM, up to ``grace_s``, SIGKILL), then its watchdog (which
+    must not signal a reused group id), and delete ``workdir``: what :meth:`ManagedProcess.stop`
+    runs, and the finalizer of a forgotten process (or of one alive at interpreter exit)."""
+    if proc is not None:
+        stop_group(proc.pid, grace_s, lambda: proc.poll() is None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
     if watchdog is not None:
         watchdog.kill()  # nothing once it has exited
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             watchdog.communicate(timeout=10)  # reaps it and closes its stdin
-
-
-def _cleanup(
-    proc: subprocess.Popen, watchdog: subprocess.Popen | None, workdir: Path | None, grace_s: float
-) -> None:
-    """What the finalizer of a forgotten process does: stop its group and its watchdog, delete its folder."""
-    kill_group(proc, grace_s)
-    _stop_watchdog(watchdog)
     if workdir is not None:
         scratch.remove_scratch(workdir)
-
-
-# Processes started and not yet stopped. Weak references: an object that is garbage collected is
-# stopped by its finalizer; the ones still referenced at interpreter exit are stopped by stop_all.
-_LIVE: weakref.WeakValueDictionary[int, ManagedProcess] = weakref.WeakValueDictionary()
-
-
-@atexit.register
-def stop_all() -> None:
-    """Stop every managed process this Python process started and has not stopped (runs at exit)."""
-    for managed in list(_LIVE.values()):
-        managed.stop()
 
 
 # Every server the course starts listens on loopback only.
@@ -113,12 +81,10 @@ LOOPBACK = "127.0.0.1"
 
 
 class ManagedProcess:
-    """One command in its own process group, with a scratch folder, a log, and four ways to be stopped.
+    """One command in its own process group, with a scratch folder and a log, always stopped.
 
-    Subclasses write ``start()``: prepare :attr:`workdir` (:meth:`make_workdir`), call
-    :meth:`launch` with the command, then wait until the process is ready. :meth:`stop` stops the
-    group (SIGTERM, ``grace_s``, SIGKILL), the watchdog, and deletes the folder after keeping the
-    files named by :meth:`kept_files` (read them with :meth:`kept`).
+    Subclasses write ``start()``: :meth:`make_workdir`, :meth:`launch` the command, wait until it
+    is ready. :meth:`stop` keeps the files named by :meth:`kept_files` (read with :meth:`kept`).
     """
 
     grace_s: float = GRACE_S
@@ -157,8 +123,15 @@ class ManagedProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def processes(self) -> list[int]:
-        """PIDs of the process and its children (its process group)."""
-        return group_members(self.proc.pid) if self.proc is not None else []
+        """PIDs of the live process and its children (its process group; zombies excluded)."""
+        import psutil
+
+        members = []
+        for pid in psutil.pids() if self.proc is not None else ():
+            with contextlib.suppress(OSError):  # gone, or not ours
+                if os.getpgid(pid) == self.proc.pid:
+                    members.append(pid)
+        return alive(members)
 
     def make_workdir(self, prefix: str) -> Path:
         """A fresh scratch folder for this run (removed by :meth:`stop`, at exit, or by the next run)."""
@@ -198,39 +171,31 @@ class ManagedProcess:
                     start_new_session=True,  # its own process group; no preexec_fn (see above)
                 )
         except BaseException:
-            _stop_watchdog(self._watchdog)
+            _stop(None, self._watchdog, None, self.grace_s)
             self._watchdog = None
             raise
-        _LIVE[id(self)] = self
         self._finalizer = weakref.finalize(
-            self, _cleanup, self.proc, self._watchdog, self.workdir, self.grace_s
+            self, _stop, self.proc, self._watchdog, self.workdir, self.grace_s
         )
         try:
             self._watchdog.stdin.write(f"{self.proc.pid}\n".encode())
             self._watchdog.stdin.flush()
         except OSError as exc:  # the watchdog died at once: do not run what nothing guards
-            self.stop(grace_s=1.0)
+            self.stop()
             raise RuntimeError(f"the watchdog process is not running: {exc}") from exc
         return self.proc
 
-    def stop(self, grace_s: float | None = None) -> int | None:
-        """Stop the process group and the watchdog, keep the logs, delete the folder; the exit code.
-
-        Idempotent.
-        """
-        code = None
-        if self.proc is not None:
-            code = kill_group(self.proc, self.grace_s if grace_s is None else grace_s)
-            if self._finalizer is not None:
-                self._finalizer.detach()
-        _stop_watchdog(self._watchdog)
-        self._watchdog = None
-        _LIVE.pop(id(self), None)
+    def stop(self) -> int | None:
+        """Stop the group (SIGTERM, :attr:`grace_s`, SIGKILL) and the watchdog, keep the logs,
+        delete the folder; the exit code. Idempotent."""
         if self.workdir is not None:
             self._kept = {name: self.kept(name) for name in self.kept_files()}
+        if self._finalizer is not None:
+            self._finalizer()  # runs _stop once; a second call does nothing
+        elif self.workdir is not None:  # launch() never started the process
             scratch.remove_scratch(self.workdir)
-            self.workdir = None
-        return code
+        self.workdir = self._watchdog = None
+        return None if self.proc is None else self.proc.returncode
 
     def start(self) -> ManagedProcess:
         """Start the process and wait until it is ready (subclasses)."""

@@ -2,16 +2,8 @@
 
 Some switches are read once, when a library is imported (OneFlow's MLIR passes, chosen by
 ``ONEFLOW_MLIR_*`` before ``import oneflow``): a process that imported it cannot flip them, so
-each setting runs in a new process::
-
-    out = run_in_subprocess(
-        "helpers.chapters.ch06_switches:oneflow_graph_ablation",
-        {...},
-        env=PAD_CONV_FUSION_ENV,  # added to this process's environment
-        unset=MLIR_VARS,  # removed from it first: only ``env`` decides
-    )
-
-The target, ``"package.module:function"``, gets JSON ``kwargs`` and returns what JSON encodes.
+each setting runs in a new process. The target, ``"package.module:function"``, gets JSON
+``kwargs`` and returns what JSON encodes.
 """
 
 from __future__ import annotations
@@ -83,35 +75,27 @@ def run_in_subprocess(
         ) from exc
     _resolve(target)  # fail here, with a clear message, rather than in the child
 
-    child_env = dict(os.environ)
-    for key in removed:
-        child_env.pop(key, None)
-    child_env.update(env)
+    child_env = {k: v for k, v in os.environ.items() if k not in removed} | env
     # make `helpers` importable in the child even if it is not installed
     src = str(Path(__file__).resolve().parents[1])
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, child_env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="subrun-") as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec_path.write_text(spec_text)
+        out_path = Path(tmp) / "result.json"
         start = time.perf_counter()
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", __name__, str(spec_path), str(out_path)],
+                [sys.executable, "-m", __name__, str(out_path)],
+                input=spec_text,  # the spec on its stdin, the result in a file
                 env=child_env,
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
                 check=False,
             )
-        except subprocess.TimeoutExpired as exc:
-            err = (
-                exc.stderr.decode(errors="replace")
-                if isinstance(exc.stderr, bytes)
-                else (exc.stderr or "")
-            )
+        except subprocess.TimeoutExpired as exc:  # its output so far: bytes, whatever text= says
             raise TimeoutError(
                 f"{target} did not finish within {timeout_s:.0f} s in the subprocess (killed); "
-                f"stderr tail:\n{_tail(err)}"
+                f"stderr tail:\n{_tail((exc.stderr or b'').decode(errors='replace'))}"
             ) from None
         wall = time.perf_counter() - start
         payload = json.loads(out_path.read_text()) if out_path.exists() else None
@@ -126,9 +110,9 @@ def run_in_subprocess(
 
 
 def _main(argv: list[str]) -> int:
-    spec_path, out_path = Path(argv[0]), Path(argv[1])
+    out_path = Path(argv[0])
     try:
-        spec = json.loads(spec_path.read_text())
+        spec = json.loads(sys.stdin.read())
         result = _resolve(spec["target"])(**spec["kwargs"])
         text = json.dumps({"result": result})
     except BaseException:  # report every failure to the parent

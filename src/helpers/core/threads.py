@@ -2,9 +2,7 @@
 
 PyTorch, OneFlow, ONNX Runtime and OpenVINO each pick their own thread count by default, and a
 comparison in which one framework has twice the cores of the other measures the cores, not the
-framework. :func:`same_threads` gives PyTorch and OneFlow the same count (ONNX Runtime and OpenVINO
-take it per session); :func:`framework_threads` reads back what a framework was given, and
-:func:`torch_threads` changes PyTorch's count for one block.
+framework: :func:`same_threads` gives them one count.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from pathlib import Path
 
 from helpers.core import cgroup
 from helpers.core.checks import check_int
+from helpers.core.environment import native_output
 
 __all__ = [
     "affinity",
@@ -63,10 +62,9 @@ def same_threads(n: int | None = None) -> int:
 
     Sets PyTorch (``torch.set_num_threads``) and OneFlow (``ONEFLOW_EP_CPU_NUM_PARALLELS`` for a
     OneFlow not started yet, fresh processes included, and ``oneflow.set_num_threads`` for one
-    already imported). ONNX Runtime and OpenVINO take threads per session: pass the returned
-    number as ``intra_op_num_threads`` / ``INFERENCE_NUM_THREADS`` (``helpers.deploy.runtimes``
-    takes it as ``threads``). Setting threads is a request: each measurement records the cores the
-    framework really used (``Measurement.cores_used``).
+    already imported). ONNX Runtime and OpenVINO take threads per session (``threads=`` in
+    ``helpers.deploy.runtimes``). Setting threads is a request: each measurement records the cores
+    the framework really used (``Measurement.cores_used``).
     """
     n = check_int("threads", available_cores() if n is None else n)
     os.environ[ONEFLOW_THREADS_ENV] = str(n)
@@ -77,19 +75,8 @@ def same_threads(n: int | None = None) -> int:
     # OneFlow prints a misleading warning when n equals the CPU count (which it then uses, as
     # asked): only smaller counts are passed, with its output hidden
     if flow is not None and hasattr(flow, "set_num_threads") and n < (os.cpu_count() or 1):
-        sys.stdout.flush()
-        saved = os.dup(1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        try:
+        with native_output(1):  # its std::cout, captured and dropped
             flow.set_num_threads(n)
-        finally:
-            import ctypes
-
-            ctypes.CDLL(None).fflush(None)  # C stdio's buffer (std::cout) while still silenced
-            os.dup2(saved, 1)
-            os.close(saved)
-            os.close(devnull)
     return n
 
 
@@ -127,10 +114,6 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
 
 def threads_spin() -> bool:
-    """Whether idle worker threads should spin in this process: False when ``OMP_WAIT_POLICY=PASSIVE``.
-
-    PyTorch's OpenMP threads follow the variable itself; the course's ONNX Runtime sessions
-    (:func:`helpers.deploy.runtimes.create_session`) follow this answer, so every framework in a
-    comparison waits the same way.
-    """
+    """Whether idle worker threads should spin: False when ``OMP_WAIT_POLICY=PASSIVE``. PyTorch's
+    OpenMP threads read the variable; the course's ONNX Runtime sessions follow this answer."""
     return os.environ.get(WAIT_POLICY_ENV, "").strip().upper() != "PASSIVE"

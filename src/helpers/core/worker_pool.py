@@ -1,11 +1,5 @@
 """Worker processes that report on one queue, with timeouts: a stuck or crashed worker raises.
-
-:class:`WorkerPool` starts ``n`` processes of a ``spawn`` or ``forkserver`` context on one
-target, hands them a payload through a scratch file, and yields their results; a worker that
-raises, dies or stalls stops the run with a clear error, and the processes are always cleaned
-up. It refuses to start from a script's unguarded top level (:func:`unguarded_main_call`), where
-every worker would run the script again. Chapter 5's two-process pipeline runs on it.
-"""
+Chapter 5's two-process pipeline runs on :class:`WorkerPool`."""
 
 from __future__ import annotations
 
@@ -66,9 +60,9 @@ class WorkerPool:
     died while reading it). A worker puts ``("ready", wid, None)`` once started, then
     ``("result", wid, body)`` per item and ``("done", wid, None)`` at the end, or
     ``("error", wid, traceback_text)``. ``startup_timeout_s`` bounds the start-up (a fresh Python
-    importing PyTorch); ``timeout_s`` bounds the wait for any next message. A worker that raises,
-    dies or stalls stops the run with a clear error; the processes and the file are always cleaned
-    up when the ``with`` block ends.
+    importing PyTorch); ``timeout_s`` bounds the wait for any next message. The processes and the
+    file are cleaned up when the ``with`` block ends. It refuses to start from a script's
+    unguarded top level (:func:`unguarded_main_call`), where every worker would run it again.
     """
 
     def __init__(
@@ -166,10 +160,8 @@ class WorkerPool:
                 done += 1
 
     def __exit__(self, *exc: object) -> None:
-        started = [p for p in self._procs if p.pid is not None]
-        for p in started:
+        for p in (p for p in self._procs if p.pid is not None):
             p.join(timeout=5)
-        for p in started:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
