@@ -37,7 +37,7 @@ def test_preference_order_is_tensorrt_cuda_cpu(monkeypatch):
 def test_unknown_or_uninstalled_provider_is_a_clear_error():
     with pytest.raises(runtimes.ProviderUnavailableError, match="not installed"):
         runtimes.pick_provider("openvino")  # the OpenVINO EP is not in the onnxruntime-gpu wheel
-    with pytest.raises(TypeError):
+    with pytest.raises(runtimes.ProviderUnavailableError, match="not installed"):
         runtimes.pick_provider(None)  # type: ignore[arg-type]
 
 
@@ -353,7 +353,7 @@ def test_tensorrt_status_without_gpu_names_the_gpu(capsys):
 
 
 def test_missing_tensorrt_libraries_point_at_make_setup(monkeypatch):
-    monkeypatch.setattr(runtimes, "_cuda_usable", lambda: True)
+    monkeypatch.setattr(runtimes, "has_cuda", lambda: True)
     monkeypatch.setattr(runtimes, "_tensorrt_loadable", lambda: False)
     why = runtimes.provider_status()["tensorrt"]
     assert "libnvinfer" in why and "make setup GPU=1" in why and "tensorrt-cu12" in why

@@ -32,8 +32,6 @@ class BoundRun:
     session: Any = field(repr=False)
     binding: Any = field(repr=False)
     value: Any = field(repr=False)  # the bound input: kept alive as long as the binding
-    device: str
-    batch: int
 
     def __call__(self) -> None:
         self.session.run_with_iobinding(self.binding)
@@ -99,7 +97,7 @@ class Runner:
         binding = self.handle.io_binding()
         binding.bind_ortvalue_input(self.input_name, value)
         binding.bind_output(self.output_name, kind, int(index or 0))
-        return BoundRun(self.handle, binding, value, self.device, int(len(arr)))
+        return BoundRun(self.handle, binding, value)
 
     def run(self, x: Any, *, io_binding: bool = False) -> np.ndarray:
         """The first output for one batch; ``io_binding=True``: through :meth:`bind`, for checks."""

@@ -1,11 +1,7 @@
-"""Inference runtimes behind one interface: ONNX Runtime (TensorRT / CUDA / CPU) and OpenVINO.
-
-:func:`create_session` opens an ONNX file on the best usable provider (TensorRT > CUDA > CPU) and
-says which; :func:`openvino_model` compiles it for the CPU with an explicit precision (OpenVINO's
-CPU plugin silently runs bf16 where the CPU supports it). Both return a
-:class:`helpers.deploy.runner.Runner` naming its device, math mode and threads. A provider or
-device asked for that cannot run here raises :class:`ProviderUnavailableError`, never a silent
-fallback.
+"""ONNX Runtime (TensorRT > CUDA > CPU, the best usable, said) and OpenVINO (an explicit
+precision: its CPU plugin silently runs bf16 where it can), each opened as a
+:class:`helpers.deploy.runner.Runner`. A provider or device asked for that cannot run here raises
+:class:`ProviderUnavailableError`, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from helpers.core.checks import check_int
+from helpers.core.environment import has_cuda
 from helpers.core.tf32 import gpu_tf32_capable, nvidia_tf32_overridden
 from helpers.core.threads import threads_spin
 from helpers.deploy.runner import Runner
@@ -42,7 +39,6 @@ __all__ = [
     "ov_type_name",
 ]
 
-# serialises calls of OpenVINO runners from several threads (see openvino_model)
 _OV_CALL_LOCK = threading.Lock()
 
 # Short names used by the course -> ONNX Runtime's provider names, best first.
@@ -67,33 +63,20 @@ class ProviderUnavailableError(RuntimeError):
 # --------------------------------------------------------------------------- what is usable here
 
 
-def _cuda_usable() -> bool:
-    from helpers.core.environment import has_cuda
-
-    return has_cuda()
-
-
 def _positive(name: str, value: Any) -> None:
     if value is not None:
         check_int(name, value)
 
 
 def _tensorrt_loadable() -> bool:
-    """True when TensorRT's runtime library (what ONNX Runtime's TensorRT EP dlopens) can be loaded."""
-    # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+    """True when TensorRT 10's runtime library (what onnxruntime-gpu 1.23's TensorRT EP dlopens)
+    loads; pip's tensorrt wheels keep it in tensorrt_libs, whose import makes it loadable."""
     with contextlib.suppress(ImportError):
         import tensorrt_libs  # type: ignore[import-not-found]  # noqa: F401
-    for name in ("libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"):
-        try:
-            ctypes.CDLL(name)
-            return True
-        except OSError:
-            continue
     try:
-        import tensorrt  # type: ignore[import-not-found]  # noqa: F401
-
+        ctypes.CDLL("libnvinfer.so.10")
         return True
-    except ImportError:
+    except OSError:
         return False
 
 
@@ -108,7 +91,7 @@ def provider_status() -> dict[str, str]:
         if full not in built:
             has = ", ".join(sorted(built))
             why = f"not in this onnxruntime build ({ort.__version__}; it has {has})"
-        elif short != "cpu" and not _cuda_usable():
+        elif short != "cpu" and not has_cuda():
             why = "compiled into onnxruntime-gpu, but no CUDA GPU is visible on this machine"
         elif short == "tensorrt" and not _tensorrt_loadable():
             why = (
@@ -195,9 +178,7 @@ def ort_math_mode(
 
 def pick_provider(provider: str = "auto") -> str:
     """``provider`` ('auto': the best usable) as a short name usable here, or an error why not."""
-    if not isinstance(provider, str):
-        raise TypeError(f"provider must be a string, got {type(provider).__name__}")
-    key = provider.strip().lower()
+    key = str(provider).strip().lower()
     if key == "auto":
         return usable_providers()[0]
     if key not in ORT_PROVIDERS:
@@ -314,7 +295,7 @@ def create_session(
 
     path = _check_path(path)
     short = pick_provider(provider)
-    if short != "cpu" and hasattr(ort, "preload_dlls"):
+    if short != "cpu":
         # CUDA / cuDNN from torch's nvidia-* wheels; the session below reports a real failure
         with contextlib.suppress(Exception):
             ort.preload_dlls()
@@ -452,12 +433,10 @@ def openvino_model(
     compile_s = time.perf_counter() - start
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
-    # Calls from several threads are serialised by one process-wide lock: an infer request is not
-    # thread-safe (threads sharing one got each other's outputs), and OpenVINO's Python binding
-    # initialises statics on first use with the GIL released, so two threads' first calls at once
-    # deadlocked a pipelined run (one waiting for the static while holding the GIL, the other
-    # waiting for the GIL inside it). With the LATENCY hint the CPU plugin runs one request at a
-    # time anyway; the caller's other work (loading the next batch) still overlaps.
+    # One process-wide lock serialises calls: an infer request is not thread-safe (threads sharing
+    # one got each other's outputs), and two threads' first calls at once deadlocked a pipelined
+    # run (the binding initialises statics with the GIL released). The LATENCY hint runs one
+    # request at a time anyway; the caller's other work (loading the next batch) still overlaps.
     precisions = runtime_precisions(compiled)
     heavy: collections.Counter[str] = collections.Counter()  # conv / FC layers by precision
     for (layer, p), n in precisions.items():
@@ -504,7 +483,7 @@ def openvino_model(
 
 def ov_type_name(t: Any) -> str:
     """``'f32'`` / ``'bf16'`` for an ``openvino.Type`` (its ``str()`` is ``<Type: 'float32'>``)."""
-    return t.to_string() if hasattr(t, "to_string") else str(t)
+    return t.to_string()
 
 
 def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:
