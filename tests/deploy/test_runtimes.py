@@ -66,11 +66,11 @@ def test_session_runs_matches_and_says_what_it_picked(tiny_onnx, capsys):
     assert isinstance(m, Measurement) and m.items == 2 and m.meta["precision"] == "fp32"
 
 
-def test_session_options_validate(tmp_path):
+def test_session_options_validate(tmp_path, tiny_onnx):
     with pytest.raises(ValueError, match="optimisation level"):
-        runtimes.session_options(optimization="max")
+        runtimes.create_session(tiny_onnx[0], optimization="max")
     with pytest.raises(ValueError, match="intra_op_threads"):
-        runtimes.session_options(intra_op_threads=0)
+        runtimes.create_session(tiny_onnx[0], intra_op_threads=0)
     with pytest.raises(FileNotFoundError):
         runtimes.create_session(tmp_path / "missing.onnx")
 
@@ -249,13 +249,16 @@ def test_create_session_applies_threads_wait_policy_and_optimisation(tiny_onnx, 
             assert opts.get_session_config_entry(key) == ("1" if spinning else "0")
         want = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED"}[level]
         assert opts.graph_optimization_level.name == want
-        assert runner.threads == runner.info["intra_op_threads"] == intra
+        assert runner.threads == intra
     # left to ONNX Runtime: its default threads (0 in the options), stated as such; the wait
     # policy follows PyTorch's (OMP_WAIT_POLICY=PASSIVE: no spinning)
     default = runtimes.create_session(path, "cpu", verbose=False)
     opts = default.handle.get_session_options()
     assert opts.intra_op_num_threads == 0 and default.threads == "default"
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    monkeypatch.delenv("OMP_WAIT_POLICY")  # PyTorch's threads spin: so do the session's
+    spins = runtimes.create_session(path, "cpu", verbose=False).handle.get_session_options()
+    assert spins.get_session_config_entry("session.inter_op.allow_spinning") == "1"
 
 
 class _FakeOrtSession:

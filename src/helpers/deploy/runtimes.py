@@ -47,7 +47,6 @@ ORT_PROVIDERS: dict[str, str] = {
     "cuda": "CUDAExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
-PREFERENCE: tuple[str, ...] = ("tensorrt", "cuda", "cpu")
 
 # ONNX Runtime graph optimisation levels by short name (the order is the order they build on each other).
 OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "layout", "all")
@@ -105,7 +104,7 @@ def provider_status() -> dict[str, str]:
 def usable_providers() -> list[str]:
     """Short names of the providers that can run here, best first (always ends with ``'cpu'``)."""
     status = provider_status()
-    return [p for p in PREFERENCE if status[p] == "usable"]
+    return [p for p in ORT_PROVIDERS if status[p] == "usable"]
 
 
 def describe_providers() -> list[dict[str, str]]:
@@ -215,44 +214,6 @@ def _check_path(path: str | Path) -> Path:
 # --------------------------------------------------------------------------- ONNX Runtime
 
 
-def session_options(
-    *,
-    optimization: str = "all",
-    intra_op_threads: int | None = None,
-    inter_op_threads: int | None = None,
-    optimized_model_path: str | Path | None = None,
-    spinning: bool | None = None,
-) -> Any:
-    """``onnxruntime.SessionOptions``; ``optimized_model_path`` gets the graph after its rewrites.
-
-    ``spinning=False`` stops idle workers busy-waiting; None follows PyTorch's policy here
-    (:func:`helpers.core.threads.threads_spin`), so both frameworks' threads wait alike.
-    """
-    import onnxruntime as ort
-
-    if optimization not in OPT_LEVELS:
-        raise ValueError(
-            f"unknown graph optimisation level {optimization!r}; use one of {', '.join(OPT_LEVELS)}"
-        )
-    _positive("intra_op_threads", intra_op_threads)
-    _positive("inter_op_threads", inter_op_threads)
-    opts = ort.SessionOptions()
-    level = "ORT_DISABLE_ALL" if optimization == "disable" else f"ORT_ENABLE_{optimization.upper()}"
-    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    if intra_op_threads is not None:
-        opts.intra_op_num_threads = intra_op_threads
-    if inter_op_threads is not None:
-        opts.inter_op_num_threads = inter_op_threads
-    if optimized_model_path is not None:
-        Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
-        opts.optimized_model_filepath = str(optimized_model_path)
-    spin = "1" if (threads_spin() if spinning is None else spinning) else "0"
-    for pool in ("intra", "inter"):
-        opts.add_session_config_entry(f"session.{pool}_op.allow_spinning", spin)
-    opts.log_severity_level = 3  # errors only: chapter 7 explains the serialisation warnings
-    return opts
-
-
 def _provider_entry(
     short: str, options: Mapping[str, Any] | None, cache_dir: str | Path | None
 ) -> Any:
@@ -279,7 +240,6 @@ def create_session(
     spinning: bool | None = None,
     provider_options: Mapping[str, Any] | None = None,
     trt_cache_dir: str | Path | None = None,
-    precision: str | None = None,
     name: str | None = None,
     verbose: bool = True,
 ) -> Runner:
@@ -288,27 +248,42 @@ def create_session(
     A provider that cannot run, or a session that quietly fell back to the CPU, raises
     :class:`ProviderUnavailableError`; GPU providers keep the CPU one for unsupported ops.
     ``provider_options`` go to the chosen provider (``{"use_tf32": 0}``: IEEE float32 on CUDA).
-    ``math_mode`` is :func:`ort_math_mode`'s; ``precision`` labels tables (default: that mode);
+    ``optimized_model_path`` gets the graph after its rewrites. ``spinning=False`` stops idle
+    workers busy-waiting; None follows PyTorch's policy here (``threads_spin``), so both
+    frameworks' threads wait alike. ``precision`` and ``math_mode``: :func:`ort_math_mode`'s;
     ``threads`` are read back from the session ('default': left to ONNX Runtime).
     """
     import onnxruntime as ort
 
     path = _check_path(path)
+    if optimization not in OPT_LEVELS:
+        raise ValueError(
+            f"unknown graph optimisation level {optimization!r}; use one of {', '.join(OPT_LEVELS)}"
+        )
+    _positive("intra_op_threads", intra_op_threads)
+    _positive("inter_op_threads", inter_op_threads)
     short = pick_provider(provider)
     if short != "cpu":
         # CUDA / cuDNN from torch's nvidia-* wheels; the session below reports a real failure
         with contextlib.suppress(Exception):
             ort.preload_dlls()
-    opts = session_options(
-        optimization=optimization,
-        intra_op_threads=intra_op_threads,
-        inter_op_threads=inter_op_threads,
-        optimized_model_path=optimized_model_path,
-        spinning=spinning,
-    )
+    opts = ort.SessionOptions()
+    level = "ORT_DISABLE_ALL" if optimization == "disable" else f"ORT_ENABLE_{optimization.upper()}"
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    if intra_op_threads is not None:
+        opts.intra_op_num_threads = intra_op_threads
+    if inter_op_threads is not None:
+        opts.inter_op_num_threads = inter_op_threads
+    if optimized_model_path is not None:
+        Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
+        opts.optimized_model_filepath = str(optimized_model_path)
+    spin = "1" if (threads_spin() if spinning is None else spinning) else "0"
+    for pool in ("intra", "inter"):
+        opts.add_session_config_entry(f"session.{pool}_op.allow_spinning", spin)
+    opts.log_severity_level = 3  # errors only: chapter 7 explains the serialisation warnings
     providers = [
         _provider_entry(p, provider_options if p == short else None, trt_cache_dir)
-        for p in PREFERENCE[PREFERENCE.index(short) :]
+        for p in list(ORT_PROVIDERS)[list(ORT_PROVIDERS).index(short) :]
     ]
     start = time.perf_counter()
     sess = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
@@ -321,7 +296,6 @@ def create_session(
         )
     inp, out = sess.get_inputs()[0], sess.get_outputs()[0]
     math_mode = ort_math_mode(short, provider_options, quantized=is_quantized(path))
-    precision = precision or math_mode
     # read back from the session (0: ONNX Runtime's default), not from the request
     threads = sess.get_session_options().intra_op_num_threads or "default"
     device_id = int((provider_options or {}).get("device_id", 0))
@@ -330,19 +304,13 @@ def create_session(
         name=name or f"ORT {short}",
         framework="onnxruntime",
         backend=active[0],
-        precision=precision,
+        precision=math_mode,
         input_name=inp.name,
         output_name=out.name,
         input_rank=_rank(inp.shape),
         _call=lambda x: sess.run([out.name], {inp.name: x})[0],
         handle=sess,
-        info={
-            "providers": active,
-            "optimization": optimization,
-            "intra_op_threads": threads,
-            "path": str(path),
-            "session_s": session_s,
-        },
+        info={"providers": active, "session_s": session_s},
         device=device,
         math_mode=math_mode,
         threads=threads,
@@ -351,7 +319,7 @@ def create_session(
         why = "best usable provider here" if provider == "auto" else "as requested"
         say(
             f"ONNX Runtime: picked {active[0]} ({why}; usable here: {', '.join(usable_providers())}), "
-            f"graph optimisation '{optimization}', {precision} on {device}"
+            f"graph optimisation '{optimization}', {math_mode} on {device}"
         )
     return runner
 
@@ -428,9 +396,7 @@ def openvino_model(
         config["NUM_STREAMS"] = streams
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads
-    start = time.perf_counter()
     compiled = core.compile_model(model, dev, config)
-    compile_s = time.perf_counter() - start
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
     # One process-wide lock serialises calls: an infer request is not thread-safe (threads sharing
@@ -467,7 +433,6 @@ def openvino_model(
             "hint": hint,
             "streams": int(compiled.get_property("NUM_STREAMS")),
             "runtime_precisions": precisions,
-            "compile_s": compile_s,
         },
         device=dev.lower(),
         math_mode=_OV_MODES["int8" if int8 else precision],
