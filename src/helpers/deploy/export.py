@@ -1,12 +1,8 @@
 """Export a PyTorch model to ONNX and verify it in ONNX Runtime; count a graph's ops.
 
 Chapter 7 writes the export on its page (``torch.export`` with a dynamic batch axis, then
-``torch.onnx.export(..., dynamo=True)``, ``onnx.checker``, the file asserted against PyTorch in
-ONNX Runtime); chapters 8-10 reuse it, so ``tools/save_cells.py`` copies those cells to the end
-of this module (edit them on the page)::
-
-    report = export_and_verify(model, example, "model.onnx")   # export, check, verify
-    report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as captured
+``torch.onnx.export(..., dynamo=True)``, ``onnx.checker``, the file asserted against PyTorch);
+chapters 8-10 reuse it, so ``tools/save_cells.py`` copies those cells to the end of this module.
 """
 
 from __future__ import annotations

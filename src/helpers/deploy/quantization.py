@@ -2,11 +2,7 @@
 
 Chapter 8's page writes a ``CalibrationDataReader`` and ``quantize_static`` (QDQ, per-channel
 weights); chapter 9 serves its INT8 model, so ``tools/save_cells.py`` copies those cells to the
-end of this module (edit them on the page)::
-
-    rep = quantize_onnx("model.onnx", "model_int8.onnx", calib_x)   # quant_pre_process, QDQ
-
-Above the region: the checks of a calibration set and of the settings, and :class:`QuantReport`.
+end of this module. Above them: the checks of a calibration set and settings, and the report.
 """
 
 from __future__ import annotations

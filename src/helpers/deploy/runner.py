@@ -1,9 +1,8 @@
 """The uniform runner: one compiled model of any runtime, run and timed alike.
 
-``run(x)`` takes and returns NumPy; ``benchmark(x)`` returns a
-:class:`~helpers.measure.measurement.Measurement` whose ``meta`` names runtime, device, precision,
-math mode and threads. On a GPU it times with I/O binding (:meth:`Runner.bind`): the same work as
-a PyTorch model timed on device tensors.
+``run(x)`` takes and returns NumPy; ``benchmark(x)`` returns a ``Measurement`` whose ``meta``
+names runtime, device, precision, math mode and threads; on a GPU it times with I/O binding
+(:meth:`Runner.bind`): the same work as a PyTorch model timed on device tensors.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A deterministic generated image dataset: no downloads, big enough for a real loss curve.
 
-Eight classes of coloured shapes and textures on noisy backgrounds (circle,
-square, triangle, cross, ring, horizontal stripes, vertical stripes, checker),
-with random position, size, colours and noise, so a small network needs a few
-hundred steps to learn them.  The same seed always gives the same images.
+Eight classes of coloured shapes and textures (``CLASS_NAMES``) on noisy backgrounds, with random
+position, size, colours and noise: a small network needs a few hundred steps to learn them. The
+same seed always gives the same images.
 """
 
 from __future__ import annotations

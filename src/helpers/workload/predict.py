@@ -1,9 +1,8 @@
 """Batch-wise prediction and top-1 accuracy for every kind of model the course runs.
 
 ``model``: a PyTorch or OneFlow module (TorchScript, ``torch.compile``, ``nn.Graph`` too), a
-:class:`helpers.deploy.runner.Runner` or any function of a NumPy batch. A module runs in eval
-mode without gradients on its parameters' device (float64 inputs to a float64 model, a good
-"exact" reference); its training mode is restored after.
+``Runner`` or any function of a NumPy batch. A module runs in eval mode without gradients on its
+parameters' device (float64 inputs to a float64 model: an "exact" reference), its mode restored.
 """
 
 from __future__ import annotations

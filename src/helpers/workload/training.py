@@ -1,14 +1,7 @@
-"""Train a PyTorch classifier on the generated dataset quickly, so accuracy means something.
-
-    result = train_classifier(model, train_split, steps=300, batch_size=64, val=val_split)
-    print(result)                  # steps, seconds, device and math mode, final loss, accuracy
-
-    print(assert_above_chance(result.val_accuracy, len(val_split), 8, "resnet18"))
-
-    # your own model: train until it decides (more steps, BatchNorm statistics recomputed)
-    result = train_until_above_chance(model, train_split, val_split, steps=60, classes=8)
-
-For training two frameworks *identically* (chapter 2), see :mod:`helpers.chapters.ch02_alignment`.
+"""Train a PyTorch classifier on the generated dataset quickly, so accuracy means something:
+:func:`train_classifier`, :func:`assert_above_chance`, and for your own model
+:func:`train_until_above_chance` (more steps, BatchNorm statistics recomputed). Training two
+frameworks *identically* (chapter 2): :mod:`helpers.chapters.ch02_alignment`.
 """
 
 from __future__ import annotations
