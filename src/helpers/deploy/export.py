@@ -50,12 +50,10 @@ class ExportReport:
     tolerance: precision.Tolerance | None = None  # the bound the verification asserted
 
     def __str__(self) -> str:
-        ops, check = sum(self.op_counts.values()), ""
-        if self.max_abs is not None:
+        ops, check, tol = sum(self.op_counts.values()), "", self.tolerance
+        if tol is not None:  # verified: export_and_verify sets all three
             check = f"; ONNX Runtime vs source: max abs err {self.max_abs:.3g}"
             check += f", cosine {self.cosine:.8f}"
-        if self.tolerance is not None:
-            tol = self.tolerance
             check += f" (within {tol.mode} tolerance: atol {tol.atol:.2g}, rtol {tol.rtol:.2g})"
         return f"{self.path.name}: opset {self.opset}, {ops} nodes ({len(self.op_counts)} op types){check}"
 

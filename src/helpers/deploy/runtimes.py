@@ -128,16 +128,12 @@ def _option_true(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true")
 
 
-# Ops of a quantized ONNX graph: QDQ pairs, or QOperator-format integer kernels.
-_QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "ConvInteger", "MatMulInteger")
-
-
 def is_quantized(path: str | Path) -> bool:
-    """True when the ONNX file holds quantized arithmetic (QDQ pairs or ``QLinear*`` / ``*Integer`` ops)."""
+    """True when the ONNX file holds quantized arithmetic: QDQ pairs or ``QLinear*`` ops."""
     import onnx
 
     model = onnx.load(str(_check_path(path)), load_external_data=False)
-    return any(n.op_type in _QUANT_OPS or n.op_type.startswith("QLinear") for n in model.graph.node)
+    return any(n.op_type.startswith(("QLinear", "QuantizeLinear")) for n in model.graph.node)
 
 
 def ort_math_mode(

@@ -46,14 +46,11 @@ class TrainResult:
         return float(self.losses[-max(1, self.steps // 10) :].mean())
 
     def __str__(self) -> str:
-        tail = self.tail_loss
-        acc = (
-            f", held-out accuracy {self.val_accuracy:.1%}" if self.val_accuracy is not None else ""
-        )
+        acc = "" if self.val_accuracy is None else f", held-out accuracy {self.val_accuracy:.1%}"
         return (
             f"{self.steps} steps of batch {self.batch_size} in {self.seconds:.1f} s on "
             f"{self.device} ({self.math_mode}); "
-            f"loss {self.losses[0]:.3f} -> {tail:.3f} (mean of the last 10%){acc}"
+            f"loss {self.losses[0]:.3f} -> {self.tail_loss:.3f} (mean of the last 10%){acc}"
             + "".join(f"\n  {note}" for note in self.notes)
         )
 
@@ -138,14 +135,7 @@ def train_classifier(
     seconds = time.perf_counter() - start
     model.eval()
     val_acc = accuracy(model, val.x, val.y) if val is not None else None
-    return TrainResult(
-        losses=np.array(losses),
-        seconds=seconds,
-        batch_size=batch_size,
-        val_accuracy=val_acc,
-        device=str(device),
-        math_mode=math_mode,
-    )
+    return TrainResult(np.array(losses), seconds, batch_size, val_acc, str(device), math_mode)
 
 
 def assert_above_chance(accuracy: float, samples: int, classes: int, name: str = "model") -> str:
