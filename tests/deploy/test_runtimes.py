@@ -190,22 +190,25 @@ def test_trt_profile_covers_the_batch_range(tiny_onnx):
 
 
 # ------------------------------------------------------------------ math modes, I/O binding, tables
-def test_ort_math_mode_follows_provider_and_options():
+def test_ort_math_mode_follows_provider_and_options(monkeypatch):
+    monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index, capable: True)  # Ampere+
     assert runtimes.ort_math_mode("cpu") == "fp32"
     assert runtimes.ort_math_mode("cpu", {"use_tf32": 1}) == "fp32"
     # the CUDA EP allows TF32 by default (use_tf32 defaults to true); 0 gives IEEE float32
-    assert runtimes.ort_math_mode("cuda", tf32=True) == "tf32"
+    assert runtimes.ort_math_mode("cuda") == "tf32"
     for off in (0, "0", False, "false", "False"):
-        assert runtimes.ort_math_mode("cuda", {"use_tf32": off}, tf32=True) == "fp32"
-    assert runtimes.ort_math_mode("cuda", {"use_tf32": "1"}, tf32=False) == "fp32"  # pre-Ampere
+        assert runtimes.ort_math_mode("cuda", {"use_tf32": off}) == "fp32"
     trt = runtimes.ort_math_mode
-    assert trt("tensorrt", tf32=True) == "tf32"  # TensorRT's builder allows TF32 by default
-    assert trt("tensorrt", {"trt_fp16_enable": True}, tf32=True) == "fp16"
+    assert trt("tensorrt") == "tf32"  # TensorRT's builder allows TF32 by default
+    assert trt("tensorrt", {"trt_fp16_enable": True}) == "fp16"
     assert trt("tensorrt", {"trt_fp16_enable": "True", "trt_int8_enable": "1"}) == "int8"
     for provider in ("cpu", "cuda", "tensorrt"):  # a quantized graph: int8, the coarsest mode
         assert runtimes.ort_math_mode(provider, quantized=True) == "int8"
     with pytest.raises(ValueError, match="unknown provider"):
         runtimes.ort_math_mode("openvino")
+    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index, capable: False)
+    assert runtimes.ort_math_mode("cuda", {"use_tf32": "1"}) == "fp32"  # pre-Ampere
 
 
 def test_nvidia_tf32_override_turns_gpu_tf32_off(monkeypatch):

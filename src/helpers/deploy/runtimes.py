@@ -140,7 +140,6 @@ def ort_math_mode(
     provider: str,
     provider_options: Mapping[str, Any] | None = None,
     *,
-    tf32: bool | None = None,
     quantized: bool = False,
 ) -> str:
     """The precision policy's math mode of an ONNX Runtime session on ``provider``.
@@ -149,7 +148,7 @@ def ort_math_mode(
     unless set, ``cuda_execution_provider_info.h``: "By default, enable TF32 ..."). TensorRT:
     'int8' / 'fp16' with ``trt_int8_enable`` / ``trt_fp16_enable``, else 'tf32' (the builder's
     default ``BuilderFlag::kTF32``). A ``quantized`` model: 'int8' everywhere. TF32 needs an
-    Ampere-or-newer GPU and is off with ``NVIDIA_TF32_OVERRIDE=0``; ``tf32`` overrides (tests).
+    Ampere-or-newer GPU and is off with ``NVIDIA_TF32_OVERRIDE=0``.
     """
     opts = dict(provider_options or {})
     if provider not in ORT_PROVIDERS:
@@ -159,8 +158,7 @@ def ort_math_mode(
     if provider == "cpu":
         return "fp32"
     device_id = int(opts.get("device_id", 0))
-    allowed = bool(tf32) if tf32 is not None else not nvidia_tf32_overridden()
-    allowed = allowed and gpu_tf32_capable(device_id, tf32)  # no GPU here: True
+    allowed = not nvidia_tf32_overridden() and gpu_tf32_capable(device_id, None)  # no GPU: True
     if provider == "tensorrt":
         if _option_true(opts.get("trt_int8_enable", False)):
             return "int8"

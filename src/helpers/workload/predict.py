@@ -17,13 +17,6 @@ from helpers.workload.models import framework_of, nn_namespace
 __all__ = ["model_device", "predict_batched", "predict_classes", "accuracy"]
 
 
-def _framework(model: Any) -> str | None:
-    try:
-        return framework_of(model)
-    except TypeError:
-        return None
-
-
 def _first_parameter(model: Any) -> Any:
     """The first parameter of ``model`` or, in a OneFlow ``nn.Graph``, of its (proxied) modules."""
     blocks = getattr(model, "_blocks", None)
@@ -90,7 +83,10 @@ def predict_batched(model: Any, x: Any, batch_size: int | None = None) -> np.nda
     arr = _as_batch(x)
     bs = check_int("batch_size", len(arr) if batch_size is None else batch_size)
     starts = range(0, len(arr), bs)
-    fw = _framework(model)
+    try:
+        fw: str | None = framework_of(model)
+    except TypeError:  # not a torch or OneFlow object: a function of NumPy batches?
+        fw = None
     if fw is None:
         if not callable(model):
             raise TypeError(
