@@ -21,12 +21,9 @@ __all__ = ["Runner"]
 
 @dataclass
 class BoundRun:
-    """One input batch bound to an ONNX Runtime session's device (I/O binding).
-
-    A call runs with no host<->device copy (input copied once, output bound on the device) and
-    returns when the outputs are ready (``synchronize_outputs``), so a clock around it measures
-    the work. :meth:`output` copies the last output to the host.
-    """
+    """One input batch bound to an ONNX Runtime session's device (I/O binding): a call copies
+    nothing between host and device and returns when the outputs are ready
+    (``synchronize_outputs``), so a clock around it measures the work."""
 
     session: Any = field(repr=False)
     binding: Any = field(repr=False)
