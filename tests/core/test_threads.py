@@ -67,25 +67,3 @@ def test_framework_threads_reads_torch(torch_mod):
 
     m = benchmark(lambda: None, framework="torch", repeats=2)
     assert m.threads == torch_mod.get_num_threads()
-
-
-def test_onnx_runtime_sessions_wait_like_pytorch(monkeypatch):
-    """Under OMP_WAIT_POLICY=PASSIVE the course's ORT sessions do not spin either (same for all)."""
-    from helpers.deploy import runtimes
-
-    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    assert threads.threads_spin() is False
-    opts = runtimes.session_options()
-    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    monkeypatch.delenv("OMP_WAIT_POLICY")
-    assert threads.threads_spin() is True
-    assert (
-        runtimes.session_options().get_session_config_entry("session.intra_op.allow_spinning")
-        == "1"
-    )
-    assert (
-        runtimes.session_options(spinning=False).get_session_config_entry(
-            "session.inter_op.allow_spinning"
-        )
-        == "0"
-    )

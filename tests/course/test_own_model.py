@@ -81,7 +81,7 @@ def test_the_training_check_says_what_to_change_and_the_recipe_does_it():
     fit = training.train_classifier(net, train, steps=60, batch_size=32, val=val, progress=False)
     advice = training.chance_advice(net, fit, val, 8)
     assert "BatchNorm running statistics (momentum 0.01)" in advice
-    assert "precise_batchnorm" in advice
+    assert "calibrate_batchnorm" in advice
     with pytest.raises(AssertionError, match="chance_advice"):
         training.assert_above_chance(fit.val_accuracy, len(val.y), 8)
     # the recipe for your own model follows the advice (one more step, then the statistics)

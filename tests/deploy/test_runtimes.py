@@ -37,7 +37,7 @@ def test_preference_order_is_tensorrt_cuda_cpu(monkeypatch):
 def test_unknown_or_uninstalled_provider_is_a_clear_error():
     with pytest.raises(runtimes.ProviderUnavailableError, match="not installed"):
         runtimes.pick_provider("openvino")  # the OpenVINO EP is not in the onnxruntime-gpu wheel
-    with pytest.raises(TypeError):
+    with pytest.raises(runtimes.ProviderUnavailableError, match="not installed"):
         runtimes.pick_provider(None)  # type: ignore[arg-type]
 
 
@@ -66,11 +66,11 @@ def test_session_runs_matches_and_says_what_it_picked(tiny_onnx, capsys):
     assert isinstance(m, Measurement) and m.items == 2 and m.meta["precision"] == "fp32"
 
 
-def test_session_options_validate(tmp_path):
+def test_session_options_validate(tmp_path, tiny_onnx):
     with pytest.raises(ValueError, match="optimisation level"):
-        runtimes.session_options(optimization="max")
+        runtimes.create_session(tiny_onnx[0], optimization="max")
     with pytest.raises(ValueError, match="intra_op_threads"):
-        runtimes.session_options(intra_op_threads=0)
+        runtimes.create_session(tiny_onnx[0], intra_op_threads=0)
     with pytest.raises(FileNotFoundError):
         runtimes.create_session(tmp_path / "missing.onnx")
 
@@ -190,22 +190,25 @@ def test_trt_profile_covers_the_batch_range(tiny_onnx):
 
 
 # ------------------------------------------------------------------ math modes, I/O binding, tables
-def test_ort_math_mode_follows_provider_and_options():
+def test_ort_math_mode_follows_provider_and_options(monkeypatch):
+    monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index, capable: True)  # Ampere+
     assert runtimes.ort_math_mode("cpu") == "fp32"
     assert runtimes.ort_math_mode("cpu", {"use_tf32": 1}) == "fp32"
     # the CUDA EP allows TF32 by default (use_tf32 defaults to true); 0 gives IEEE float32
-    assert runtimes.ort_math_mode("cuda", tf32=True) == "tf32"
+    assert runtimes.ort_math_mode("cuda") == "tf32"
     for off in (0, "0", False, "false", "False"):
-        assert runtimes.ort_math_mode("cuda", {"use_tf32": off}, tf32=True) == "fp32"
-    assert runtimes.ort_math_mode("cuda", {"use_tf32": "1"}, tf32=False) == "fp32"  # pre-Ampere
+        assert runtimes.ort_math_mode("cuda", {"use_tf32": off}) == "fp32"
     trt = runtimes.ort_math_mode
-    assert trt("tensorrt", tf32=True) == "tf32"  # TensorRT's builder allows TF32 by default
-    assert trt("tensorrt", {"trt_fp16_enable": True}, tf32=True) == "fp16"
+    assert trt("tensorrt") == "tf32"  # TensorRT's builder allows TF32 by default
+    assert trt("tensorrt", {"trt_fp16_enable": True}) == "fp16"
     assert trt("tensorrt", {"trt_fp16_enable": "True", "trt_int8_enable": "1"}) == "int8"
     for provider in ("cpu", "cuda", "tensorrt"):  # a quantized graph: int8, the coarsest mode
         assert runtimes.ort_math_mode(provider, quantized=True) == "int8"
     with pytest.raises(ValueError, match="unknown provider"):
         runtimes.ort_math_mode("openvino")
+    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index, capable: False)
+    assert runtimes.ort_math_mode("cuda", {"use_tf32": "1"}) == "fp32"  # pre-Ampere
 
 
 def test_nvidia_tf32_override_turns_gpu_tf32_off(monkeypatch):
@@ -249,13 +252,16 @@ def test_create_session_applies_threads_wait_policy_and_optimisation(tiny_onnx, 
             assert opts.get_session_config_entry(key) == ("1" if spinning else "0")
         want = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED"}[level]
         assert opts.graph_optimization_level.name == want
-        assert runner.threads == runner.info["intra_op_threads"] == intra
+        assert runner.threads == intra
     # left to ONNX Runtime: its default threads (0 in the options), stated as such; the wait
     # policy follows PyTorch's (OMP_WAIT_POLICY=PASSIVE: no spinning)
     default = runtimes.create_session(path, "cpu", verbose=False)
     opts = default.handle.get_session_options()
     assert opts.intra_op_num_threads == 0 and default.threads == "default"
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    monkeypatch.delenv("OMP_WAIT_POLICY")  # PyTorch's threads spin: so do the session's
+    spins = runtimes.create_session(path, "cpu", verbose=False).handle.get_session_options()
+    assert spins.get_session_config_entry("session.inter_op.allow_spinning") == "1"
 
 
 class _FakeOrtSession:
@@ -353,7 +359,7 @@ def test_tensorrt_status_without_gpu_names_the_gpu(capsys):
 
 
 def test_missing_tensorrt_libraries_point_at_make_setup(monkeypatch):
-    monkeypatch.setattr(runtimes, "_cuda_usable", lambda: True)
+    monkeypatch.setattr(runtimes, "has_cuda", lambda: True)
     monkeypatch.setattr(runtimes, "_tensorrt_loadable", lambda: False)
     why = runtimes.provider_status()["tensorrt"]
     assert "libnvinfer" in why and "make setup GPU=1" in why and "tensorrt-cu12" in why

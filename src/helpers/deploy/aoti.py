@@ -1,12 +1,8 @@
 """AOTInductor: a PyTorch model compiled ahead of time into one ``.pt2`` file (chapters 7 and 10).
 
-Chapter 7 writes both functions on its page (``#@save`` cells at the end of this module)::
-
-    pt2 = compile_package(model, example, "model.pt2")     # torch.export, then AOTInductor
-    run_in_subprocess("helpers.deploy.aoti:run_package", dict(package=..., inputs=..., outputs=...))
-
-:func:`run_package` runs the file in a fresh process with no model code: this module imports
-torch and NumPy only, and it returns the modules that process imported (chapter 7 checks them).
+Chapter 7 writes both functions on its page (``#@save`` cells below). :func:`run_package` runs
+the file in a fresh process (``run_in_subprocess``) with no model code: this module imports torch
+and NumPy only, and it returns the modules that process imported (chapter 7 checks them).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Export a PyTorch model to ONNX and verify it in ONNX Runtime; count a graph's ops.
 
 Chapter 7 writes the export on its page (``torch.export`` with a dynamic batch axis, then
-``torch.onnx.export(..., dynamo=True)``, ``onnx.checker``, the file asserted against PyTorch in
-ONNX Runtime); chapters 8-10 reuse it, so ``tools/save_cells.py`` copies those cells to the end
-of this module (edit them on the page)::
-
-    report = export_and_verify(model, example, "model.onnx")   # export, check, verify
-    report = export_onnx(model, example, "raw.onnx", fold_constants=False)   # as captured
+``torch.onnx.export(..., dynamo=True)``, ``onnx.checker``, the file asserted against PyTorch);
+chapters 8-10 reuse it, so ``tools/save_cells.py`` copies those cells to the end of this module.
 """
 
 from __future__ import annotations
@@ -54,30 +50,16 @@ class ExportReport:
     tolerance: precision.Tolerance | None = None  # the bound the verification asserted
 
     def __str__(self) -> str:
-        ops, check = sum(self.op_counts.values()), ""
-        if self.max_abs is not None:
+        ops, check, tol = sum(self.op_counts.values()), "", self.tolerance
+        if tol is not None:  # verified: export_and_verify sets all three
             check = f"; ONNX Runtime vs source: max abs err {self.max_abs:.3g}"
             check += f", cosine {self.cosine:.8f}"
-        if self.tolerance is not None:
-            tol = self.tolerance
             check += f" (within {tol.mode} tolerance: atol {tol.atol:.2g}, rtol {tol.rtol:.2g})"
         return f"{self.path.name}: opset {self.opset}, {ops} nodes ({len(self.op_counts)} op types){check}"
 
 
-def _load(model_or_path: Any) -> Any:
-    if isinstance(model_or_path, (str, Path)):
-        if not Path(model_or_path).is_file():
-            raise FileNotFoundError(f"no ONNX file at {model_or_path}")
-        return onnx.load(str(model_or_path))
-    if not isinstance(model_or_path, onnx.ModelProto):
-        raise TypeError(
-            f"expected a path or an onnx.ModelProto, got {type(model_or_path).__name__}"
-        )
-    return model_or_path
-
-
-def op_counts(model_or_path: Any, with_domain: bool = False) -> dict[str, int]:
-    """Nodes per op type of an ONNX model (path or ``ModelProto``), most frequent first.
+def op_counts(path: str | Path, with_domain: bool = False) -> dict[str, int]:
+    """Nodes per op type of the ONNX file at ``path``, most frequent first.
 
     ``with_domain``: an op outside the standard domain is ``domain:op``
     (``com.microsoft:FusedConv``), showing where a runtime replaced standard ops by its own.
@@ -86,28 +68,25 @@ def op_counts(model_or_path: Any, with_domain: bool = False) -> dict[str, int]:
         f"{node.domain}:{node.op_type}"
         if with_domain and node.domain not in ("", "ai.onnx")
         else node.op_type
-        for node in _load(model_or_path).graph.node
+        for node in onnx.load(str(path)).graph.node
     )
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def op_count_table(graphs: dict[str, Any], with_domain: bool = False) -> list[dict[str, Any]]:
-    """Rows ``{op, <graph name>: count, ...}`` (and a total row) comparing several graphs:
-    paths, ``onnx.ModelProto`` s or :func:`op_counts` dicts by column name."""
+def op_count_table(graphs: dict[str, str | Path]) -> list[dict[str, Any]]:
+    """Rows ``{op, <graph name>: count, ...}`` (and a total row) comparing ONNX files by name."""
     if not graphs:
         raise ValueError("give at least one graph to count")
-    counts = {
-        name: g if isinstance(g, dict) else op_counts(g, with_domain) for name, g in graphs.items()
-    }
+    counts = {name: op_counts(path) for name, path in graphs.items()}
     ops = list(dict.fromkeys(op for c in counts.values() for op in c))
     rows = [{"op": op, **{name: c.get(op, 0) for name, c in counts.items()}} for op in ops]
     rows.append({"op": "total nodes", **{name: sum(c.values()) for name, c in counts.items()}})
     return rows
 
 
-def graph_inputs(model_or_path: Any) -> list[str]:
-    """Names of an ONNX graph's real inputs (graph inputs that are not initializers), in order."""
-    model = _load(model_or_path)
+def graph_inputs(path: str | Path) -> list[str]:
+    """Names of an ONNX file's real inputs (graph inputs that are not initializers), in order."""
+    model = onnx.load(str(path))
     inits = {i.name for i in model.graph.initializer}
     return [v.name for v in model.graph.input if v.name not in inits]
 

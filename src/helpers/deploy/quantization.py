@@ -2,11 +2,7 @@
 
 Chapter 8's page writes a ``CalibrationDataReader`` and ``quantize_static`` (QDQ, per-channel
 weights); chapter 9 serves its INT8 model, so ``tools/save_cells.py`` copies those cells to the
-end of this module (edit them on the page)::
-
-    rep = quantize_onnx("model.onnx", "model_int8.onnx", calib_x)   # quant_pre_process, QDQ
-
-Above the region: the checks of a calibration set and of the settings, and :class:`QuantReport`.
+end of this module. Above them: the checks of a calibration set and settings, and the report.
 """
 
 from __future__ import annotations
@@ -87,7 +83,7 @@ def check_settings(activation: str, method: str) -> tuple[Any, Any]:
 class QuantReport:
     """What a quantization produced: the file, the settings and how long it took."""
 
-    path: Path | None
+    path: Path
     tool: str
     calibration_size: int
     per_channel: bool
@@ -96,33 +92,27 @@ class QuantReport:
     op_counts: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def qdq(self) -> dict[str, int]:
-        """The counts of the quantize / dequantize ops in the file."""
-        ops = ("QuantizeLinear", "DequantizeLinear", "FakeQuantize")
-        return {op: self.op_counts[op] for op in ops if op in self.op_counts}
-
     def as_row(self) -> dict[str, Any]:
         """One row of a :class:`helpers.show.Table`: the file, its settings, Q/DQ nodes, seconds."""
         return {
-            "file": self.path.name if self.path else "in memory",
+            "file": self.path.name,
             "tool": self.tool,
             "activations": self.activation,
             "weights": ("per-channel" if self.per_channel else "per-tensor")
             + (", 7-bit" if self.settings.get("reduce_range") else ""),
             "calibration images": self.calibration_size,
-            "Q/DQ nodes": sum(self.qdq.values()),
+            "Q/DQ nodes": sum(
+                self.op_counts.get(op, 0) for op in ("QuantizeLinear", "DequantizeLinear")
+            ),
             "seconds": self.seconds,
         }
 
     def __str__(self) -> str:
-        where = self.path.name if self.path else "in memory"
-        shown = [f"{n} {op}" for op, n in self.qdq.items()]
-        nodes = f", {' / '.join(shown)} nodes" if shown else ""
-        weights = "per-channel" if self.per_channel else "per-tensor"
+        r = self.as_row()
         return (
-            f"{self.tool} -> {where}: {self.calibration_size} calibration images, "
-            f"{weights} int8 weights, {self.activation} activations{nodes}, {self.seconds:.1f} s"
+            f"{self.tool} -> {r['file']}: {r['calibration images']} calibration images, "
+            f"{r['weights']} int8 weights, {self.activation} activations, "
+            f"{r['Q/DQ nodes']} Q/DQ nodes, {self.seconds:.1f} s"
         )
 
 

@@ -1,9 +1,8 @@
 """The uniform runner: one compiled model of any runtime, run and timed alike.
 
-``run(x)`` takes and returns NumPy; ``benchmark(x)`` returns a
-:class:`~helpers.measure.measurement.Measurement` whose ``meta`` names runtime, device, precision,
-math mode and threads. On a GPU it times with I/O binding (:meth:`Runner.bind`): the same work as
-a PyTorch model timed on device tensors.
+``run(x)`` takes and returns NumPy; ``benchmark(x)`` returns a ``Measurement`` whose ``meta``
+names runtime, device, precision, math mode and threads; on a GPU it times with I/O binding
+(:meth:`Runner.bind`): the same work as a PyTorch model timed on device tensors.
 """
 
 from __future__ import annotations
@@ -22,18 +21,13 @@ __all__ = ["Runner"]
 
 @dataclass
 class BoundRun:
-    """One input batch bound to an ONNX Runtime session's device (I/O binding).
-
-    A call runs with no host<->device copy (input copied once, output bound on the device) and
-    returns when the outputs are ready (``synchronize_outputs``), so a clock around it measures
-    the work. :meth:`output` copies the last output to the host.
-    """
+    """One input batch bound to an ONNX Runtime session's device (I/O binding): a call copies
+    nothing between host and device and returns when the outputs are ready
+    (``synchronize_outputs``), so a clock around it measures the work."""
 
     session: Any = field(repr=False)
     binding: Any = field(repr=False)
     value: Any = field(repr=False)  # the bound input: kept alive as long as the binding
-    device: str
-    batch: int
 
     def __call__(self) -> None:
         self.session.run_with_iobinding(self.binding)
@@ -99,7 +93,7 @@ class Runner:
         binding = self.handle.io_binding()
         binding.bind_ortvalue_input(self.input_name, value)
         binding.bind_output(self.output_name, kind, int(index or 0))
-        return BoundRun(self.handle, binding, value, self.device, int(len(arr)))
+        return BoundRun(self.handle, binding, value)
 
     def run(self, x: Any, *, io_binding: bool = False) -> np.ndarray:
         """The first output for one batch; ``io_binding=True``: through :meth:`bind`, for checks."""

@@ -1,11 +1,7 @@
-"""Inference runtimes behind one interface: ONNX Runtime (TensorRT / CUDA / CPU) and OpenVINO.
-
-:func:`create_session` opens an ONNX file on the best usable provider (TensorRT > CUDA > CPU) and
-says which; :func:`openvino_model` compiles it for the CPU with an explicit precision (OpenVINO's
-CPU plugin silently runs bf16 where the CPU supports it). Both return a
-:class:`helpers.deploy.runner.Runner` naming its device, math mode and threads. A provider or
-device asked for that cannot run here raises :class:`ProviderUnavailableError`, never a silent
-fallback.
+"""ONNX Runtime (TensorRT > CUDA > CPU, the best usable, said) and OpenVINO (an explicit
+precision: its CPU plugin silently runs bf16 where it can), each opened as a
+:class:`helpers.deploy.runner.Runner`. A provider or device asked for that cannot run here raises
+:class:`ProviderUnavailableError`, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from helpers.core.checks import check_int
+from helpers.core.environment import has_cuda
 from helpers.core.tf32 import gpu_tf32_capable, nvidia_tf32_overridden
 from helpers.core.threads import threads_spin
 from helpers.deploy.runner import Runner
@@ -42,7 +39,6 @@ __all__ = [
     "ov_type_name",
 ]
 
-# serialises calls of OpenVINO runners from several threads (see openvino_model)
 _OV_CALL_LOCK = threading.Lock()
 
 # Short names used by the course -> ONNX Runtime's provider names, best first.
@@ -51,7 +47,6 @@ ORT_PROVIDERS: dict[str, str] = {
     "cuda": "CUDAExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
-PREFERENCE: tuple[str, ...] = ("tensorrt", "cuda", "cpu")
 
 # ONNX Runtime graph optimisation levels by short name (the order is the order they build on each other).
 OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "layout", "all")
@@ -67,33 +62,20 @@ class ProviderUnavailableError(RuntimeError):
 # --------------------------------------------------------------------------- what is usable here
 
 
-def _cuda_usable() -> bool:
-    from helpers.core.environment import has_cuda
-
-    return has_cuda()
-
-
 def _positive(name: str, value: Any) -> None:
     if value is not None:
         check_int(name, value)
 
 
 def _tensorrt_loadable() -> bool:
-    """True when TensorRT's runtime library (what ONNX Runtime's TensorRT EP dlopens) can be loaded."""
-    # pip's tensorrt wheels keep the libraries in tensorrt_libs; importing it makes them loadable
+    """True when TensorRT 10's runtime library (what onnxruntime-gpu 1.23's TensorRT EP dlopens)
+    loads; pip's tensorrt wheels keep it in tensorrt_libs, whose import makes it loadable."""
     with contextlib.suppress(ImportError):
         import tensorrt_libs  # type: ignore[import-not-found]  # noqa: F401
-    for name in ("libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"):
-        try:
-            ctypes.CDLL(name)
-            return True
-        except OSError:
-            continue
     try:
-        import tensorrt  # type: ignore[import-not-found]  # noqa: F401
-
+        ctypes.CDLL("libnvinfer.so.10")
         return True
-    except ImportError:
+    except OSError:
         return False
 
 
@@ -108,7 +90,7 @@ def provider_status() -> dict[str, str]:
         if full not in built:
             has = ", ".join(sorted(built))
             why = f"not in this onnxruntime build ({ort.__version__}; it has {has})"
-        elif short != "cpu" and not _cuda_usable():
+        elif short != "cpu" and not has_cuda():
             why = "compiled into onnxruntime-gpu, but no CUDA GPU is visible on this machine"
         elif short == "tensorrt" and not _tensorrt_loadable():
             why = (
@@ -122,7 +104,7 @@ def provider_status() -> dict[str, str]:
 def usable_providers() -> list[str]:
     """Short names of the providers that can run here, best first (always ends with ``'cpu'``)."""
     status = provider_status()
-    return [p for p in PREFERENCE if status[p] == "usable"]
+    return [p for p in ORT_PROVIDERS if status[p] == "usable"]
 
 
 def describe_providers() -> list[dict[str, str]]:
@@ -146,23 +128,18 @@ def _option_true(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true")
 
 
-# Ops of a quantized ONNX graph: QDQ pairs, or QOperator-format integer kernels.
-_QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "ConvInteger", "MatMulInteger")
-
-
 def is_quantized(path: str | Path) -> bool:
-    """True when the ONNX file holds quantized arithmetic (QDQ pairs or ``QLinear*`` / ``*Integer`` ops)."""
+    """True when the ONNX file holds quantized arithmetic: QDQ pairs or ``QLinear*`` ops."""
     import onnx
 
     model = onnx.load(str(_check_path(path)), load_external_data=False)
-    return any(n.op_type in _QUANT_OPS or n.op_type.startswith("QLinear") for n in model.graph.node)
+    return any(n.op_type.startswith(("QLinear", "QuantizeLinear")) for n in model.graph.node)
 
 
 def ort_math_mode(
     provider: str,
     provider_options: Mapping[str, Any] | None = None,
     *,
-    tf32: bool | None = None,
     quantized: bool = False,
 ) -> str:
     """The precision policy's math mode of an ONNX Runtime session on ``provider``.
@@ -171,7 +148,7 @@ def ort_math_mode(
     unless set, ``cuda_execution_provider_info.h``: "By default, enable TF32 ..."). TensorRT:
     'int8' / 'fp16' with ``trt_int8_enable`` / ``trt_fp16_enable``, else 'tf32' (the builder's
     default ``BuilderFlag::kTF32``). A ``quantized`` model: 'int8' everywhere. TF32 needs an
-    Ampere-or-newer GPU and is off with ``NVIDIA_TF32_OVERRIDE=0``; ``tf32`` overrides (tests).
+    Ampere-or-newer GPU and is off with ``NVIDIA_TF32_OVERRIDE=0``.
     """
     opts = dict(provider_options or {})
     if provider not in ORT_PROVIDERS:
@@ -181,8 +158,7 @@ def ort_math_mode(
     if provider == "cpu":
         return "fp32"
     device_id = int(opts.get("device_id", 0))
-    allowed = bool(tf32) if tf32 is not None else not nvidia_tf32_overridden()
-    allowed = allowed and gpu_tf32_capable(device_id, tf32)  # no GPU here: True
+    allowed = not nvidia_tf32_overridden() and gpu_tf32_capable(device_id, None)  # no GPU: True
     if provider == "tensorrt":
         if _option_true(opts.get("trt_int8_enable", False)):
             return "int8"
@@ -195,9 +171,7 @@ def ort_math_mode(
 
 def pick_provider(provider: str = "auto") -> str:
     """``provider`` ('auto': the best usable) as a short name usable here, or an error why not."""
-    if not isinstance(provider, str):
-        raise TypeError(f"provider must be a string, got {type(provider).__name__}")
-    key = provider.strip().lower()
+    key = str(provider).strip().lower()
     if key == "auto":
         return usable_providers()[0]
     if key not in ORT_PROVIDERS:
@@ -234,44 +208,6 @@ def _check_path(path: str | Path) -> Path:
 # --------------------------------------------------------------------------- ONNX Runtime
 
 
-def session_options(
-    *,
-    optimization: str = "all",
-    intra_op_threads: int | None = None,
-    inter_op_threads: int | None = None,
-    optimized_model_path: str | Path | None = None,
-    spinning: bool | None = None,
-) -> Any:
-    """``onnxruntime.SessionOptions``; ``optimized_model_path`` gets the graph after its rewrites.
-
-    ``spinning=False`` stops idle workers busy-waiting; None follows PyTorch's policy here
-    (:func:`helpers.core.threads.threads_spin`), so both frameworks' threads wait alike.
-    """
-    import onnxruntime as ort
-
-    if optimization not in OPT_LEVELS:
-        raise ValueError(
-            f"unknown graph optimisation level {optimization!r}; use one of {', '.join(OPT_LEVELS)}"
-        )
-    _positive("intra_op_threads", intra_op_threads)
-    _positive("inter_op_threads", inter_op_threads)
-    opts = ort.SessionOptions()
-    level = "ORT_DISABLE_ALL" if optimization == "disable" else f"ORT_ENABLE_{optimization.upper()}"
-    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    if intra_op_threads is not None:
-        opts.intra_op_num_threads = intra_op_threads
-    if inter_op_threads is not None:
-        opts.inter_op_num_threads = inter_op_threads
-    if optimized_model_path is not None:
-        Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
-        opts.optimized_model_filepath = str(optimized_model_path)
-    spin = "1" if (threads_spin() if spinning is None else spinning) else "0"
-    for pool in ("intra", "inter"):
-        opts.add_session_config_entry(f"session.{pool}_op.allow_spinning", spin)
-    opts.log_severity_level = 3  # errors only: chapter 7 explains the serialisation warnings
-    return opts
-
-
 def _provider_entry(
     short: str, options: Mapping[str, Any] | None, cache_dir: str | Path | None
 ) -> Any:
@@ -298,7 +234,6 @@ def create_session(
     spinning: bool | None = None,
     provider_options: Mapping[str, Any] | None = None,
     trt_cache_dir: str | Path | None = None,
-    precision: str | None = None,
     name: str | None = None,
     verbose: bool = True,
 ) -> Runner:
@@ -307,27 +242,42 @@ def create_session(
     A provider that cannot run, or a session that quietly fell back to the CPU, raises
     :class:`ProviderUnavailableError`; GPU providers keep the CPU one for unsupported ops.
     ``provider_options`` go to the chosen provider (``{"use_tf32": 0}``: IEEE float32 on CUDA).
-    ``math_mode`` is :func:`ort_math_mode`'s; ``precision`` labels tables (default: that mode);
+    ``optimized_model_path`` gets the graph after its rewrites. ``spinning=False`` stops idle
+    workers busy-waiting; None follows PyTorch's policy here (``threads_spin``), so both
+    frameworks' threads wait alike. ``precision`` and ``math_mode``: :func:`ort_math_mode`'s;
     ``threads`` are read back from the session ('default': left to ONNX Runtime).
     """
     import onnxruntime as ort
 
     path = _check_path(path)
+    if optimization not in OPT_LEVELS:
+        raise ValueError(
+            f"unknown graph optimisation level {optimization!r}; use one of {', '.join(OPT_LEVELS)}"
+        )
+    _positive("intra_op_threads", intra_op_threads)
+    _positive("inter_op_threads", inter_op_threads)
     short = pick_provider(provider)
-    if short != "cpu" and hasattr(ort, "preload_dlls"):
+    if short != "cpu":
         # CUDA / cuDNN from torch's nvidia-* wheels; the session below reports a real failure
         with contextlib.suppress(Exception):
             ort.preload_dlls()
-    opts = session_options(
-        optimization=optimization,
-        intra_op_threads=intra_op_threads,
-        inter_op_threads=inter_op_threads,
-        optimized_model_path=optimized_model_path,
-        spinning=spinning,
-    )
+    opts = ort.SessionOptions()
+    level = "ORT_DISABLE_ALL" if optimization == "disable" else f"ORT_ENABLE_{optimization.upper()}"
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    if intra_op_threads is not None:
+        opts.intra_op_num_threads = intra_op_threads
+    if inter_op_threads is not None:
+        opts.inter_op_num_threads = inter_op_threads
+    if optimized_model_path is not None:
+        Path(optimized_model_path).parent.mkdir(parents=True, exist_ok=True)
+        opts.optimized_model_filepath = str(optimized_model_path)
+    spin = "1" if (threads_spin() if spinning is None else spinning) else "0"
+    for pool in ("intra", "inter"):
+        opts.add_session_config_entry(f"session.{pool}_op.allow_spinning", spin)
+    opts.log_severity_level = 3  # errors only: chapter 7 explains the serialisation warnings
     providers = [
         _provider_entry(p, provider_options if p == short else None, trt_cache_dir)
-        for p in PREFERENCE[PREFERENCE.index(short) :]
+        for p in list(ORT_PROVIDERS)[list(ORT_PROVIDERS).index(short) :]
     ]
     start = time.perf_counter()
     sess = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
@@ -340,7 +290,6 @@ def create_session(
         )
     inp, out = sess.get_inputs()[0], sess.get_outputs()[0]
     math_mode = ort_math_mode(short, provider_options, quantized=is_quantized(path))
-    precision = precision or math_mode
     # read back from the session (0: ONNX Runtime's default), not from the request
     threads = sess.get_session_options().intra_op_num_threads or "default"
     device_id = int((provider_options or {}).get("device_id", 0))
@@ -349,19 +298,13 @@ def create_session(
         name=name or f"ORT {short}",
         framework="onnxruntime",
         backend=active[0],
-        precision=precision,
+        precision=math_mode,
         input_name=inp.name,
         output_name=out.name,
         input_rank=_rank(inp.shape),
         _call=lambda x: sess.run([out.name], {inp.name: x})[0],
         handle=sess,
-        info={
-            "providers": active,
-            "optimization": optimization,
-            "intra_op_threads": threads,
-            "path": str(path),
-            "session_s": session_s,
-        },
+        info={"providers": active, "session_s": session_s},
         device=device,
         math_mode=math_mode,
         threads=threads,
@@ -370,7 +313,7 @@ def create_session(
         why = "best usable provider here" if provider == "auto" else "as requested"
         say(
             f"ONNX Runtime: picked {active[0]} ({why}; usable here: {', '.join(usable_providers())}), "
-            f"graph optimisation '{optimization}', {precision} on {device}"
+            f"graph optimisation '{optimization}', {math_mode} on {device}"
         )
     return runner
 
@@ -447,17 +390,13 @@ def openvino_model(
         config["NUM_STREAMS"] = streams
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads
-    start = time.perf_counter()
     compiled = core.compile_model(model, dev, config)
-    compile_s = time.perf_counter() - start
     request = compiled.create_infer_request()
     inp, out = compiled.inputs[0], compiled.outputs[0]
-    # Calls from several threads are serialised by one process-wide lock: an infer request is not
-    # thread-safe (threads sharing one got each other's outputs), and OpenVINO's Python binding
-    # initialises statics on first use with the GIL released, so two threads' first calls at once
-    # deadlocked a pipelined run (one waiting for the static while holding the GIL, the other
-    # waiting for the GIL inside it). With the LATENCY hint the CPU plugin runs one request at a
-    # time anyway; the caller's other work (loading the next batch) still overlaps.
+    # One process-wide lock serialises calls: an infer request is not thread-safe (threads sharing
+    # one got each other's outputs), and two threads' first calls at once deadlocked a pipelined
+    # run (the binding initialises statics with the GIL released). The LATENCY hint runs one
+    # request at a time anyway; the caller's other work (loading the next batch) still overlaps.
     precisions = runtime_precisions(compiled)
     heavy: collections.Counter[str] = collections.Counter()  # conv / FC layers by precision
     for (layer, p), n in precisions.items():
@@ -488,7 +427,6 @@ def openvino_model(
             "hint": hint,
             "streams": int(compiled.get_property("NUM_STREAMS")),
             "runtime_precisions": precisions,
-            "compile_s": compile_s,
         },
         device=dev.lower(),
         math_mode=_OV_MODES["int8" if int8 else precision],
@@ -504,7 +442,7 @@ def openvino_model(
 
 def ov_type_name(t: Any) -> str:
     """``'f32'`` / ``'bf16'`` for an ``openvino.Type`` (its ``str()`` is ``<Type: 'float32'>``)."""
-    return t.to_string() if hasattr(t, "to_string") else str(t)
+    return t.to_string()
 
 
 def runtime_precisions(compiled: Any) -> dict[tuple[str, str], int]:

@@ -1,9 +1,8 @@
 """A deterministic generated image dataset: no downloads, big enough for a real loss curve.
 
-Eight classes of coloured shapes and textures on noisy backgrounds (circle,
-square, triangle, cross, ring, horizontal stripes, vertical stripes, checker),
-with random position, size, colours and noise, so a small network needs a few
-hundred steps to learn them.  The same seed always gives the same images.
+Eight classes of coloured shapes and textures (``CLASS_NAMES``) on noisy backgrounds, with random
+position, size, colours and noise: a small network needs a few hundred steps to learn them. The
+same seed always gives the same images.
 """
 
 from __future__ import annotations
@@ -191,10 +190,6 @@ def batch_order(n: int, steps: int, batch_size: int, seed: int = 0) -> np.ndarra
         raise ValueError(
             f"need 1 <= batch_size <= n samples and steps >= 1; got n={n}, batch_size={batch_size}, steps={steps}"
         )
-    rng = np.random.default_rng(seed)
-    per_epoch = n // batch_size
-    order: list[np.ndarray] = []
-    while len(order) < steps:
-        perm = rng.permutation(n)
-        order.extend(perm[i * batch_size : (i + 1) * batch_size] for i in range(per_epoch))
-    return np.stack(order[:steps])
+    rng, per_epoch = np.random.default_rng(seed), n // batch_size
+    epochs = [rng.permutation(n)[: per_epoch * batch_size] for _ in range(-(-steps // per_epoch))]
+    return np.concatenate(epochs).reshape(-1, batch_size)[:steps]

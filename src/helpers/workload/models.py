@@ -31,7 +31,6 @@ __all__ = [
     "transfer_weights",
     "twin",
     "calibrate_batchnorm",
-    "precise_batchnorm",
     "batchnorm_momentum",
 ]
 
@@ -127,6 +126,11 @@ def build_classifier(
     kw: dict[str, Any] = {"num_classes": num_classes}
     if takes:
         kw["zero_init_residual"] = bool(zero_init_residual is None or zero_init_residual)
+    return _build(framework, arch, **kw)
+
+
+def _build(framework: str, arch: str, **kw: Any) -> Any:
+    """``arch`` from torchvision (:func:`resolve_builder`) or flowvision, random weights."""
     if framework == "torch":
         return resolve_builder(arch)(**kw)
     reason = oneflow_counterpart(arch)
@@ -145,18 +149,7 @@ def build_embedder(framework: str, dim: int = 128, width_mult: float = 1.0) -> A
     """A MobileNetV2 backbone + linear projection + L2 normalisation (the case-study-2 embedder)."""
     flow_or_torch, nn, F = nn_namespace(framework)
     check_int("dim", dim)
-    if framework == "torch":
-        import torchvision
-
-        backbone = torchvision.models.mobilenet_v2(weights=None, width_mult=width_mult)
-    else:
-        import warnings
-
-        import flowvision
-
-        with warnings.catch_warnings():  # ReLU6(inplace=True), which OneFlow runs out of place
-            warnings.filterwarnings("ignore", message="ReLU6 module do not support inplace")
-            backbone = flowvision.models.mobilenet_v2(pretrained=False, width_mult=width_mult)
+    backbone = _build(framework, "mobilenet_v2", width_mult=width_mult)
 
     class MobileNetV2Embedder(nn.Module):
         """Image -> L2-normalised embedding of size ``dim``."""
@@ -232,34 +225,6 @@ def twin(module: Any, framework: str, builder: Any, *args: Any, **kwargs: Any) -
     return other
 
 
-def calibrate_batchnorm(module: Any, x: Any) -> Any:
-    """Set every BatchNorm's running statistics to batch ``x``'s; return ``module`` in eval mode.
-
-    A random network in eval mode normalises with mean 0 / variance 1, so activations drift until
-    every image gets almost the same output; one train-mode pass with ``momentum=1`` fixes that.
-    """
-    fw, _, _ = nn_namespace(framework_of(module))
-    if not hasattr(x, "shape") or len(x.shape) < 2 or x.shape[0] < 2:
-        raise ValueError(
-            "calibrate_batchnorm needs a batch of at least 2 inputs (batch statistics of one sample are degenerate)"
-        )
-    norms = _norms(module)
-    if not norms:
-        raise ValueError(f"{type(module).__name__} has no BatchNorm layers to calibrate")
-    saved = [m.momentum for m in norms]
-    try:
-        for m in norms:
-            m.momentum = 1.0
-        module.train()
-        with fw.no_grad():
-            module(x)
-    finally:
-        for m, momentum in zip(norms, saved):
-            m.momentum = momentum
-        module.eval()
-    return module
-
-
 def _norms(module: Any) -> list[Any]:
     return [m for m in module.modules() if hasattr(m, "running_mean") and hasattr(m, "momentum")]
 
@@ -275,32 +240,38 @@ def batchnorm_momentum(module: Any) -> float | None:
     return min(values) if values else None
 
 
-def precise_batchnorm(module: Any, x: Any, batch_size: int = 64) -> Any:
-    """Recompute every BatchNorm's running statistics as the exact average over inputs ``x``.
+def calibrate_batchnorm(module: Any, x: Any, batch_size: int | None = None) -> Any:
+    """Set every BatchNorm's running statistics to the exact average over inputs ``x`` in
+    batches of ``batch_size`` (None: one batch); return ``module`` in eval mode.
 
-    After training they average batches seen while the weights still changed; this pass
-    (weights untouched) gives the final weights' statistics. Returns ``module`` in eval mode.
+    A random network in eval mode normalises with mean 0 / variance 1, so activations drift
+    until every image gets almost the same output; after training the statistics average
+    batches seen while the weights still changed. Weights stay untouched; BatchNorm alone
+    runs in train mode, with momentum 1/k at the k-th batch (OneFlow has no cumulative mode).
     """
     fw, _, _ = nn_namespace(framework_of(module))
     norms = _norms(module)
     if not norms:
-        raise ValueError(f"{type(module).__name__} has no BatchNorm layers to recompute")
-    if len(x) < 2 or batch_size < 2:
-        raise ValueError("precise_batchnorm needs at least 2 inputs and batches of at least 2")
+        raise ValueError(f"{type(module).__name__} has no BatchNorm layers to calibrate")
+    size = len(x) if batch_size is None else batch_size
+    if len(x) < 2 or size < 2:
+        raise ValueError(
+            "calibrate_batchnorm needs at least 2 inputs and batches of at least 2 "
+            "(batch statistics of one sample are degenerate)"
+        )
     device = getattr(next(iter(module.parameters()), None), "device", "cpu")
     saved = [m.momentum for m in norms]
     try:
-        for m in norms:
-            m.reset_running_stats()
-            m.momentum = None  # a cumulative average over every batch below
         module.eval()
         for m in norms:
-            m.train()  # BatchNorm alone in train mode: dropout and the like stay off
+            m.train()  # dropout and the like stay off
         with fw.no_grad():
-            for i in range(0, len(x) - 1, batch_size):
-                xb = x[i : i + batch_size]
+            for k, i in enumerate(range(0, len(x) - 1, size), start=1):
+                xb = x[i : i + size]
                 if len(xb) < 2:
                     break
+                for m in norms:
+                    m.momentum = 1.0 / k  # a cumulative average over the batches
                 t = xb if hasattr(xb, "device") else fw.from_numpy(np.ascontiguousarray(xb))
                 module(t.to(device))
     finally:

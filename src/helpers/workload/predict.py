@@ -1,14 +1,12 @@
 """Batch-wise prediction and top-1 accuracy for every kind of model the course runs.
 
 ``model``: a PyTorch or OneFlow module (TorchScript, ``torch.compile``, ``nn.Graph`` too), a
-:class:`helpers.deploy.runner.Runner` or any function of a NumPy batch. A module runs in eval
-mode without gradients on its parameters' device (float64 inputs to a float64 model, a good
-"exact" reference); its training mode is restored after.
+``Runner`` or any function of a NumPy batch. A module runs in eval mode without gradients on its
+parameters' device (float64 inputs to a float64 model: an "exact" reference), its mode restored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,13 +15,6 @@ from helpers.core.checks import check_int
 from helpers.workload.models import framework_of, nn_namespace
 
 __all__ = ["model_device", "predict_batched", "predict_classes", "accuracy"]
-
-
-def _framework(model: Any) -> str | None:
-    try:
-        return framework_of(model)
-    except TypeError:
-        return None
 
 
 def _first_parameter(model: Any) -> Any:
@@ -71,31 +62,6 @@ def _to_array(out: Any) -> np.ndarray:
     return out
 
 
-def _predict_fn(model: Any) -> Callable[[np.ndarray], np.ndarray]:
-    """A function NumPy batch -> NumPy output for ``model`` (no gradients; the mode is left alone)."""
-    fw = _framework(model)
-    if fw is None:
-        if not callable(model):
-            raise TypeError(
-                f"cannot predict with a {type(model).__name__}: it is neither a model nor a callable "
-                "(give a PyTorch or OneFlow model, a helpers.deploy.runner.Runner or a function)"
-            )
-        return lambda x: _to_array(model(x))
-    mod = nn_namespace(fw)[0]
-    device = model_device(model, fw)
-    param = _first_parameter(model)
-    dtype = np.float64 if param is not None and str(param.dtype).endswith("float64") else np.float32
-
-    def run(x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=dtype)
-        t = mod.from_numpy(x) if fw == "torch" else mod.tensor(x)
-        with mod.no_grad():
-            out = model(t.to(device))
-        return _to_array(out)
-
-    return run
-
-
 def _as_batch(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
@@ -116,15 +82,34 @@ def predict_batched(model: Any, x: Any, batch_size: int | None = None) -> np.nda
     """
     arr = _as_batch(x)
     bs = check_int("batch_size", len(arr) if batch_size is None else batch_size)
-    run = _predict_fn(model)
-    fw = _framework(model)
+    starts = range(0, len(arr), bs)
+    try:
+        fw: str | None = framework_of(model)
+    except TypeError:  # not a torch or OneFlow object: a function of NumPy batches?
+        fw = None
+    if fw is None:
+        if not callable(model):
+            raise TypeError(
+                f"cannot predict with a {type(model).__name__}: it is neither a model nor a callable "
+                "(give a PyTorch or OneFlow model, a helpers.deploy.runner.Runner or a function)"
+            )
+        return np.concatenate([_to_array(model(arr[i : i + bs])) for i in starts])
+    mod, nn, _ = nn_namespace(fw)
+    device = model_device(model, fw)
+    param = _first_parameter(model)
+    wide = param is not None and str(param.dtype).endswith("float64")
+    arr = np.ascontiguousarray(arr, dtype=np.float64 if wide else np.float32)
+    to_tensor = mod.from_numpy if fw == "torch" else mod.tensor
     # a module predicts in eval mode (an nn.Graph was compiled in the mode its module had)
-    module = fw is not None and isinstance(model, nn_namespace(fw)[1].Module)
+    module = isinstance(model, nn.Module)
     was_training = bool(getattr(model, "training", False))
     if module:
         model.eval()
     try:
-        return np.concatenate([run(arr[i : i + bs]) for i in range(0, len(arr), bs)])
+        with mod.no_grad():
+            return np.concatenate(
+                [_to_array(model(to_tensor(arr[i : i + bs]).to(device))) for i in starts]
+            )
     finally:
         if module:
             model.train(was_training)

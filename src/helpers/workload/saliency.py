@@ -2,24 +2,13 @@
 
 The article says only that the deployment needs a backward pass without a model update. The
 course's task: the gradient of the top class score with respect to the *input image* (a saliency
-map). The team's first version (``"original"``) was written like a training step: every
-parameter requires grad, an optimizer step is left in (SGD with momentum and lr 0: the weights
-never change) and a second forward pass runs whose result is never used.
-
-====================  =================================================================
-variant               what changes (cumulative)
-====================  =================================================================
-``original``          as first written: parameter grads, ``zero_grad`` + ``step``, 2nd forward
-``frozen_params``     parameters ``requires_grad_(False)``: only the input gradient is computed
-``no_update``         the optimizer (``zero_grad`` / ``step``) is removed
-``single_forward``    the unused second forward is removed: the pruned task
-====================  =================================================================
+map), first written like a training step: parameter grads, an optimizer step with lr 0, and a
+second forward nobody reads. ``STEPS`` says what each of ``VARIANTS`` removes (cumulative).
 
 Chapter 4's page writes the variants and the ``nn.Graph`` version (``#@save`` cells at the end of
 this module; OneFlow 0.9.0 cannot return an input's ``.grad`` from a graph, so a zero parameter
 added to the input and SGD with ``lr=1`` leave ``-grad`` in a holder). Every variant returns the
-same ``TaskResult`` (first logits, saliency map), so pruning can be shown to change only the
-time. Importing the module imports OneFlow.
+same ``TaskResult``, so pruning can be shown to change only the time. Importing it imports OneFlow.
 """
 
 from __future__ import annotations

@@ -6,13 +6,6 @@ loop and a serving helper. Chapter 1 migrates this very file to OneFlow: it copi
 edits its four import lines on the page, and it imports the file unchanged under
 ``oneflow.mock_torch`` (:mod:`helpers.porting.migration`), as chapters 2 and 3 do too. So keep it
 free of course-specific code and of framework branches, and keep its import lines as they are.
-
-- :class:`BusinessModel` -- ``torchvision.models.<arch>`` backbone (ResNet-101 in the case study;
-  any torchvision classifier works, the reader's own too) whose last linear layer is replaced by
-  :class:`TaskHead` (Linear -> ReLU -> Dropout -> Linear);
-- :func:`train_steps` -- the team's training loop (SGD with momentum, cross-entropy);
-- :func:`predict` -- class probabilities for a batch, gradients off;
-- :func:`compile_for_serving` -- ``torch.compile`` for deployment (a PyTorch 2 API).
 """
 
 import torch
