@@ -192,7 +192,7 @@ def test_trt_profile_covers_the_batch_range(tiny_onnx):
 # ------------------------------------------------------------------ math modes, I/O binding, tables
 def test_ort_math_mode_follows_provider_and_options(monkeypatch):
     monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
-    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index, capable: True)  # Ampere+
+    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index: True)  # Ampere+
     assert runtimes.ort_math_mode("cpu") == "fp32"
     assert runtimes.ort_math_mode("cpu", {"use_tf32": 1}) == "fp32"
     # the CUDA EP allows TF32 by default (use_tf32 defaults to true); 0 gives IEEE float32
@@ -207,7 +207,7 @@ def test_ort_math_mode_follows_provider_and_options(monkeypatch):
         assert runtimes.ort_math_mode(provider, quantized=True) == "int8"
     with pytest.raises(ValueError, match="unknown provider"):
         runtimes.ort_math_mode("openvino")
-    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index, capable: False)
+    monkeypatch.setattr(runtimes, "gpu_tf32_capable", lambda index: False)
     assert runtimes.ort_math_mode("cuda", {"use_tf32": "1"}) == "fp32"  # pre-Ampere
 
 

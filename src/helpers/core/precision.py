@@ -160,7 +160,7 @@ def torch_math_mode(device: Any = "cpu", *, op: str = "model") -> str:
     else:
         # per-backend fp32_precision ('none': ask the parent), set by the legacy flags too
         b = torch.backends
-        allowed = gpu_tf32_capable(index, None) and not nvidia_tf32_overridden()
+        allowed = gpu_tf32_capable(index) and not nvidia_tf32_overridden()
         owners = {"conv": (b.cudnn.conv, b.cudnn, b), "matmul": (b.cuda.matmul, b)}
         tf32 = {k: allowed and backend_fp32_precision(*o) == "tf32" for k, o in owners.items()}
         tf32["conv"] = tf32["conv"] and bool(b.cudnn.enabled)
@@ -186,7 +186,7 @@ def oneflow_math_mode(device: Any = "cpu", *, op: str = "model", amp: bool = Fal
         return "fp32"
     if amp:
         return "fp16"
-    if not gpu_tf32_capable(index, None) or nvidia_tf32_overridden():
+    if not gpu_tf32_capable(index) or nvidia_tf32_overridden():
         return "fp32"
     # OneFlow's ParseBooleanFromEnv: unset -> true; '1', 'true', 'yes', 'on', 'y' (any case) -> true
     flag = os.environ.get(ONEFLOW_TF32_ENV, "1").strip().lower() in ("1", "true", "yes", "on", "y")

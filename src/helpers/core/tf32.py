@@ -38,14 +38,12 @@ def nvidia_tf32_overridden() -> bool:
     return os.environ.get(NVIDIA_TF32_ENV, "").strip() == "0"
 
 
-def gpu_tf32_capable(index: int, tf32_capable: bool | None) -> bool:
+def gpu_tf32_capable(index: int) -> bool:
     """Whether CUDA device ``index`` has TF32 tensor cores (compute capability 8.0 or newer).
 
-    ``tf32_capable`` overrides the question. Without a visible GPU (a CPU machine asked about
-    'cuda') the answer is True: the GPUs this course targets are Ampere or newer.
+    Without a visible GPU (a CPU machine asked about 'cuda') the answer is True: the GPUs this
+    course targets are Ampere or newer.
     """
-    if tf32_capable is not None:
-        return bool(tf32_capable)
     try:
         import torch
 

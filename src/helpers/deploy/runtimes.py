@@ -158,7 +158,7 @@ def ort_math_mode(
     if provider == "cpu":
         return "fp32"
     device_id = int(opts.get("device_id", 0))
-    allowed = not nvidia_tf32_overridden() and gpu_tf32_capable(device_id, None)  # no GPU: True
+    allowed = not nvidia_tf32_overridden() and gpu_tf32_capable(device_id)  # no GPU: True
     if provider == "tensorrt":
         if _option_true(opts.get("trt_int8_enable", False)):
             return "int8"
