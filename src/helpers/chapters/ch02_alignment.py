@@ -1,11 +1,8 @@
 """Chapter 2's aligned training: one model trained in two frameworks, step for step.
 
-:func:`train_aligned` trains it in two frameworks (or execution modes) from identical weights,
-with the same data order, optimizer and hyper-parameters, and returns a
-:class:`TrainingAlignment` (both loss curves, their difference, final accuracies, ``.plot()``,
-``.assert_within(...)``); :func:`train_run`, :func:`make_train_step` and :func:`perturb_weights`
-are its parts. The page writes the aligned loop itself first; these run the long versions. The
-inference side a reader applies to their own port is :mod:`helpers.porting.alignment`.
+The page writes the aligned loop itself first; :func:`train_aligned` runs the long versions and
+returns a :class:`TrainingAlignment` (both loss curves, ``.plot()``, ``.assert_within(...)``).
+The inference side a reader applies to their own port is :mod:`helpers.porting.alignment`.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ from helpers.workload.models import (
     load_numpy_state,
     nn_namespace,
     state_dict_numpy,
-    transfer_weights,
 )
 from helpers.workload.predict import model_device, predict_classes
 
@@ -270,12 +266,6 @@ class TrainingAlignment(ShowsAsTable):
         return used
 
 
-def _weights(model: Any) -> dict[str, np.ndarray]:
-    return {
-        k: v for k, v in state_dict_numpy(model).items() if not k.endswith("num_batches_tracked")
-    }
-
-
 def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
     """Multiply every floating-point weight by ``1 + scale * N(0, 1)`` (a float32-sized nudge for ``scale`` ~ 1e-6)."""
     if not _bound("scale", scale) > 0:
@@ -299,7 +289,7 @@ def train_run(
     *,
     name: str,
     val: tuple[np.ndarray, np.ndarray] | None = None,
-    progress: bool = True,
+    settings: dict[str, Any],
     **step_settings: Any,
 ) -> TrainingCurve:
     """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` (the step of
@@ -307,13 +297,8 @@ def train_run(
     _check_no_dropout(model)
     step = make_train_step(model, **step_settings)
     fw = framework_of(model)
-    loop: Any = order
-    if progress:
-        from tqdm.auto import tqdm
-
-        loop = tqdm(order, desc=f"training ({name})", leave=False)
     losses, seconds = [], 0.0
-    for idx in loop:
+    for idx in order:
         start = time.perf_counter()
         losses.append(step(x[idx], y[idx]))
         synchronize(fw)  # the loss is ready before the update is: wait for the whole step
@@ -323,7 +308,7 @@ def train_run(
         raise FloatingPointError(f"{name}: the loss became NaN or inf (lower the learning rate)")
     pred = predict_classes(model, val[0]) if val is not None else None
     acc = None if val is None else float(np.mean(pred == np.asarray(val[1])))
-    return TrainingCurve(name, losses_arr, acc, pred, seconds)
+    return TrainingCurve(name, losses_arr, acc, pred, seconds, settings)
 
 
 def train_aligned(
@@ -340,19 +325,17 @@ def train_aligned(
     val: tuple[np.ndarray, np.ndarray] | None = None,
     names: tuple[str, str] | None = None,
     use_graph: tuple[bool, bool] = (False, False),
-    copy_init: bool = True,
     perturb: float = 0.0,
     candidate_changes: Mapping[str, float] | None = None,
-    progress: bool = True,
 ) -> TrainingAlignment:
     """Train ``reference`` and ``candidate`` identically and compare them step by step.
 
-    ``copy_init`` first copies the reference's weights into the candidate (checked bit for bit);
-    ``perturb`` then nudges them by that relative amount (how chaotic training itself is). Both
-    see the same batches in the same order with the same optimizer; dropout must be off (the
-    frameworks draw different masks). ``val=(x, y)`` adds held-out accuracy. ``reference`` may be
-    an earlier run's :class:`TrainingCurve` with the same data and settings, reused (then
-    ``copy_init=False``: the candidate already holds the same initial weights).
+    The candidate must start from the reference's weights (``models.twin`` or
+    ``transfer_weights`` copies and checks them); ``perturb`` nudges them by that relative
+    amount (how chaotic training itself is). Both see the same batches in the same order with
+    the same optimizer; dropout must be off (the frameworks draw different masks).
+    ``val=(x, y)`` adds held-out accuracy. ``reference`` may be an earlier run's
+    :class:`TrainingCurve` with the same data and settings, reused.
 
     ``candidate_changes`` plants a difference in the candidate's optimizer only (a bug on purpose,
     to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``, ``momentum``.
@@ -361,35 +344,15 @@ def train_aligned(
     y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
     if len(x) != len(y):
         raise ValueError(f"{len(x)} inputs but {len(y)} labels")
-    settings = {
-        "n": len(x),
-        "steps": steps,
-        "batch_size": batch_size,
-        "optimizer": optimizer,
-        "lr": lr,
-        "seed": seed,
-        "val": None if val is None else len(val[1]),
-    }
+    settings = dict(n=len(x), steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr)
+    settings |= dict(seed=seed, val=None if val is None else len(val[1]))
     reuse = isinstance(reference, TrainingCurve)
-    if reuse:
-        if copy_init:
-            raise ValueError(
-                "a reused reference curve has no weights to copy: build the candidate with the same "
-                "initial weights and pass copy_init=False"
-            )
-        if reference.settings != settings:
-            raise ValueError(
-                f"the reference curve was trained with {reference.settings}, not {settings}"
-            )
+    if reuse and reference.settings != settings:
+        raise ValueError(f"the reference was trained with {reference.settings}, not {settings}")
     if names is None:
         names = (reference.name if reuse else framework_of(reference), framework_of(candidate))
     if names[0] == names[1]:
         raise ValueError(f"give the two runs different names, got {names}")
-    if copy_init:
-        transfer_weights(reference, candidate)
-        a, b = _weights(reference), _weights(candidate)
-        if not all(np.array_equal(a[k], b[k]) for k in a):
-            raise RuntimeError("copying the initial weights into the candidate failed")
     if perturb:
         perturb_weights(candidate, perturb, seed=seed + 1)
     changes = dict(candidate_changes or {})
@@ -399,19 +362,15 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(optimizer=optimizer, lr=lr, val=val, progress=progress)
-    if reuse:
-        ref_curve = reference
-    else:
-        ref_curve = train_run(
+    common = dict(optimizer=optimizer, lr=lr, val=val, settings=settings)
+    if not reuse:
+        reference = train_run(
             reference, x, y, order, name=names[0], use_graph=use_graph[0], **common
         )
-        ref_curve.settings = settings
     cand_curve = train_run(
         candidate, x, y, order, name=names[1], use_graph=use_graph[1], **{**common, **changes}
     )
-    cand_curve.settings = settings
-    return TrainingAlignment(dataclasses.replace(ref_curve, name=names[0]), cand_curve, order)
+    return TrainingAlignment(dataclasses.replace(reference, name=names[0]), cand_curve, order)
 
 
 _CHANGEABLE = ("lr", "momentum", "eps")

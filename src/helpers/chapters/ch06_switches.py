@@ -35,28 +35,21 @@ __all__ = [
 ]
 
 
-def switch_names() -> tuple[str, ...]:
-    """The switch names a variant may turn on: the keyword-only arguments of :class:`SwitchedGraph`."""
-    params = inspect.signature(SwitchedGraph.__init__).parameters.values()
-    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
 def _variant_switches(variant: dict[str, Any]) -> tuple[str, dict[str, bool]]:
-    """A variant's name and every switch of :func:`switch_names`, on or off."""
-    if (
-        not isinstance(variant, dict)
-        or not variant.get("name")
-        or not isinstance(variant["name"], str)
-    ):
+    """A variant's name and every switch of :class:`SwitchedGraph` (its keyword-only arguments),
+    on or off."""
+    params = inspect.signature(SwitchedGraph.__init__).parameters.values()
+    names = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    name = variant.get("name") if isinstance(variant, dict) else None
+    if not name or not isinstance(name, str):
         raise ValueError(f"each variant needs a non-empty 'name', got {variant!r}")
-    names = switch_names()
     unknown = set(variant) - {"name", NATIVE_PADDING, *names}
     if unknown:
         raise ValueError(
-            f"variant {variant['name']!r} has unknown switches {sorted(unknown)}; "
+            f"variant {name!r} has unknown switches {sorted(unknown)}; "
             f"use {', '.join(names)} (and {NATIVE_PADDING!r})"
         )
-    return variant["name"], {k: bool(variant.get(k, False)) for k in names}
+    return name, {k: bool(variant.get(k, False)) for k in names}
 
 
 # A variant key that is not a graph switch: build the graph on the model as it is (flowvision's
@@ -140,11 +133,7 @@ def oneflow_graph_ablation(
     for name, m in times.items():
         rows[name].update(
             {k: v for k, v in m.as_dict().items() if k not in ("label", "device")},
-            mean_s=m.mean,
-            median_s=m.median,
-            std_s=m.std,
             times_s=m.times_s,
-            items=m.items,
         )
     mlir = {k: os.environ[k] for k in MLIR_VARS if k in os.environ}
     tf32_vars = (precision.ONEFLOW_TF32_ENV, precision.NVIDIA_TF32_ENV)
