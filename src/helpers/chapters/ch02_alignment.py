@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.checks import check_number
+from helpers.core.checks import check_int, check_number
 from helpers.core.comparison import NAN_BOUND
 from helpers.measure.timer import synchronize
 from helpers.porting.alignment import as_float_batch
@@ -128,9 +128,7 @@ class TrainingAlignment(ShowsAsTable):
 
     def smoothed_differences(self, window: int = 10) -> np.ndarray:
         """Difference of the two loss curves after a moving average over ``window`` steps (what a plot shows)."""
-        if not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive int, got {window!r}")
-        window = min(window, len(self.differences))
+        window = min(check_int("window", window), len(self.differences))
         kernel = np.ones(window) / window
         return np.convolve(self.candidate.losses, kernel, "valid") - np.convolve(
             self.reference.losses, kernel, "valid"

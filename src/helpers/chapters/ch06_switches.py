@@ -68,20 +68,18 @@ def oneflow_graph_ablation(
     out_dir: str,
     warmup: int = 2,
     repeats: int = 5,
-    explicit_pad: bool = True,
     apart: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
     """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
     ``weights_path``: an ``.npz`` of ``arch``'s PyTorch state dict; ``input_path``: an ``.npy``
     batch. A variant is ``{"name": ..., <switch>: bool}``, built on :func:`explicit_padding`'s
-    copy when ``explicit_pad`` unless ``"native_padding": True`` (the control run). The MLIR
-    passes and a GPU's TF32 are whatever this process's environment set (returned as ``mlir_env``
-    and ``precision_env``). Per variant: its ``math_mode`` read here, in the child (``'fp16'``
-    with AMP on a GPU, ``'tf32'`` by OneFlow's default on an Ampere-or-newer GPU, else
-    ``'fp32'``), ``padding``, ``compile_s`` (the first call), its interleaved Measurement's fields
-    (the pairs of ``apart``, an A/A twin and its original, never back to back), op counts before
-    and after OneFlow's passes, and its output saved in ``out_dir/<name>.npy``.
+    copy unless ``"native_padding": True`` (the control run). The MLIR passes and a GPU's TF32
+    are whatever this process's environment set (returned as ``mlir_env``, ``precision_env``).
+    Per variant: its ``math_mode`` read in the child (``'fp16'`` with AMP on a GPU, ``'tf32'`` by
+    OneFlow's default on an Ampere-or-newer GPU, else ``'fp32'``), ``padding``, ``compile_s``
+    (the first call), its interleaved Measurement's fields (the pairs of ``apart`` never back to
+    back), op counts before and after OneFlow's passes, and its output in ``out_dir/<name>.npy``.
     """
     from helpers.compiling.graph_ops import oneflow_op_counts
     from helpers.core import precision
@@ -100,7 +98,7 @@ def oneflow_graph_ablation(
     with np.load(weights_path) as npz:
         models.load_numpy_state(model, dict(npz))
     as_is = model.eval().to(device)  # flowvision's convolutions pad their own input
-    model = explicit_padding(as_is).to(device) if explicit_pad else as_is
+    model = explicit_padding(as_is).to(device)
     x = flow.tensor(np.load(input_path)).to(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +113,7 @@ def oneflow_graph_ablation(
         compiled[name] = g
         rows[name] = {
             "switches": sw,
-            "padding": "native" if name in native or not explicit_pad else "explicit",
+            "padding": "native" if name in native else "explicit",
             "math_mode": precision.oneflow_math_mode(device, amp=sw["amp"]),
             "compile_s": compile_s,
             "output": str(out / f"{name}.npy"),
