@@ -74,10 +74,10 @@ def make_train_step(
         opt = mod.optim.Adam(model.parameters(), lr=lr, eps=eps)
     model.train()
 
+    as_tensor = mod.from_numpy if fw == "torch" else mod.tensor  # torch's shares the memory
+
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
-        if fw == "torch":
-            return mod.from_numpy(x).to(device), mod.from_numpy(y).to(device)
-        return mod.tensor(x).to(device), mod.tensor(y).to(device)
+        return as_tensor(x).to(device), as_tensor(y).to(device)
 
     if use_graph:
         from helpers.compiling.graphs import make_train_graph
@@ -191,10 +191,9 @@ class TrainingAlignment(ShowsAsTable):
         a2.set_title("per step (1e-9 = equal)", fontsize=9)
         a3.set(xlabel="step", ylabel="|difference of the means|")
         a3.set_title(f"moving averages over {window} steps", fontsize=9)
-        if bound is not None:
-            a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
         a2.legend(fontsize=7)
         if bound is not None:
+            a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
             a3.legend(fontsize=7)
         fig.tight_layout()
         return fig

@@ -160,21 +160,16 @@ def plot_speedups(
     reported: Sequence[float | None],
     *,
     title: str = "",
-    ax: Any = None,
 ) -> Any:
     """Bars of speedups (per-round medians) with their p25-p75 spread as whiskers, and the case
     study's factor beside each where it reported one (:func:`helpers.show.plots.plot_speedups`)."""
-    import numpy as np
-
     from helpers.show.plots import plot_speedups as bars
 
-    if not (len(labels) == len(ratios) == len(reported)):
-        raise ValueError("labels, ratios and reported must have the same length")
-    ax = bars(labels, [r.median for r in ratios], reported, title=title, ax=ax)
-    x = np.arange(len(labels)) - 0.2
-    low = [r.median - r.p25 for r in ratios]
-    high = [r.p75 - r.median for r in ratios]
-    ax.errorbar(x, [r.median for r in ratios], yerr=[low, high], fmt="none", color="k", lw=1)
+    medians = [r.median for r in ratios]
+    ax = bars(labels, medians, reported, title=title)  # it checks the lengths
+    spread = [[r.median - r.p25 for r in ratios], [r.p75 - r.median for r in ratios]]
+    x = [i - 0.2 for i in range(len(labels))]  # the measured bars, left of the reported ones
+    ax.errorbar(x, medians, yerr=spread, fmt="none", color="k", lw=1)
     ax.figure.set_size_inches(10, 4)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.title.set_fontsize(9)

@@ -1,11 +1,9 @@
 """Chapter 6's OneFlow ``nn.Graph`` switches and the ablation that runs them in fresh processes.
 
-A module, not page code, because OneFlow reads its MLIR switches once, at ``import oneflow``:
-each MLIR setting runs in a fresh process, which can only run code it imports. The switches
-(:class:`SwitchedGraph`, the MLIR passes' environment variables, :func:`explicit_padding`) are
-written on chapter 6's page (``#@save`` cells); :func:`oneflow_graph_ablation` is the subprocess
-target, reporting the math mode each variant ran in (the child's environment decides OneFlow's
-TF32). Importing this module imports OneFlow: set the MLIR (and TF32) variables first.
+OneFlow reads its MLIR switches once, at ``import oneflow``: each MLIR setting runs in a fresh
+process, which can only run code it imports. The switches are written on chapter 6's page
+(``#@save`` cells); :func:`oneflow_graph_ablation` is the subprocess target. Importing this
+module imports OneFlow: set the MLIR (and TF32) variables first.
 """
 
 from __future__ import annotations
@@ -144,13 +142,11 @@ def tensorrt_fp16(
 ) -> Any:
     """The case study's last step on a GPU: ``model`` in TensorRT fp16, through ONNX Runtime.
 
-    Exports a CPU copy of the PyTorch ``model`` to ONNX and verifies it in strict float32
-    (:func:`helpers.deploy.export.export_and_verify`, ``network``'s bound), then opens the file in
-    ONNX Runtime's TensorRT execution provider with fp16 enabled and one optimisation profile for
-    batch 1 to ``max_batch`` (one engine, built on the first run, minutes; cached in
-    ``work_dir/trt``). TensorRT picks its own layouts (NHWC where it pays). Returns the runner
-    (:class:`helpers.deploy.runner.Runner`); raises ``ProviderUnavailableError`` where TensorRT
-    cannot run. The caller checks its output at task level (fp16) and times it.
+    Exports a CPU copy of ``model`` to ONNX, verified in strict float32 (``network``'s bound),
+    and opens it in ONNX Runtime's TensorRT provider, fp16 on, one profile for batch 1 to
+    ``max_batch`` (one engine, built on the first run in minutes, cached in ``work_dir/trt``;
+    TensorRT picks its own layouts, NHWC where it pays). Returns the runner; raises
+    ``ProviderUnavailableError`` where TensorRT cannot run. The caller checks and times it.
     """
     from helpers.deploy import export, runtimes
 
