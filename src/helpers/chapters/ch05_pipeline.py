@@ -169,12 +169,6 @@ class PipelineRun:
             raise ValueError(f"no {stage!r} events in {self.name}")
         return _covered(spans) / self.wall_s
 
-    def __str__(self) -> str:
-        return (
-            f"{self.name}: {self.items} images in {self.wall_s:.2f} s = {self.throughput:.1f} images/s "
-            f"({len(self.outputs)} batches)"
-        )
-
 
 def check_task_module(model: Any, frozen: bool = True) -> None:
     """Check that ``model`` is an eval-mode module, with frozen weights when ``frozen`` (the
