@@ -18,9 +18,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from helpers.core import environment, precision
+from helpers.core.threads import same_threads
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+from helpers.measure.timer import benchmark_interleaved
+from helpers.porting import migration
+from helpers.workload import data, models, team_model
 
 if TYPE_CHECKING:  # importing helpers.compiling.graphs starts OneFlow: not before its threads
     from helpers.compiling.graphs import StaticMeasurement
@@ -198,29 +204,13 @@ def deployed_timings(
     [{"framework", "variant", "work", "batch", "ratio"}]}`` (``ratio``: eager time / static time,
     :meth:`RatioSummary.as_record`; ``variant`` as the keys of :func:`ratios`).
     """
-    import numpy as np
-    import torch
-
-    from helpers.core.threads import same_threads
-
-    same_threads(threads)  # PyTorch's now, OneFlow's before it starts (below)
+    same_threads(threads)  # PyTorch's now, OneFlow's before it starts (these imports start it)
     from helpers.compiling import graphs
-    from helpers.core import precision
-    from helpers.core.environment import (
-        flow_device,
-        import_oneflow,
-        quiet_native_stderr,
-        seed_everything,
-        torch_device,
-    )
-    from helpers.measure.timer import benchmark_interleaved
-    from helpers.porting import migration
-    from helpers.workload import data, models, team_model
     from helpers.workload import saliency as st
 
-    flow = import_oneflow()
-    seed_everything(0)
-    device, fdevice = torch_device(), flow_device()
+    flow = environment.import_oneflow()
+    environment.seed_everything(0)
+    device, fdevice = environment.torch_device(), environment.flow_device()
     if oneflow is None:
         oneflow = fdevice.type == "cuda"
     images = data.normalize(data.make_images(max(batches), image_size, seed=5)[0])
@@ -255,14 +245,9 @@ def deployed_timings(
         pair("OneFlow", "task graph", task, 1, lambda: task_eager(x1), lambda: task_graph(x1))
         for b in batches:
             xf = flow.tensor(images[:b]).to(fdevice)
-            with quiet_native_stderr():
-                graph = graphs.make_inference_graph(flow_model)
+            graph = graphs.make_inference_graph(flow_model)
             graph(xf)  # compiles
-
-            def eager_call(xf: Any = xf) -> Any:
-                with flow.no_grad():
-                    return flow_model(xf)
-
+            eager_call = flow.no_grad()(partial(flow_model, xf))
             pair("OneFlow", "nn.Graph", "inference", b, eager_call, partial(graph, xf))
     model = model.to(device)
     with torch.no_grad():
