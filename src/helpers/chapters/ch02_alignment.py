@@ -127,12 +127,10 @@ class TrainingAlignment(ShowsAsTable):
         return self.candidate.losses - self.reference.losses
 
     def smoothed_differences(self, window: int = 10) -> np.ndarray:
-        """Difference of the two loss curves after a moving average over ``window`` steps (what a plot shows)."""
+        """Difference of the two loss curves' moving averages over ``window`` steps (what a plot
+        shows): the moving average of the differences, the average being linear."""
         window = min(check_int("window", window), len(self.differences))
-        kernel = np.ones(window) / window
-        return np.convolve(self.candidate.losses, kernel, "valid") - np.convolve(
-            self.reference.losses, kernel, "valid"
-        )
+        return np.convolve(self.differences, np.ones(window) / window, "valid")
 
     @property
     def prediction_agreement(self) -> float | None:
