@@ -82,9 +82,10 @@ def oneflow_blas() -> dict[str, Any]:
 
 
 def thread_cpu_seconds(
-    fn: Callable[[], Any], *, repeats: int, sync: Callable[[], Any] | None = None
+    fn: Callable[[], Any], *, repeats: int, framework: str = "none"
 ) -> dict[str, Any]:
-    """CPU seconds each thread of this process spent while ``fn()`` ran ``repeats`` times.
+    """CPU seconds each thread of this process spent while ``fn()`` (of ``framework``, waited
+    for after each call) ran ``repeats`` times.
 
     Returns the wall seconds and the per-thread CPU seconds (``psutil``), largest first, threads
     under 1 ms left out: it tells the threads that computed from the ones that only waited. A
@@ -98,13 +99,11 @@ def thread_cpu_seconds(
     def snapshot() -> dict[int, float]:
         return {t.id: t.user_time + t.system_time for t in proc.threads()}
 
-    if sync is not None:
-        sync()
+    synchronize(framework)
     before, t0 = snapshot(), time.perf_counter()
     for _ in range(repeats):
         fn()
-        if sync is not None:
-            sync()
+        synchronize(framework)
     wall, after = time.perf_counter() - t0, snapshot()
     used = sorted((t - before.get(tid, 0.0) for tid, t in after.items()), reverse=True)
     used = [u for u in used if u >= 1e-3]
@@ -127,11 +126,11 @@ def _time_pair(
     """Both calls timed interleaved on the CPU (each Measurement's ``as_dict()`` with its
     ``times_s``), and ``per_thread``: :func:`thread_cpu_seconds` of each."""
     calls = {"PyTorch": torch_call, "OneFlow": flow_call}
+    fws = {"PyTorch": "torch", "OneFlow": "oneflow"}
     kw = {"warmup": warmup, "repeats": repeats, "items": items, "threads": threads, "device": "cpu"}
-    res = benchmark_interleaved(calls, framework={"PyTorch": "torch", "OneFlow": "oneflow"}, **kw)
-    syncs = {"PyTorch": lambda: None, "OneFlow": lambda: synchronize("oneflow")}
+    res = benchmark_interleaved(calls, framework=fws, **kw)
     per_thread = {
-        k: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=syncs[k])
+        k: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), framework=fws[k])
         for k, fn in calls.items()
     }
     return {
