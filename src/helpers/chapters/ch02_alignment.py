@@ -276,36 +276,6 @@ def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
     load_numpy_state(model, nudged)
 
 
-def train_run(
-    model: Any,
-    x: np.ndarray,
-    y: np.ndarray,
-    order: np.ndarray,
-    *,
-    name: str,
-    val: tuple[np.ndarray, np.ndarray] | None = None,
-    settings: dict[str, Any],
-    **step_settings: Any,
-) -> TrainingCurve:
-    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` (the step of
-    :func:`make_train_step` with ``step_settings``) and return its :class:`TrainingCurve`."""
-    _check_no_dropout(model)
-    step = make_train_step(model, **step_settings)
-    fw = framework_of(model)
-    losses, seconds = [], 0.0
-    for idx in order:
-        start = time.perf_counter()
-        losses.append(step(x[idx], y[idx]))
-        synchronize(fw)  # the loss is ready before the update is: wait for the whole step
-        seconds += time.perf_counter() - start
-    losses_arr = np.array(losses)
-    if not np.isfinite(losses_arr).all():
-        raise FloatingPointError(f"{name}: the loss became NaN or inf (lower the learning rate)")
-    pred = predict_classes(model, val[0]) if val is not None else None
-    acc = None if val is None else float(np.mean(pred == np.asarray(val[1])))
-    return TrainingCurve(name, losses_arr, acc, pred, seconds, settings)
-
-
 def train_aligned(
     reference: Any,
     candidate: Any,
@@ -357,14 +327,27 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(optimizer=optimizer, lr=lr, val=val, settings=settings)
+
+    def train(model: Any, name: str, **step_settings: Any) -> TrainingCurve:
+        _check_no_dropout(model)
+        step = make_train_step(model, **{"optimizer": optimizer, "lr": lr, **step_settings})
+        fw, losses, seconds = framework_of(model), [], 0.0
+        for idx in order:
+            start = time.perf_counter()
+            losses.append(step(x[idx], y[idx]))
+            synchronize(fw)  # the loss is ready before the update is: wait for the whole step
+            seconds += time.perf_counter() - start
+        if not np.isfinite(losses).all():
+            raise FloatingPointError(
+                f"{name}: the loss became NaN or inf (lower the learning rate)"
+            )
+        pred = None if val is None else predict_classes(model, val[0])
+        acc = None if val is None else float(np.mean(pred == np.asarray(val[1])))
+        return TrainingCurve(name, np.array(losses), acc, pred, seconds, settings)
+
     if not reuse:
-        reference = train_run(
-            reference, x, y, order, name=names[0], use_graph=use_graph[0], **common
-        )
-    cand_curve = train_run(
-        candidate, x, y, order, name=names[1], use_graph=use_graph[1], **{**common, **changes}
-    )
+        reference = train(reference, names[0], use_graph=use_graph[0])
+    cand_curve = train(candidate, names[1], use_graph=use_graph[1], **changes)
     return TrainingAlignment(dataclasses.replace(reference, name=names[0]), cand_curve, order)
 
 
