@@ -43,16 +43,18 @@ def test_oneflow_blas_names_no_folder_of_this_machine(flow):
     assert "/" not in blas["file"] and blas["file"].startswith("liboneflow")
 
 
-def test_resnet_pair_times_both_frameworks_alike(flow):
+def test_cpu_probe_times_both_frameworks_alike(flow):
     import json
 
-    res = ch00.resnet_pair(arch="resnet18", image_size=32, batch=2, warmup=1, repeats=2)
+    probe = ch00.cpu_probe(n=64, arch="resnet18", image_size=32, batch=2, warmup=1, repeats=2)
+    res = probe["resnet"]
     torch_m, flow_m = res["PyTorch"], res["OneFlow"]
     assert torch_m["threads"] == flow_m["threads"] == res["threads"]
     assert torch_m["warmup"] == flow_m["warmup"] == 1 and torch_m["items"] == 2
     assert len(torch_m["times_s"]) == len(flow_m["times_s"]) == 2
     assert set(res["per_thread"]) == {"PyTorch", "OneFlow"}
-    json.dumps(res)  # JSON-ready: a fresh process (run_in_subprocess) returns it
+    assert probe["matmul"]["PyTorch"]["gflops"] > 0 and probe["matmul"]["threads"] == res["threads"]
+    json.dumps(probe)  # JSON-ready: a fresh process (run_in_subprocess) returns it
 
 
 def test_gap_table_says_the_avx2_gain_only_when_the_processes_are_apart():

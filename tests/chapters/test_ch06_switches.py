@@ -48,7 +48,6 @@ def test_mlir_environments():
 
 
 def test_switched_graph_add_fusion_against_its_control(flow):
-    assert gs.switch_names() == ("amp", "conv_search", "add_fusion")
     fm = models.build_classifier("oneflow", "resnet18", num_classes=4).eval()
     xf = flow.tensor(np.random.default_rng(1).normal(size=(1, 3, 32, 32)).astype(np.float32))
     plain, fused = gs.SwitchedGraph(fm), gs.SwitchedGraph(fm, add_fusion=True)

@@ -62,14 +62,14 @@ def oneflow_blas() -> dict[str, Any]:
     get_threads = lib.openblas_get_num_threads
     get_threads.restype = ctypes.c_int
     chosen = ctypes.c_void_p.in_dll(lib, "gotoblas").value
-    kernels = "?"
-    for core in _BLAS_CORES:
+
+    def is_chosen(core: str) -> bool:
         try:
-            if ctypes.addressof(ctypes.c_char.in_dll(lib, f"gotoblas_{core}")) == chosen:
-                kernels = core
-                break
+            return ctypes.addressof(ctypes.c_char.in_dll(lib, f"gotoblas_{core}")) == chosen
         except ValueError:  # this build has no kernels for that family
-            continue
+            return False
+
+    kernels = next((core for core in _BLAS_CORES if is_chosen(core)), "?")
     return {
         "library": "OpenBLAS (bundled in liboneflow)",
         "file": os.path.basename(libs[0]),  # not the path: it names this machine's folders
@@ -82,15 +82,15 @@ def oneflow_blas() -> dict[str, Any]:
 
 
 def thread_cpu_seconds(
-    fn: Callable[[], Any], *, repeats: int, sync: Callable[[], Any] | None = None
+    fn: Callable[[], Any], *, repeats: int, framework: str = "none"
 ) -> dict[str, Any]:
-    """CPU seconds each thread of this process spent while ``fn()`` ran ``repeats`` times.
+    """CPU seconds each thread of this process spent while ``fn()`` (of ``framework``, waited
+    for after each call) ran ``repeats`` times.
 
-    Returns the wall seconds and the per-thread CPU seconds, largest first (threads under 1 ms
-    left out), read with ``psutil`` before and after: it tells the threads that computed from the
-    ones that only waited. A thread near the wall time was busy all along, *working or spinning*
-    (a scheduler that polls with ``sched_yield`` counts as busy); ``busy_threads`` counts those
-    above half the wall time. Threads that end before the second reading are not counted.
+    Returns the wall seconds and the per-thread CPU seconds (``psutil``), largest first, threads
+    under 1 ms left out: it tells the threads that computed from the ones that only waited. A
+    thread near the wall time was busy, *working or spinning* (polling with ``sched_yield``
+    counts); ``busy_threads`` counts those above half the wall time.
     """
     import psutil
 
@@ -99,18 +99,13 @@ def thread_cpu_seconds(
     def snapshot() -> dict[int, float]:
         return {t.id: t.user_time + t.system_time for t in proc.threads()}
 
-    if sync is not None:
-        sync()
+    synchronize(framework)
     before, t0 = snapshot(), time.perf_counter()
     for _ in range(repeats):
         fn()
-        if sync is not None:
-            sync()
+        synchronize(framework)
     wall, after = time.perf_counter() - t0, snapshot()
-    used = sorted(
-        (after[tid] - before.get(tid, 0.0) for tid in after if tid in before or after[tid] > 0),
-        reverse=True,
-    )
+    used = sorted((t - before.get(tid, 0.0) for tid, t in after.items()), reverse=True)
     used = [u for u in used if u >= 1e-3]
     return {
         "wall_s": wall,
@@ -131,11 +126,11 @@ def _time_pair(
     """Both calls timed interleaved on the CPU (each Measurement's ``as_dict()`` with its
     ``times_s``), and ``per_thread``: :func:`thread_cpu_seconds` of each."""
     calls = {"PyTorch": torch_call, "OneFlow": flow_call}
+    fws = {"PyTorch": "torch", "OneFlow": "oneflow"}
     kw = {"warmup": warmup, "repeats": repeats, "items": items, "threads": threads, "device": "cpu"}
-    res = benchmark_interleaved(calls, framework={"PyTorch": "torch", "OneFlow": "oneflow"}, **kw)
-    syncs = {"PyTorch": lambda: None, "OneFlow": lambda: synchronize("oneflow")}
+    res = benchmark_interleaved(calls, framework=fws, **kw)
     per_thread = {
-        k: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), sync=syncs[k])
+        k: thread_cpu_seconds(fn, repeats=max(2, repeats // 2), framework=fws[k])
         for k, fn in calls.items()
     }
     return {
@@ -149,12 +144,9 @@ def matmul_pair(
 ) -> dict[str, Any]:
     """An ``n`` x ``n`` float32 matrix product in PyTorch and in OneFlow on the CPU, timed interleaved.
 
-    Both frameworks get the same threads (:func:`helpers.core.threads.same_threads`, default
-    every core) and warm-up. Returns JSON-ready results, so a fresh process can run it
-    (``run_in_subprocess("helpers.chapters.ch00_measuring:matmul_pair", ..., env=...)``): per framework
-    the Measurement's ``as_dict()`` with its ``times_s`` and GFLOP/s at the median, plus
-    ``oneflow_blas`` (:func:`helpers.chapters.ch00_measuring.oneflow_blas`: the library OneFlow computes
-    with, its threads and kernels).
+    Both get the same threads (default every core) and warm-up. Returns JSON-ready results (a
+    fresh process can run it): per framework the Measurement's ``as_dict()`` with its ``times_s``
+    and GFLOP/s at the median, and :func:`oneflow_blas`.
     """
     import torch
 
@@ -170,39 +162,6 @@ def matmul_pair(
     return {"n": n, "threads": given, "oneflow_blas": oneflow_blas(), **out}
 
 
-def resnet_pair(
-    *,
-    arch: str = "resnet18",
-    image_size: int = 64,
-    batch: int = 8,
-    warmup: int = 3,
-    repeats: int = 10,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """The same ResNet (same weights) in PyTorch and in OneFlow on the CPU, timed interleaved.
-
-    Its BatchNorm statistics are set from the input batch first (a random network otherwise
-    normalises with mean 0 and variance 1). Both frameworks get the same threads and warm-up.
-    Returns JSON-ready results, like :func:`matmul_pair`: per framework the Measurement's
-    ``as_dict()`` with its ``times_s``, and ``per_thread``: :func:`thread_cpu_seconds` of each
-    framework's calls, which tells the threads that computed from the ones that waited.
-    """
-    import torch
-
-    from helpers.workload.models import build_classifier, calibrate_batchnorm, twin
-
-    given = same_threads(threads)  # before OneFlow starts: it reads its thread setting then
-    flow = import_oneflow()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(batch, 3, image_size, image_size, generator=gen)
-    tm = calibrate_batchnorm(build_classifier("torch", arch, num_classes=8), x)
-    fm = twin(tm, "oneflow", build_classifier, arch, num_classes=8).eval()
-    fx = flow.tensor(x.numpy())
-    with torch.inference_mode(), flow.no_grad():
-        out = _time_pair(lambda: tm(x), lambda: fm(fx), warmup, repeats, given, items=batch)
-    return {"arch": arch, "image_size": image_size, "batch": batch, "threads": given, **out}
-
-
 def cpu_probe(
     *,
     n: int = 2048,
@@ -213,18 +172,27 @@ def cpu_probe(
     repeats: int = 10,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """:func:`matmul_pair` and :func:`resnet_pair` in one call, for one fresh process.
+    """:func:`matmul_pair`, then one ResNet (same weights) in both frameworks, for one fresh process.
 
-    ``run_in_subprocess("helpers.chapters.ch00_measuring:cpu_probe", {...},
-    env={"OPENBLAS_CORETYPE": "Haswell"})`` measures both with the kernels that variable makes
-    OneFlow's OpenBLAS choose when it starts: if the ResNet speeds up with the product, OneFlow's
-    convolutions run in that OpenBLAS too.
+    The ResNet's BatchNorm statistics are set from its input first (a random network otherwise
+    normalises with mean 0 and variance 1). Run with ``env={"OPENBLAS_CORETYPE": "Haswell"}``, it
+    measures both with the kernels that variable makes OneFlow's OpenBLAS choose at start-up: if
+    the ResNet speeds up with the product, OneFlow's convolutions run in that OpenBLAS too.
     """
-    runs = dict(warmup=warmup, repeats=repeats, threads=threads)
-    return {
-        "matmul": matmul_pair(n=n, **runs),
-        "resnet": resnet_pair(arch=arch, image_size=image_size, batch=batch, **runs),
-    }
+    import torch
+
+    from helpers.workload.models import build_classifier, calibrate_batchnorm, twin
+
+    matmul = matmul_pair(n=n, warmup=warmup, repeats=repeats, threads=threads)
+    flow, given = import_oneflow(), matmul["threads"]  # both frameworks' threads set there
+    x = torch.randn(batch, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
+    tm = calibrate_batchnorm(build_classifier("torch", arch, num_classes=8), x)
+    fm = twin(tm, "oneflow", build_classifier, arch, num_classes=8).eval()
+    fx = flow.tensor(x.numpy())
+    with torch.inference_mode(), flow.no_grad():
+        resnet = _time_pair(lambda: tm(x), lambda: fm(fx), warmup, repeats, given, items=batch)
+    resnet.update(arch=arch, image_size=image_size, batch=batch, threads=given)
+    return {"matmul": matmul, "resnet": resnet}
 
 
 def gap_table(
@@ -239,9 +207,8 @@ def gap_table(
         if fixed is not None:
             f = fixed[work]
             row["with OPENBLAS_CORETYPE=Haswell"] = str(f)
-            faster = f.p75 < g.p25  # two processes: conclusive when the IQRs are apart
-            row["OneFlow with AVX2 kernels"] = (
-                f"{g.median / f.median:.1f}x faster" if faster else "inconclusive"
-            )
+            # two processes: conclusive when the IQRs are apart
+            gain = f"{g.median / f.median:.1f}x faster" if f.p75 < g.p25 else "inconclusive"
+            row["OneFlow with AVX2 kernels"] = gain
         rows.append(row)
     return Table(rows, title=title)

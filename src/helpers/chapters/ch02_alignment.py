@@ -1,11 +1,8 @@
 """Chapter 2's aligned training: one model trained in two frameworks, step for step.
 
-:func:`train_aligned` trains it in two frameworks (or execution modes) from identical weights,
-with the same data order, optimizer and hyper-parameters, and returns a
-:class:`TrainingAlignment` (both loss curves, their difference, final accuracies, ``.plot()``,
-``.assert_within(...)``); :func:`train_run`, :func:`make_train_step` and :func:`perturb_weights`
-are its parts. The page writes the aligned loop itself first; these run the long versions. The
-inference side a reader applies to their own port is :mod:`helpers.porting.alignment`.
+The page writes the aligned loop itself first; :func:`train_aligned` runs the long versions and
+returns a :class:`TrainingAlignment` (both loss curves, ``.plot()``, ``.assert_within(...)``).
+The inference side a reader applies to their own port is :mod:`helpers.porting.alignment`.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.core.checks import check_number
+from helpers.core.checks import check_int, check_number
 from helpers.core.comparison import NAN_BOUND
 from helpers.measure.timer import synchronize
 from helpers.porting.alignment import as_float_batch
@@ -30,7 +27,6 @@ from helpers.workload.models import (
     load_numpy_state,
     nn_namespace,
     state_dict_numpy,
-    transfer_weights,
 )
 from helpers.workload.predict import model_device, predict_classes
 
@@ -78,10 +74,10 @@ def make_train_step(
         opt = mod.optim.Adam(model.parameters(), lr=lr, eps=eps)
     model.train()
 
+    as_tensor = mod.from_numpy if fw == "torch" else mod.tensor  # torch's shares the memory
+
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
-        if fw == "torch":
-            return mod.from_numpy(x).to(device), mod.from_numpy(y).to(device)
-        return mod.tensor(x).to(device), mod.tensor(y).to(device)
+        return as_tensor(x).to(device), as_tensor(y).to(device)
 
     if use_graph:
         from helpers.compiling.graphs import make_train_graph
@@ -131,14 +127,10 @@ class TrainingAlignment(ShowsAsTable):
         return self.candidate.losses - self.reference.losses
 
     def smoothed_differences(self, window: int = 10) -> np.ndarray:
-        """Difference of the two loss curves after a moving average over ``window`` steps (what a plot shows)."""
-        if not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive int, got {window!r}")
-        window = min(window, len(self.differences))
-        kernel = np.ones(window) / window
-        return np.convolve(self.candidate.losses, kernel, "valid") - np.convolve(
-            self.reference.losses, kernel, "valid"
-        )
+        """Difference of the two loss curves' moving averages over ``window`` steps (what a plot
+        shows): the moving average of the differences, the average being linear."""
+        window = min(check_int("window", window), len(self.differences))
+        return np.convolve(self.differences, np.ones(window) / window, "valid")
 
     @property
     def prediction_agreement(self) -> float | None:
@@ -197,10 +189,9 @@ class TrainingAlignment(ShowsAsTable):
         a2.set_title("per step (1e-9 = equal)", fontsize=9)
         a3.set(xlabel="step", ylabel="|difference of the means|")
         a3.set_title(f"moving averages over {window} steps", fontsize=9)
-        if bound is not None:
-            a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
         a2.legend(fontsize=7)
         if bound is not None:
+            a3.axhline(bound, color="C3", ls="--", lw=1, label=f"bound {bound:g}")
             a3.legend(fontsize=7)
         fig.tight_layout()
         return fig
@@ -270,12 +261,6 @@ class TrainingAlignment(ShowsAsTable):
         return used
 
 
-def _weights(model: Any) -> dict[str, np.ndarray]:
-    return {
-        k: v for k, v in state_dict_numpy(model).items() if not k.endswith("num_batches_tracked")
-    }
-
-
 def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
     """Multiply every floating-point weight by ``1 + scale * N(0, 1)`` (a float32-sized nudge for ``scale`` ~ 1e-6)."""
     if not _bound("scale", scale) > 0:
@@ -289,41 +274,6 @@ def perturb_weights(model: Any, scale: float, seed: int = 0) -> None:
         for k, v in state.items()
     }
     load_numpy_state(model, nudged)
-
-
-def train_run(
-    model: Any,
-    x: np.ndarray,
-    y: np.ndarray,
-    order: np.ndarray,
-    *,
-    name: str,
-    val: tuple[np.ndarray, np.ndarray] | None = None,
-    progress: bool = True,
-    **step_settings: Any,
-) -> TrainingCurve:
-    """Train ``model`` on the batches ``x[order[i]], y[order[i]]`` (the step of
-    :func:`make_train_step` with ``step_settings``) and return its :class:`TrainingCurve`."""
-    _check_no_dropout(model)
-    step = make_train_step(model, **step_settings)
-    fw = framework_of(model)
-    loop: Any = order
-    if progress:
-        from tqdm.auto import tqdm
-
-        loop = tqdm(order, desc=f"training ({name})", leave=False)
-    losses, seconds = [], 0.0
-    for idx in loop:
-        start = time.perf_counter()
-        losses.append(step(x[idx], y[idx]))
-        synchronize(fw)  # the loss is ready before the update is: wait for the whole step
-        seconds += time.perf_counter() - start
-    losses_arr = np.array(losses)
-    if not np.isfinite(losses_arr).all():
-        raise FloatingPointError(f"{name}: the loss became NaN or inf (lower the learning rate)")
-    pred = predict_classes(model, val[0]) if val is not None else None
-    acc = None if val is None else float(np.mean(pred == np.asarray(val[1])))
-    return TrainingCurve(name, losses_arr, acc, pred, seconds)
 
 
 def train_aligned(
@@ -340,19 +290,17 @@ def train_aligned(
     val: tuple[np.ndarray, np.ndarray] | None = None,
     names: tuple[str, str] | None = None,
     use_graph: tuple[bool, bool] = (False, False),
-    copy_init: bool = True,
     perturb: float = 0.0,
     candidate_changes: Mapping[str, float] | None = None,
-    progress: bool = True,
 ) -> TrainingAlignment:
     """Train ``reference`` and ``candidate`` identically and compare them step by step.
 
-    ``copy_init`` first copies the reference's weights into the candidate (checked bit for bit);
-    ``perturb`` then nudges them by that relative amount (how chaotic training itself is). Both
-    see the same batches in the same order with the same optimizer; dropout must be off (the
-    frameworks draw different masks). ``val=(x, y)`` adds held-out accuracy. ``reference`` may be
-    an earlier run's :class:`TrainingCurve` with the same data and settings, reused (then
-    ``copy_init=False``: the candidate already holds the same initial weights).
+    The candidate must start from the reference's weights (``models.twin`` or
+    ``transfer_weights`` copies and checks them); ``perturb`` nudges them by that relative
+    amount (how chaotic training itself is). Both see the same batches in the same order with
+    the same optimizer; dropout must be off (the frameworks draw different masks).
+    ``val=(x, y)`` adds held-out accuracy. ``reference`` may be an earlier run's
+    :class:`TrainingCurve` with the same data and settings, reused.
 
     ``candidate_changes`` plants a difference in the candidate's optimizer only (a bug on purpose,
     to see whether a check catches it): ``{"eps": 1e-6}``, ``{"lr": 1.2 * lr}``, ``momentum``.
@@ -361,35 +309,15 @@ def train_aligned(
     y = np.ascontiguousarray(np.asarray(y, dtype=np.int64))
     if len(x) != len(y):
         raise ValueError(f"{len(x)} inputs but {len(y)} labels")
-    settings = {
-        "n": len(x),
-        "steps": steps,
-        "batch_size": batch_size,
-        "optimizer": optimizer,
-        "lr": lr,
-        "seed": seed,
-        "val": None if val is None else len(val[1]),
-    }
+    settings = dict(n=len(x), steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr)
+    settings |= dict(seed=seed, val=None if val is None else len(val[1]))
     reuse = isinstance(reference, TrainingCurve)
-    if reuse:
-        if copy_init:
-            raise ValueError(
-                "a reused reference curve has no weights to copy: build the candidate with the same "
-                "initial weights and pass copy_init=False"
-            )
-        if reference.settings != settings:
-            raise ValueError(
-                f"the reference curve was trained with {reference.settings}, not {settings}"
-            )
+    if reuse and reference.settings != settings:
+        raise ValueError(f"the reference was trained with {reference.settings}, not {settings}")
     if names is None:
         names = (reference.name if reuse else framework_of(reference), framework_of(candidate))
     if names[0] == names[1]:
         raise ValueError(f"give the two runs different names, got {names}")
-    if copy_init:
-        transfer_weights(reference, candidate)
-        a, b = _weights(reference), _weights(candidate)
-        if not all(np.array_equal(a[k], b[k]) for k in a):
-            raise RuntimeError("copying the initial weights into the candidate failed")
     if perturb:
         perturb_weights(candidate, perturb, seed=seed + 1)
     changes = dict(candidate_changes or {})
@@ -399,19 +327,28 @@ def train_aligned(
             f"candidate_changes may change {', '.join(_CHANGEABLE)}; got {', '.join(unknown)}"
         )
     order = batch_order(len(x), steps, batch_size, seed)
-    common = dict(optimizer=optimizer, lr=lr, val=val, progress=progress)
-    if reuse:
-        ref_curve = reference
-    else:
-        ref_curve = train_run(
-            reference, x, y, order, name=names[0], use_graph=use_graph[0], **common
-        )
-        ref_curve.settings = settings
-    cand_curve = train_run(
-        candidate, x, y, order, name=names[1], use_graph=use_graph[1], **{**common, **changes}
-    )
-    cand_curve.settings = settings
-    return TrainingAlignment(dataclasses.replace(ref_curve, name=names[0]), cand_curve, order)
+
+    def train(model: Any, name: str, **step_settings: Any) -> TrainingCurve:
+        _check_no_dropout(model)
+        step = make_train_step(model, **{"optimizer": optimizer, "lr": lr, **step_settings})
+        fw, losses, seconds = framework_of(model), [], 0.0
+        for idx in order:
+            start = time.perf_counter()
+            losses.append(step(x[idx], y[idx]))
+            synchronize(fw)  # the loss is ready before the update is: wait for the whole step
+            seconds += time.perf_counter() - start
+        if not np.isfinite(losses).all():
+            raise FloatingPointError(
+                f"{name}: the loss became NaN or inf (lower the learning rate)"
+            )
+        pred = None if val is None else predict_classes(model, val[0])
+        acc = None if val is None else float(np.mean(pred == np.asarray(val[1])))
+        return TrainingCurve(name, np.array(losses), acc, pred, seconds, settings)
+
+    if not reuse:
+        reference = train(reference, names[0], use_graph=use_graph[0])
+    cand_curve = train(candidate, names[1], use_graph=use_graph[1], **changes)
+    return TrainingAlignment(dataclasses.replace(reference, name=names[0]), cand_curve, order)
 
 
 _CHANGEABLE = ("lr", "momentum", "eps")

@@ -2,10 +2,8 @@
 
 :func:`deployed_timings` times eager vs static in the frameworks' *default* math mode (TF32 on
 an Ampere-or-newer GPU) in a fresh process: the chapter's own process keeps strict float32 for
-its checks, and OneFlow cannot switch TF32 back on once it started. :func:`torch_static` is the
-page's ``STATIC_ROUTES`` (a ``#@save`` cell) with the checks a reader's model needs;
-:func:`quiet_capture` keeps ``torch.export``'s chatter off the page. The page builds and checks
-every graph itself; this module only arranges the numbers it measured.
+its checks, and OneFlow cannot switch TF32 back on once it started. The page builds and checks
+every graph itself.
 """
 
 from __future__ import annotations
@@ -20,9 +18,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from helpers.core import environment, precision
+from helpers.core.threads import same_threads
 from helpers.measure.measurement import Measurement, RatioSummary, paired_ratio
+from helpers.measure.timer import benchmark_interleaved
+from helpers.porting import migration
+from helpers.workload import data, models, team_model
 
 if TYPE_CHECKING:  # importing helpers.compiling.graphs starts OneFlow: not before its threads
     from helpers.compiling.graphs import StaticMeasurement
@@ -49,9 +53,7 @@ def quiet_capture() -> Iterator[io.StringIO]:
 
     A failed ``torch.export.export`` prints the graph it had captured so far (twice, from two
     nested wrappers) to ``sys.stderr``: the block yields that text, so a page can show the line
-    where capture stopped. The loggers of :data:`_CAPTURE_LOGGERS` are raised to ERROR and
-    ``torch.cond``'s note that it compiles its branches eagerly inside an export is ignored;
-    all of it is restored on exit, and errors still raise.
+    where capture stopped. Loggers and warning filters are restored on exit; errors still raise.
     """
     loggers = [logging.getLogger(name) for name in _CAPTURE_LOGGERS]
     levels = [log.level for log in loggers]
@@ -125,41 +127,25 @@ def ratios(
 def speedup_rows(
     results: Mapping[tuple[str, str, int], Measurement | StaticMeasurement],
 ) -> list[dict[str, Any]]:
-    """One row per ``(framework, variant, batch)`` of ``results``, eager rows included.
-
-    Every variant's steady state must come from the same interleaved run as its framework's
-    ``"eager"`` entry at that batch (the per-round ratios pair their rounds). Columns:
-    framework, variant, batch, p50_ms, speedup (median of per-round ratios, eager time / its
-    time), iqr (the ratios' p25-p75), verdict ('faster', 'slower', or 'inconclusive' when the
-    iqr holds 1), compile_s (paid once, :attr:`StaticMeasurement.compile_s`) and break_even
-    (calls to earn it back, '-' where the variant is not conclusively faster).
-    """
+    """One row per entry of ``results``, eager rows included: p50_ms, speedup and iqr (the
+    paired ratio over its framework's eager at that batch, from the same interleaved run), its
+    verdict, compile_s (paid once) and break_even (calls to earn it back, '-' where the variant
+    is not conclusively faster)."""
     paired = ratios(results)  # raises for a variant without its eager entry
     rows = []
     for (fw, variant, batch), m in results.items():
-        eager, steady = results[fw, "eager", batch], _steady(m)
-        ratio = paired.get((fw, variant, batch))
-        verdict = "baseline" if ratio is None else ratio.reading
+        steady, ratio = _steady(m), paired.get((fw, variant, batch))
         compile_s = None if isinstance(m, Measurement) else m.compile_s
-        gain_s = _steady(eager).median - steady.median  # per call, when faster
-        break_even = (
-            f"{compile_s / gain_s:.0f}"
-            if compile_s is not None and ratio is not None and ratio.p25 > 1 and gain_s > 0
-            else "-"
-        )
-        rows.append(
-            {
-                "framework": fw,
-                "variant": variant,
-                "batch": batch,
-                "p50_ms": steady.median * 1e3,
-                "speedup": None if ratio is None else ratio.median,
-                "iqr": "-" if ratio is None else f"{ratio.p25:.2f}-{ratio.p75:.2f}",
-                "verdict": verdict,
-                "compile_s": compile_s,
-                "break_even": break_even,
-            }
-        )
+        gain_s = _steady(results[fw, "eager", batch]).median - steady.median  # per call
+        earns = compile_s is not None and ratio is not None and ratio.p25 > 1 and gain_s > 0
+        row = dict(framework=fw, variant=variant, batch=batch, p50_ms=steady.median * 1e3)
+        if ratio is None:
+            row |= dict(speedup=None, iqr="-", verdict="baseline")
+        else:
+            row |= dict(speedup=ratio.median, iqr=f"{ratio.p25:.2f}-{ratio.p75:.2f}")
+            row["verdict"] = ratio.reading
+        row |= dict(compile_s=compile_s, break_even=f"{compile_s / gain_s:.0f}" if earns else "-")
+        rows.append(row)
     return rows
 
 
@@ -167,13 +153,11 @@ def best_torch_routes(
     results: Mapping[tuple[str, str, int], Measurement | StaticMeasurement],
 ) -> dict[int, dict[str, Any]]:
     """``{batch: the speedup_rows row of PyTorch's fastest static route at that batch}``."""
-    best: dict[int, dict[str, Any]] = {}
-    for row in speedup_rows(results):
-        if row["framework"] != "PyTorch" or row["speedup"] is None:
-            continue
-        if row["batch"] not in best or row["speedup"] > best[row["batch"]]["speedup"]:
-            best[row["batch"]] = row
-    return best
+    rows = [r for r in speedup_rows(results) if r["framework"] == "PyTorch" and r["speedup"]]
+    return {
+        b: max((r for r in rows if r["batch"] == b), key=lambda r: r["speedup"])
+        for b in dict.fromkeys(r["batch"] for r in rows)
+    }
 
 
 def plot_speedups(
@@ -182,21 +166,16 @@ def plot_speedups(
     reported: Sequence[float | None],
     *,
     title: str = "",
-    ax: Any = None,
 ) -> Any:
     """Bars of speedups (per-round medians) with their p25-p75 spread as whiskers, and the case
     study's factor beside each where it reported one (:func:`helpers.show.plots.plot_speedups`)."""
-    import numpy as np
-
     from helpers.show.plots import plot_speedups as bars
 
-    if not (len(labels) == len(ratios) == len(reported)):
-        raise ValueError("labels, ratios and reported must have the same length")
-    ax = bars(labels, [r.median for r in ratios], reported, title=title, ax=ax)
-    x = np.arange(len(labels)) - 0.2
-    low = [r.median - r.p25 for r in ratios]
-    high = [r.p75 - r.median for r in ratios]
-    ax.errorbar(x, [r.median for r in ratios], yerr=[low, high], fmt="none", color="k", lw=1)
+    medians = [r.median for r in ratios]
+    ax = bars(labels, medians, reported, title=title)  # it checks the lengths
+    spread = [[r.median - r.p25 for r in ratios], [r.p75 - r.median for r in ratios]]
+    x = [i - 0.2 for i in range(len(labels))]  # the measured bars, left of the reported ones
+    ax.errorbar(x, medians, yerr=spread, fmt="none", color="k", lw=1)
     ax.figure.set_size_inches(10, 4)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.title.set_fontsize(9)
@@ -214,45 +193,24 @@ def deployed_timings(
     repeats: int,
     threads: int,
     oneflow: bool | None = None,
-    seed: int = 0,
 ) -> dict[str, Any]:
     """Eager vs static in this process's default math mode; meant for a fresh process.
 
-    PyTorch: eager vs the static route ``torch_routes[str(batch)]`` ('trace', 'script', 'freeze'
-    or 'compile', :func:`torch_static`) at each batch. OneFlow (when
-    ``oneflow``; by default only when OneFlow computes on a GPU, the only place where its default
-    math differs from float32): eager vs ``nn.Graph`` for inference at each batch, and the case
-    study's task (chapter 4's ``original``) at batch 1. Each pair runs in interleaved rounds with
-    the same warm-up and ``threads`` CPU threads for both frameworks.
-
-    Returns JSON values: ``{"math": {framework: mode}, "device": {framework: device},
-    "rows": [{"framework", "variant", "work", "batch", "ratio": {...}}]}`` (``ratio``: a
-    :meth:`RatioSummary.as_record`, eager time / static time per round). ``variant`` is the key of
-    :func:`ratios` for the same pair: the route, ``"nn.Graph"`` or ``"task graph"``.
+    PyTorch: eager vs the route ``torch_routes[str(batch)]`` (:func:`torch_static`) at each batch.
+    OneFlow (by default only on a GPU, the only place its default math differs from float32):
+    eager vs ``nn.Graph`` at each batch, and the case study's task (chapter 4's ``original``) at
+    batch 1. Each pair in interleaved rounds, ``threads`` CPU threads for both frameworks.
+    Returns JSON values: ``{"math": {framework: mode}, "device": {framework: device}, "rows":
+    [{"framework", "variant", "work", "batch", "ratio"}]}`` (``ratio``: eager time / static time,
+    :meth:`RatioSummary.as_record`; ``variant`` as the keys of :func:`ratios`).
     """
-    import numpy as np
-    import torch
-
-    from helpers.core.threads import same_threads
-
-    same_threads(threads)  # PyTorch's now, OneFlow's before it starts (below)
+    same_threads(threads)  # PyTorch's now, OneFlow's before it starts (these imports start it)
     from helpers.compiling import graphs
-    from helpers.core import precision
-    from helpers.core.environment import (
-        flow_device,
-        import_oneflow,
-        quiet_native_stderr,
-        seed_everything,
-        torch_device,
-    )
-    from helpers.measure.timer import benchmark_interleaved
-    from helpers.porting import migration
-    from helpers.workload import data, models, team_model
     from helpers.workload import saliency as st
 
-    flow = import_oneflow()
-    seed_everything(seed)
-    device, fdevice = torch_device(), flow_device()
+    flow = environment.import_oneflow()
+    environment.seed_everything(0)
+    device, fdevice = environment.torch_device(), environment.flow_device()
     if oneflow is None:
         oneflow = fdevice.type == "cuda"
     images = data.normalize(data.make_images(max(batches), image_size, seed=5)[0])
@@ -263,13 +221,11 @@ def deployed_timings(
         "rows": [],
     }
 
-    def pair(fw: str, variant: str, work: str, batch: int, eager: Any, static: Any) -> None:
-        dev = out["device"]["PyTorch" if fw == "torch" else "OneFlow"]
-        calls = {"eager": eager, "static": static}
+    def pair(name: str, variant: str, work: str, batch: int, eager: Any, static: Any) -> None:
+        fw, dev = {"PyTorch": "torch", "OneFlow": "oneflow"}[name], out["device"][name]
         kw = dict(framework=fw, warmup=warmup, repeats=repeats, items=batch, device=dev)
-        timed = benchmark_interleaved(calls, **kw)
+        timed = benchmark_interleaved({"eager": eager, "static": static}, **kw)
         ratio = paired_ratio(timed["eager"], timed["static"]).as_record()
-        name = "PyTorch" if fw == "torch" else "OneFlow"
         out["rows"].append(
             dict(framework=name, variant=variant, work=work, batch=batch, ratio=ratio)
         )
@@ -286,18 +242,13 @@ def deployed_timings(
         task_graph = st.make_graph_task(flow_model, "original", tuple(x1.shape))
         task_graph(x1)  # compiles
         task = "the case study's task"
-        pair("oneflow", "task graph", task, 1, lambda: task_eager(x1), lambda: task_graph(x1))
+        pair("OneFlow", "task graph", task, 1, lambda: task_eager(x1), lambda: task_graph(x1))
         for b in batches:
             xf = flow.tensor(images[:b]).to(fdevice)
-            with quiet_native_stderr():
-                graph = graphs.make_inference_graph(flow_model)
+            graph = graphs.make_inference_graph(flow_model)
             graph(xf)  # compiles
-
-            def eager_call(xf: Any = xf) -> Any:
-                with flow.no_grad():
-                    return flow_model(xf)
-
-            pair("oneflow", "nn.Graph", "inference", b, eager_call, partial(graph, xf))
+            eager_call = flow.no_grad()(partial(flow_model, xf))
+            pair("OneFlow", "nn.Graph", "inference", b, eager_call, partial(graph, xf))
     model = model.to(device)
     with torch.no_grad():
         for b in batches:
@@ -306,7 +257,9 @@ def deployed_timings(
             static = torch_static(model, xt, route)
             for _ in range(2):  # TorchScript optimises during its first two calls
                 static(xt)
-            pair("torch", route, f"inference ({route})", b, partial(model, xt), partial(static, xt))
+            pair(
+                "PyTorch", route, f"inference ({route})", b, partial(model, xt), partial(static, xt)
+            )
     return out
 
 

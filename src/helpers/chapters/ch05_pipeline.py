@@ -1,11 +1,9 @@
-"""A two-stage inference pipeline: CPU pre-processing overlapped with model execution.
+"""A two-stage inference pipeline: CPU pre-processing (*load*) overlapped with the model (*infer*).
 
-Each batch of encoded images is *loaded* (decode, resize, normalise: CPU work) and then
-*inferred* (chapter 4's pruned task). Chapter 5 writes its three runners on its page (saved at
-the end of this module): serial, two processes under a shared lock (the case study's fix; without
-the lock, the replicas control) and ``DataLoader`` workers. They live in a module because a
-``forkserver`` worker imports its target function. Timestamps are ``time.time()``: one clock for
-all processes of the machine.
+Chapter 5 writes its runners on its page (saved at the end of this module): serial, two processes
+under a shared lock (the case study's fix) and ``DataLoader`` workers. They live in a module
+because a ``forkserver`` worker imports its target function. Timestamps are ``time.time()``: one
+clock for all processes of the machine.
 """
 
 from __future__ import annotations
@@ -49,10 +47,9 @@ __all__ = [
 def infer(model: Any, x: Any, device: Any) -> tuple[np.ndarray, np.ndarray]:
     """The model stage, chapter 4's pruned task: a batch in, (logits, saliency maps) out, NumPy.
 
-    The steps of :func:`helpers.workload.saliency.single_forward_task` (a forward pass, then the
-    backward pass to the input only: ``model`` is in eval mode with frozen weights), written out
-    here so that worker processes need not import OneFlow (``helpers.workload.saliency`` does).
-    ``.cpu()`` waits for a GPU to finish, so a stage's end time is the end of its work.
+    :func:`helpers.workload.saliency.single_forward_task`'s steps, written out so that worker
+    processes need not import OneFlow (that module does). ``.cpu()`` waits for a GPU to finish,
+    so a stage's end time is the end of its work.
     """
     x = torch.as_tensor(x).to(device).requires_grad_(True)
     logits = model(x)  # forward
@@ -62,20 +59,14 @@ def infer(model: Any, x: Any, device: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def forward(model: Any, x: Any, device: Any) -> np.ndarray:
-    """The forward-only stage (a service that only classifies): a batch in, its logits out, NumPy.
-
-    ``model`` is any eval-mode PyTorch module; ``.cpu()`` waits for a GPU to finish.
-    """
+    """The forward-only stage (a service that only classifies): a batch in, its logits out, NumPy."""
     with torch.inference_mode():
         return model(torch.as_tensor(x).to(device)).float().cpu().numpy()
 
 
 def check_stage(stage: Callable[..., Any]) -> None:
-    """Check that worker processes can import ``stage``: a function at the top of a module.
-
-    A worker process receives the stage by name (pickled as ``module.function``) and imports it;
-    a lambda, a nested function or one defined in a notebook cannot be imported there.
-    """
+    """Check that worker processes can import ``stage`` (it is pickled by name): a function at
+    the top of a module, not a lambda, a nested function or one defined in a notebook."""
     name = getattr(stage, "__qualname__", "")
     module = getattr(stage, "__module__", None)
     if not callable(stage) or "<" in name or "." in name or module in (None, "__main__"):
@@ -90,11 +81,8 @@ def check_stage(stage: Callable[..., Any]) -> None:
 @dataclass(frozen=True)
 class Job:
     """What a pipeline runner processes: ``jpegs`` (encoded images) loaded in batches of
-    ``batch_size`` at ``image_size`` pixels, the model run on ``device`` by ``stage``.
-
-    ``stage(model, x, device)`` is the model stage: :func:`infer` (the pruned saliency task, the
-    default), :func:`forward` (forward only), or a function of your own defined at the top level
-    of an importable module (worker processes import it; :func:`check_stage`).
+    ``batch_size`` at ``image_size`` pixels, the model run on ``device`` by ``stage(model, x,
+    device)``: :func:`infer` (the default), :func:`forward`, or your own (:func:`check_stage`).
     """
 
     jpegs: Sequence[bytes]
@@ -155,25 +143,20 @@ class PipelineRun:
         """Images per second over the whole run."""
         return self.items / self.wall_s
 
-    def _part(self, k: int | None) -> np.ndarray:
+    def _part(self, k: int) -> np.ndarray:
         missing = [i for i in range(len(self.outputs)) if i not in self.outputs]
         if missing:
             raise RuntimeError(f"{self.name}: batches {missing[:5]} produced no output")
         parts = [self.outputs[i] for i in range(len(self.outputs))]
-        if k is not None:
-            if not all(isinstance(p, tuple) for p in parts):
-                raise ValueError(f"{self.name}: outputs are arrays, not (logits, saliency) pairs")
-            parts = [p[k] for p in parts]
-        elif all(isinstance(p, tuple) for p in parts):
-            parts = [p[0] for p in parts]
-        return np.concatenate(parts)
+        pairs = all(isinstance(p, tuple) for p in parts)
+        if k and not pairs:
+            raise ValueError(f"{self.name}: outputs are arrays, not (logits, saliency) pairs")
+        return np.concatenate([p[k] for p in parts] if pairs else parts)
 
     def logits(self) -> np.ndarray:
-        """All logits concatenated in batch order (whatever order the workers finished in).
-
-        An output is an array of logits, or a ``(logits, saliency)`` pair from the pruned task.
-        """
-        return self._part(None)
+        """All logits in batch order (whatever order the workers finished in), from outputs that
+        are logits or ``(logits, saliency)`` pairs."""
+        return self._part(0)
 
     def saliency(self) -> np.ndarray:
         """All saliency maps ``(N, H, W)`` in batch order (outputs must be ``(logits, saliency)``)."""
@@ -185,12 +168,6 @@ class PipelineRun:
         if not spans:
             raise ValueError(f"no {stage!r} events in {self.name}")
         return _covered(spans) / self.wall_s
-
-    def __str__(self) -> str:
-        return (
-            f"{self.name}: {self.items} images in {self.wall_s:.2f} s = {self.throughput:.1f} images/s "
-            f"({len(self.outputs)} batches)"
-        )
 
 
 def check_task_module(model: Any, frozen: bool = True) -> None:
@@ -214,13 +191,11 @@ def check_task_module(model: Any, frozen: bool = True) -> None:
 
 
 def replica_worker(wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q):
-    """The control for :func:`case_study_worker`: the same loop with no lock around loading.
+    """The control for :func:`case_study_worker`, same arguments: no lock around loading.
 
-    It takes the same arguments; ``lock`` is not used. The next batch number comes from the
-    shared counter under the counter's own lock (only the read-and-increment, never the load),
-    so each process loads and infers whenever it is free: independent replicas of the whole
-    task. Beside the case study's version this shows what the lock itself changes, and, where
-    loading and the model share the same cores, how much of a gain is plain parallelism.
+    Only the counter's read-and-increment is locked (by the counter's own lock; ``lock`` is not
+    used), so each process loads and infers whenever it is free: independent replicas. It shows
+    what the lock itself changes, and how much of a gain is plain parallelism.
     """
     try:
         torch.set_num_threads(threads)
@@ -250,11 +225,8 @@ def replica_worker(wid, payload, batches, image_size, device, threads, lock, nex
 
 
 class JpegDataset(torch.utils.data.Dataset):
-    """The encoded images; an item is loaded (decoded, resized, normalised) when it is fetched.
-
-    An item is ``(image, load start, load end, worker id)``: the times and the loader worker
-    only draw the timeline (``-1`` when the main process loads).
-    """
+    """The encoded images, each loaded when fetched: ``(image, load start, load end, worker id)``
+    (the times and the worker, ``-1`` for the main process, only draw the timeline)."""
 
     def __init__(self, jpegs: Sequence[bytes], image_size: int) -> None:
         check_dataset(jpegs, 1, image_size)
@@ -271,12 +243,8 @@ class JpegDataset(torch.utils.data.Dataset):
 
 
 def start_loader_workers(loader: DataLoader, warm_up: Callable[[Any], Any]) -> float:
-    """One untimed pass over ``loader``: starts its persistent workers, ``warm_up(first batch)``.
-
-    Returns the start-up seconds: from creating the iterator to the first batch (the workers
-    started and loaded it). The model's warm-up runs on that first batch, at the thread count
-    the timed pass will use.
-    """
+    """One untimed pass over ``loader`` (starting its persistent workers), ``warm_up(first
+    batch)`` at the timed pass's thread count; returns the seconds until the first batch."""
     t0 = time.time()
     startup = float("nan")
     for b, (x, *_) in enumerate(loader):
@@ -288,11 +256,8 @@ def start_loader_workers(loader: DataLoader, warm_up: Callable[[Any], Any]) -> f
 
 @contextmanager
 def stopping_workers(loader: DataLoader) -> Iterator[DataLoader]:
-    """Stop a ``DataLoader``'s persistent workers when the block ends (also on failure).
-
-    Persistent workers otherwise live until the loader is garbage-collected, which a traceback
-    holding the loader can delay indefinitely.
-    """
+    """Stop a ``DataLoader``'s persistent workers when the block ends, also on failure (they
+    otherwise live until the loader is garbage-collected, which a traceback can delay)."""
     try:
         yield loader
     finally:

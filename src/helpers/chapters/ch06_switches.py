@@ -1,11 +1,9 @@
 """Chapter 6's OneFlow ``nn.Graph`` switches and the ablation that runs them in fresh processes.
 
-A module, not page code, because OneFlow reads its MLIR switches once, at ``import oneflow``:
-each MLIR setting runs in a fresh process, which can only run code it imports. The switches
-(:class:`SwitchedGraph`, the MLIR passes' environment variables, :func:`explicit_padding`) are
-written on chapter 6's page (``#@save`` cells); :func:`oneflow_graph_ablation` is the subprocess
-target, reporting the math mode each variant ran in (the child's environment decides OneFlow's
-TF32). Importing this module imports OneFlow: set the MLIR (and TF32) variables first.
+OneFlow reads its MLIR switches once, at ``import oneflow``: each MLIR setting runs in a fresh
+process, which can only run code it imports. The switches are written on chapter 6's page
+(``#@save`` cells); :func:`oneflow_graph_ablation` is the subprocess target. Importing this
+module imports OneFlow: set the MLIR (and TF32) variables first.
 """
 
 from __future__ import annotations
@@ -35,28 +33,21 @@ __all__ = [
 ]
 
 
-def switch_names() -> tuple[str, ...]:
-    """The switch names a variant may turn on: the keyword-only arguments of :class:`SwitchedGraph`."""
-    params = inspect.signature(SwitchedGraph.__init__).parameters.values()
-    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
 def _variant_switches(variant: dict[str, Any]) -> tuple[str, dict[str, bool]]:
-    """A variant's name and every switch of :func:`switch_names`, on or off."""
-    if (
-        not isinstance(variant, dict)
-        or not variant.get("name")
-        or not isinstance(variant["name"], str)
-    ):
+    """A variant's name and every switch of :class:`SwitchedGraph` (its keyword-only arguments),
+    on or off."""
+    params = inspect.signature(SwitchedGraph.__init__).parameters.values()
+    names = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    name = variant.get("name") if isinstance(variant, dict) else None
+    if not name or not isinstance(name, str):
         raise ValueError(f"each variant needs a non-empty 'name', got {variant!r}")
-    names = switch_names()
     unknown = set(variant) - {"name", NATIVE_PADDING, *names}
     if unknown:
         raise ValueError(
-            f"variant {variant['name']!r} has unknown switches {sorted(unknown)}; "
+            f"variant {name!r} has unknown switches {sorted(unknown)}; "
             f"use {', '.join(names)} (and {NATIVE_PADDING!r})"
         )
-    return variant["name"], {k: bool(variant.get(k, False)) for k in names}
+    return name, {k: bool(variant.get(k, False)) for k in names}
 
 
 # A variant key that is not a graph switch: build the graph on the model as it is (flowvision's
@@ -75,20 +66,18 @@ def oneflow_graph_ablation(
     out_dir: str,
     warmup: int = 2,
     repeats: int = 5,
-    explicit_pad: bool = True,
     apart: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
     """Build, compile and time one :class:`SwitchedGraph` per variant (a subprocess target; checks nothing).
 
     ``weights_path``: an ``.npz`` of ``arch``'s PyTorch state dict; ``input_path``: an ``.npy``
     batch. A variant is ``{"name": ..., <switch>: bool}``, built on :func:`explicit_padding`'s
-    copy when ``explicit_pad`` unless ``"native_padding": True`` (the control run). The MLIR
-    passes and a GPU's TF32 are whatever this process's environment set (returned as ``mlir_env``
-    and ``precision_env``). Per variant: its ``math_mode`` read here, in the child (``'fp16'``
-    with AMP on a GPU, ``'tf32'`` by OneFlow's default on an Ampere-or-newer GPU, else
-    ``'fp32'``), ``padding``, ``compile_s`` (the first call), its interleaved Measurement's fields
-    (the pairs of ``apart``, an A/A twin and its original, never back to back), op counts before
-    and after OneFlow's passes, and its output saved in ``out_dir/<name>.npy``.
+    copy unless ``"native_padding": True`` (the control run). The MLIR passes and a GPU's TF32
+    are whatever this process's environment set (returned as ``mlir_env``, ``precision_env``).
+    Per variant: its ``math_mode`` read in the child (``'fp16'`` with AMP on a GPU, ``'tf32'`` by
+    OneFlow's default on an Ampere-or-newer GPU, else ``'fp32'``), ``padding``, ``compile_s``
+    (the first call), its interleaved Measurement's fields (the pairs of ``apart`` never back to
+    back), op counts before and after OneFlow's passes, and its output in ``out_dir/<name>.npy``.
     """
     from helpers.compiling.graph_ops import oneflow_op_counts
     from helpers.core import precision
@@ -107,7 +96,7 @@ def oneflow_graph_ablation(
     with np.load(weights_path) as npz:
         models.load_numpy_state(model, dict(npz))
     as_is = model.eval().to(device)  # flowvision's convolutions pad their own input
-    model = explicit_padding(as_is).to(device) if explicit_pad else as_is
+    model = explicit_padding(as_is).to(device)
     x = flow.tensor(np.load(input_path)).to(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +111,7 @@ def oneflow_graph_ablation(
         compiled[name] = g
         rows[name] = {
             "switches": sw,
-            "padding": "native" if name in native or not explicit_pad else "explicit",
+            "padding": "native" if name in native else "explicit",
             "math_mode": precision.oneflow_math_mode(device, amp=sw["amp"]),
             "compile_s": compile_s,
             "output": str(out / f"{name}.npy"),
@@ -140,11 +129,7 @@ def oneflow_graph_ablation(
     for name, m in times.items():
         rows[name].update(
             {k: v for k, v in m.as_dict().items() if k not in ("label", "device")},
-            mean_s=m.mean,
-            median_s=m.median,
-            std_s=m.std,
             times_s=m.times_s,
-            items=m.items,
         )
     mlir = {k: os.environ[k] for k in MLIR_VARS if k in os.environ}
     tf32_vars = (precision.ONEFLOW_TF32_ENV, precision.NVIDIA_TF32_ENV)
@@ -157,13 +142,11 @@ def tensorrt_fp16(
 ) -> Any:
     """The case study's last step on a GPU: ``model`` in TensorRT fp16, through ONNX Runtime.
 
-    Exports a CPU copy of the PyTorch ``model`` to ONNX and verifies it in strict float32
-    (:func:`helpers.deploy.export.export_and_verify`, ``network``'s bound), then opens the file in
-    ONNX Runtime's TensorRT execution provider with fp16 enabled and one optimisation profile for
-    batch 1 to ``max_batch`` (one engine, built on the first run, minutes; cached in
-    ``work_dir/trt``). TensorRT picks its own layouts (NHWC where it pays). Returns the runner
-    (:class:`helpers.deploy.runner.Runner`); raises ``ProviderUnavailableError`` where TensorRT
-    cannot run. The caller checks its output at task level (fp16) and times it.
+    Exports a CPU copy of ``model`` to ONNX, verified in strict float32 (``network``'s bound),
+    and opens it in ONNX Runtime's TensorRT provider, fp16 on, one profile for batch 1 to
+    ``max_batch`` (one engine, built on the first run in minutes, cached in ``work_dir/trt``;
+    TensorRT picks its own layouts, NHWC where it pays). Returns the runner; raises
+    ``ProviderUnavailableError`` where TensorRT cannot run. The caller checks and times it.
     """
     from helpers.deploy import export, runtimes
 
