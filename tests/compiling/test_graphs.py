@@ -81,13 +81,11 @@ def test_measure_static_separates_compile_from_steady_state(flow):
         x,
         label="graph",
         framework="oneflow",
-        warmup=1,
-        repeats=3,
         items=2,
     )
     assert isinstance(fn, graphs.InferenceGraph)
     assert meas.first_call_s > meas.steady.median  # the first call compiled the graph
-    assert meas.compile_s > 0 and len(meas.steady.times_s) == 3 and meas.steady.items == 2
+    assert meas.compile_s > 0 and len(meas.steady.times_s) == 1 and meas.steady.items == 2
     assert "first call" in str(meas) and meas.label == "graph"
 
 
@@ -100,9 +98,7 @@ def test_measure_static_bad_inputs():
         graphs.measure_static(lambda: 42, label="x", framework="none")
     with pytest.raises(ValueError, match="unknown framework"):
         graphs.measure_static(lambda: lambda: 1, label="x", framework="jax")
-    fn, meas = graphs.measure_static(
-        lambda: lambda: 1, label="plain", framework="none", warmup=0, repeats=2
-    )
+    fn, meas = graphs.measure_static(lambda: lambda: 1, label="plain", framework="none")
     assert fn() == 1 and meas.compile_s >= 0
 
 
@@ -110,7 +106,7 @@ def test_with_steady_replaces_the_steady_state():
     from helpers.measure.measurement import Measurement
 
     _, meas = graphs.measure_static(
-        lambda: lambda: 1, label="plain", framework="none", first_calls=2, warmup=0, repeats=1
+        lambda: lambda: 1, label="plain", framework="none", first_calls=2
     )
     meas = graphs.StaticMeasurement("s", build_s=1.0, first_call_s=0.5, steady=meas.steady)
     interleaved = Measurement("s steady", [0.1, 0.1, 0.1], items=4)

@@ -73,13 +73,12 @@ def measure_static(
     label: str,
     framework: str,
     first_calls: int = 1,
-    warmup: int = 2,
-    repeats: int = 10,
     items: int = 1,
 ) -> tuple[Callable[..., Any], StaticMeasurement]:
     """``build()`` a static variant; time that, its first ``first_calls`` calls (TorchScript
-    optimises during two, OneFlow graphs and ``torch.compile`` compile on the first) and its
-    steady state. Returns the callable and the measurement."""
+    optimises during two, OneFlow graphs and ``torch.compile`` compile on the first) and one
+    steady call. Returns the callable and the measurement: time the steady state apart
+    (interleaved with eager mode) and attach it with :func:`with_steady`."""
     if not callable(build):
         raise TypeError(
             f"build must be callable and return the static variant, got {type(build).__name__}"
@@ -100,12 +99,7 @@ def measure_static(
             out.numpy()  # a OneFlow graph returns before its work is done
     first_s = time.perf_counter() - start
     steady = benchmark(
-        lambda: fn(*args),
-        label=label,
-        framework=framework,
-        warmup=warmup,
-        repeats=repeats,
-        items=items,
+        lambda: fn(*args), label=label, framework=framework, warmup=0, repeats=1, items=items
     )
     steady.meta["first_calls"] = first_calls
     return fn, StaticMeasurement(label, build_s, first_s, steady)
