@@ -39,8 +39,6 @@ def test_make_train_step_bad_inputs(torch_mod):
         ch02.make_train_step(ref, optimizer="lbfgs", lr=0.1)
     with pytest.raises(ValueError, match="need lr > 0"):
         ch02.make_train_step(ref, lr=0.0)
-    with pytest.raises(ValueError, match="use_graph=True needs a OneFlow model"):
-        ch02.make_train_step(ref, lr=0.1, use_graph=True)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -110,22 +108,14 @@ def test_shares_say_how_much_of_each_bound_was_used():
     assert run.shares(smoothed_bound=1, max_accuracy_gap=0.0)["accuracy gap"] == float("inf")
 
 
-def test_train_aligned_graph_and_reused_reference(flow):
+def test_train_aligned_reuses_a_reference(flow):
     flow.manual_seed(2)
     x, y = _x(16, seed=2), (np.arange(16) % 4).astype(np.int64)
-    eager, start, graph = (tiny_classifier("oneflow") for _ in range(3))
-    for other in (start, graph):
+    eager, start, again = (tiny_classifier("oneflow") for _ in range(3))
+    for other in (start, again):
         models.transfer_weights(eager, other)
     run = ch02.train_aligned(
-        eager,
-        graph,
-        x,
-        y,
-        steps=4,
-        batch_size=8,
-        lr=0.05,
-        names=("eager", "graph"),
-        use_graph=(False, True),
+        eager, again, x, y, steps=4, batch_size=8, lr=0.05, names=("eager", "again")
     )
     run.assert_within(first_step=1e-6, smoothed_bound=1e-4, window=2)
     nudged = ch02.train_aligned(

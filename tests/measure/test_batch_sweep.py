@@ -39,7 +39,7 @@ def test_fastest_thread_count(torch_mod):
     before = torch_mod.get_num_threads()
     seen = []
     best, times = batch_sweep.fastest_thread_count(
-        lambda: seen.append(torch_mod.get_num_threads()), [1, 2], warmup=1, repeats=2
+        lambda: seen.append(torch_mod.get_num_threads()), [1, 2], repeats=2
     )
     assert (
         best in (1, 2) and set(times) == {1, 2} and all(len(m.times_s) == 2 for m in times.values())
@@ -55,5 +55,5 @@ def test_fastest_thread_count(torch_mod):
 
 
 def test_fastest_thread_count_default_candidates(torch_mod):
-    _, times = batch_sweep.fastest_thread_count(lambda: None, warmup=0, repeats=1)
+    _, times = batch_sweep.fastest_thread_count(lambda: None, repeats=1)
     assert set(times) == {1, torch_mod.get_num_threads(), available_cores()}

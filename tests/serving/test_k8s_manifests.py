@@ -132,7 +132,7 @@ def test_readiness_on_the_whole_server_fails_the_audit():
 
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="replicas"):
-        k8s.manifests(replicas=3, max_replicas=2, **SETTINGS)
+        k8s.manifests(replicas=9, **SETTINGS)
     with pytest.raises(k8s.ManifestError, match="no"):
         k8s.validate_manifests(tmp_path)
     assert k8s.nginx_size(1000) == "1000" and k8s.nginx_size(125_000_000) == "120m"

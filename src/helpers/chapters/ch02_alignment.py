@@ -47,14 +47,9 @@ def make_train_step(
     lr: float,
     momentum: float = 0.9,
     eps: float = 1e-8,
-    use_graph: bool = False,
 ) -> Callable[[np.ndarray, np.ndarray], float]:
-    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss``.
-
-    ``optimizer``: ``"sgd"`` (with ``momentum``) or ``"adam"`` (both frameworks' default betas and
-    ``eps``). ``use_graph`` runs the OneFlow step as an ``nn.Graph`` (forward, backward and update
-    compiled together: :func:`helpers.compiling.graphs.make_train_graph`).
-    """
+    """A cross-entropy training step for a torch or OneFlow model: ``step(x, y) -> loss``, with
+    ``"sgd"`` (and ``momentum``) or ``"adam"`` (both frameworks' default betas and ``eps``)."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
     for label, value in (("lr", lr), ("momentum", momentum), ("eps", eps)):
@@ -62,11 +57,7 @@ def make_train_step(
     if not lr > 0 or not 0 <= momentum < 1 or not eps > 0:
         raise ValueError(f"need lr > 0, 0 <= momentum < 1, eps > 0; got {lr}, {momentum}, {eps}")
     fw = framework_of(model)
-    if use_graph and fw != "oneflow":
-        raise ValueError(
-            "use_graph=True needs a OneFlow model (nn.Graph is OneFlow's static graph)"
-        )
-    mod, nn, F = nn_namespace(fw)
+    mod, _, F = nn_namespace(fw)
     device = model_device(model, fw)
     if optimizer == "sgd":
         opt = mod.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -76,22 +67,8 @@ def make_train_step(
 
     as_tensor = mod.from_numpy if fw == "torch" else mod.tensor  # torch's shares the memory
 
-    def tensors(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
-        return as_tensor(x).to(device), as_tensor(y).to(device)
-
-    if use_graph:
-        from helpers.compiling.graphs import make_train_graph
-
-        graph = make_train_graph(model, opt, nn.CrossEntropyLoss())
-
-        def graph_step(x: np.ndarray, y: np.ndarray) -> float:
-            return float(graph(*tensors(x, y)).numpy())
-
-        return graph_step
-
     def step(x: np.ndarray, y: np.ndarray) -> float:
-        xt, yt = tensors(x, y)
-        loss = F.cross_entropy(model(xt), yt)
+        loss = F.cross_entropy(model(as_tensor(x).to(device)), as_tensor(y).to(device))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -289,7 +266,6 @@ def train_aligned(
     seed: int = 0,
     val: tuple[np.ndarray, np.ndarray] | None = None,
     names: tuple[str, str] | None = None,
-    use_graph: tuple[bool, bool] = (False, False),
     perturb: float = 0.0,
     candidate_changes: Mapping[str, float] | None = None,
 ) -> TrainingAlignment:
@@ -346,8 +322,8 @@ def train_aligned(
         return TrainingCurve(name, np.array(losses), acc, pred, seconds, settings)
 
     if not reuse:
-        reference = train(reference, names[0], use_graph=use_graph[0])
-    cand_curve = train(candidate, names[1], use_graph=use_graph[1], **changes)
+        reference = train(reference, names[0])
+    cand_curve = train(candidate, names[1], **changes)
     return TrainingAlignment(dataclasses.replace(reference, name=names[0]), cand_curve, order)
 
 

@@ -21,7 +21,6 @@ __all__ = [
     "InferenceGraph",
     "TrainGraph",
     "make_inference_graph",
-    "make_train_graph",
     "StaticMeasurement",
     "measure_static",
     "with_steady",
@@ -30,7 +29,8 @@ __all__ = [
 flow = import_oneflow()  # the notebook's setup cell does the same before the page's classes
 
 
-def _check_oneflow_module(model: Any) -> None:
+def make_inference_graph(model: Any) -> InferenceGraph:
+    """``InferenceGraph(model)``, with a clear error for a PyTorch module."""
     if not isinstance(model, flow.nn.Module):
         try:
             fw = framework_of(model)
@@ -40,24 +40,9 @@ def _check_oneflow_module(model: Any) -> None:
             f"nn.Graph needs a OneFlow nn.Module, got a {fw} object ({type(model).__name__}); "
             "convert a PyTorch model first (helpers.workload.models.twin / transfer_weights)"
         )
-
-
-def make_inference_graph(model: Any) -> InferenceGraph:
-    """``InferenceGraph(model)``, with a clear error for a PyTorch module."""
-    _check_oneflow_module(model)
     # the first graph of a process logs a harmless 'no CUDA driver' line on CPU-only machines
     with quiet_native_stderr():
         return InferenceGraph(model)
-
-
-def make_train_graph(model: Any, optimizer: Any, loss_fn: Any = None) -> TrainGraph:
-    """``TrainGraph``: a call with ``(x, y)`` returns the loss and updates the weights in place."""
-    _check_oneflow_module(model)
-    if not isinstance(optimizer, flow.optim.Optimizer):
-        kind = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
-        raise TypeError(f"optimizer must be a oneflow.optim optimizer, got {kind}")
-    with quiet_native_stderr():
-        return TrainGraph(model, optimizer, loss_fn)
 
 
 @dataclass
@@ -88,13 +73,12 @@ def measure_static(
     label: str,
     framework: str,
     first_calls: int = 1,
-    warmup: int = 2,
-    repeats: int = 10,
     items: int = 1,
 ) -> tuple[Callable[..., Any], StaticMeasurement]:
     """``build()`` a static variant; time that, its first ``first_calls`` calls (TorchScript
-    optimises during two, OneFlow graphs and ``torch.compile`` compile on the first) and its
-    steady state. Returns the callable and the measurement."""
+    optimises during two, OneFlow graphs and ``torch.compile`` compile on the first) and one
+    steady call. Returns the callable and the measurement: time the steady state apart
+    (interleaved with eager mode) and attach it with :func:`with_steady`."""
     if not callable(build):
         raise TypeError(
             f"build must be callable and return the static variant, got {type(build).__name__}"
@@ -115,12 +99,7 @@ def measure_static(
             out.numpy()  # a OneFlow graph returns before its work is done
     first_s = time.perf_counter() - start
     steady = benchmark(
-        lambda: fn(*args),
-        label=label,
-        framework=framework,
-        warmup=warmup,
-        repeats=repeats,
-        items=items,
+        lambda: fn(*args), label=label, framework=framework, warmup=0, repeats=1, items=items
     )
     steady.meta["first_calls"] = first_calls
     return fn, StaticMeasurement(label, build_s, first_s, steady)

@@ -71,7 +71,6 @@ def fastest_thread_count(
     fn: Any,
     candidates: Sequence[int] | None = None,
     *,
-    warmup: int = 2,
     repeats: int = 5,
 ) -> tuple[int, dict[int, Measurement]]:
     """The fastest PyTorch intra-op thread count for ``fn()`` (interleaved; restored after) among
@@ -99,7 +98,6 @@ def fastest_thread_count(
         times = benchmark_interleaved(
             {t: partial(run, t) for t in candidates},
             framework="torch",
-            warmup=warmup,
             repeats=repeats,
             threads={t: t for t in candidates},  # read once at the end, torch's would be the last's
         )

@@ -19,14 +19,10 @@ __all__ = ["time_stages", "table_rows", "task_peak_memory"]
 
 
 def time_stages(
-    stages: Mapping[str, Callable[[], Any]],
-    *,
-    framework: str = "torch",
-    warmup: int = 2,
-    repeats: int = 10,
+    stages: Mapping[str, Callable[[], Any]], *, repeats: int = 10
 ) -> dict[str, Measurement]:
     """Each stage of a pipeline timed on its own, in interleaved rounds (the same load for all)."""
-    return benchmark_interleaved(dict(stages), framework=framework, warmup=warmup, repeats=repeats)
+    return benchmark_interleaved(dict(stages), repeats=repeats)
 
 
 def table_rows(

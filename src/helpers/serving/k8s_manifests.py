@@ -107,17 +107,16 @@ def manifests(
     *,
     name: str = "embedder",
     replicas: int = 2,
-    max_replicas: int = 8,
     max_body_bytes: int,
     rate_per_s: int,
     burst: int,
 ) -> dict[str, dict[str, Any]]:
     """``{file name: object}``: Deployment, Service, HPA, Gateway, the two routes, two policies.
 
-    One GPU per pod; the HPA adds pods from ``replicas`` to ``max_replicas`` above 70% CPU.
+    One GPU per pod; the HPA adds pods from ``replicas`` to 8 above 70% CPU.
     """
-    if replicas < 1 or max_replicas < replicas:
-        raise ValueError(f"need 1 <= replicas <= max_replicas, got {replicas}, {max_replicas}")
+    if not 1 <= replicas <= 8:
+        raise ValueError(f"need 1 <= replicas <= 8 (the autoscaler's maximum), got {replicas}")
     svc, labels, model = f"{name}-triton", {"app": name}, f"/v2/models/{name}"
     scraped = {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORTS["metrics"])}
     pod = {
@@ -135,7 +134,7 @@ def manifests(
     hpa_spec = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc},
         "minReplicas": replicas,
-        "maxReplicas": max_replicas,
+        "maxReplicas": 8,
         "metrics": [{"type": "Resource", "resource": cpu}],
     }
     tls = {"mode": "Terminate", "certificateRefs": [{"name": f"{name}-tls"}]}

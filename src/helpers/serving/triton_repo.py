@@ -302,7 +302,6 @@ def python_runtime_model(
     outputs: Sequence[TensorSpec],
     max_batch_size: int = 0,
     dynamic_batching: bool | Mapping[str, Any] = False,
-    instances: int = 1,
     kind: str = "KIND_CPU",
     threads: int = 1,
 ) -> Path:
@@ -315,7 +314,7 @@ def python_runtime_model(
         raise ConfigError("the model file cannot be called model.py (the Python backend's code)")
     params = {"runtime": runtime, "model_file": stored, "threads": str(threads)}
     shape = dict(inputs=inputs, outputs=outputs, max_batch_size=max_batch_size)
-    serving = dict(dynamic_batching=dynamic_batching, instances=instances, kind=kind)
+    serving = dict(dynamic_batching=dynamic_batching, kind=kind)
     cfg = make_config(name, backend="python", parameters=params, **shape, **serving)
     return _write_model(cfg, repo, {"model.py": RUNTIME_MODEL_FILE, stored: model_path})
 

@@ -171,7 +171,6 @@ def paired_table(
     *,
     meta: Mapping[str, Mapping[str, Any]] | None = None,
     title: str | None = None,
-    notes: Sequence[str] = (),
 ) -> Table:
     """One interleaved run as a :class:`Table`: median ms, and the paired ratio over ``baseline``
     with its per-round IQR and reading; ``meta[label]`` adds columns."""
@@ -190,4 +189,4 @@ def paired_table(
                 "reading": "-" if label == baseline else r.reading,
             }
         )
-    return Table(rows, title=title, notes=notes)
+    return Table(rows, title=title)
