@@ -43,16 +43,14 @@ class FlowRun:
         return not self.on_gpu and same_ops and np.array_equal(self.out[before], self.out[after])
 
     def speedup(self, before: str, after: str) -> RatioSummary | float:
-        """``after``'s speedup over ``before``: paired where one process timed both, else
-        :meth:`ratio` (a ratio of medians, with no interval)."""
+        """``after``'s speedup over ``before``: paired in one process, else :meth:`ratio`."""
         if self.res[before]["process"] != self.res[after]["process"]:
             return self.ratio(before, after)
         m = {n: measurement_from_dict(dict(self.res[n], label=n)) for n in (before, after)}
         return paired_ratio(m[before], m[after])
 
     def factor(self, before: str, after: str) -> str:
-        """A switch's :meth:`speedup` (the ledger's figure) in words: a no-op, in process, or
-        across processes."""
+        """A switch's :meth:`speedup` (the ledger's figure) in words, its kind labelled."""
         s = self.speedup(before, after)
         if self.no_op(before, after):
             return f"no-op ({s.median if isinstance(s, RatioSummary) else s:.2f}x)"
