@@ -50,6 +50,7 @@ def test_ratios_and_rows_read_each_variant_against_its_own_eager():
     trace = rows["PyTorch", "trace"]
     assert trace["verdict"] == "faster" and trace["compile_s"] == pytest.approx(0.5)
     assert trace["break_even"] == "0"  # 0.5 s / 5 s saved per call
+    assert trace["per-round IQR"] == ratios["PyTorch", "trace", 1].interval != "-"
     assert rows["PyTorch", "script"]["verdict"] == "inconclusive"
     assert rows["PyTorch", "script"]["break_even"] == "-"
     assert rows["OneFlow", "nn.Graph"]["verdict"] == "slower"

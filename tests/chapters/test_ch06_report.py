@@ -45,6 +45,13 @@ def test_factor_is_paired_in_one_process_and_labelled_across_two():
     assert run.factor("graph", "same").startswith("no-op (1.00x)")
     assert run.factor("graph", "fused") == "2.00x faster (in process)"
     assert run.factor("graph", "other process") == "2.00x (across processes)"
+    # the same figures as the ledger's: a paired ratio in process, a ratio of medians across
+    paired = run.speedup("graph", "fused")
+    assert isinstance(paired, RatioSummary) and paired.median == pytest.approx(2.0)
+    assert paired.rounds == len(FAST) and paired.p25 <= 2.0 <= paired.p75
+    assert run.speedup("graph", "other process") == pytest.approx(2.0)
+    run.res["same"] = variant([1.02, 0.98, 1.0, 1.01, 1.0], OPS)  # SLOW's median, other rounds
+    assert run.factor("graph", "same") == "no-op (0.99x)"  # the paired median, not 1.00
 
 
 def test_cross_process_aa_only_for_the_same_graph():

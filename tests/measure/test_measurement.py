@@ -118,6 +118,7 @@ def test_a_ratio_whose_interval_holds_one_is_inconclusive():
     assert paired_ratio(fast, base).verdict() == "0.50x slower"
     # the sentences' reading: the spread always said, once
     assert paired_ratio(base, fast).stated == "2.00x faster (per-round IQR 2.00-2.00)"
+    assert paired_ratio(base, fast).short == "2.00x (2.00-2.00)"  # one interval spelling
     assert r.stated == r.verdict() and r.stated.count("per-round IQR") == 1
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.measure.measurement import Measurement
+from helpers.measure.measurement import Measurement, paired_ratio
 from helpers.show.table import Table, compare_rows, compare_table, paired_table
 
 
@@ -99,6 +99,7 @@ def test_paired_table_gives_one_statistic_per_column_and_says_inconclusive():
     assert rows["eager again"]["reading"] == "inconclusive"
     assert rows["runtime"]["reading"] == "faster" and rows["runtime"]["speedup"].startswith("2.0")
     assert rows["runtime"]["ms per call"] == pytest.approx(10.0)
+    assert rows["runtime"]["per-round IQR"] == paired_ratio(base, fast).interval
     meta = {
         "runtime": {"precision": "fp32"},
         "eager": {"precision": "fp32"},

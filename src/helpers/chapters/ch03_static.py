@@ -127,10 +127,10 @@ def ratios(
 def speedup_rows(
     results: Mapping[tuple[str, str, int], Measurement | StaticMeasurement],
 ) -> list[dict[str, Any]]:
-    """One row per entry of ``results``, eager rows included: p50_ms, speedup and iqr (the
-    paired ratio over its framework's eager at that batch, from the same interleaved run), its
-    verdict, compile_s (paid once) and break_even (calls to earn it back, '-' where the variant
-    is not conclusively faster)."""
+    """One row per entry of ``results``, eager rows included: p50_ms, speedup and per-round IQR
+    (the paired ratio over its framework's eager at that batch, from the same interleaved run),
+    its verdict, compile_s (paid once) and break_even (calls to earn it back, '-' where the
+    variant is not conclusively faster)."""
     paired = ratios(results)  # raises for a variant without its eager entry
     rows = []
     for (fw, variant, batch), m in results.items():
@@ -140,9 +140,9 @@ def speedup_rows(
         earns = compile_s is not None and ratio is not None and ratio.p25 > 1 and gain_s > 0
         row = dict(framework=fw, variant=variant, batch=batch, p50_ms=steady.median * 1e3)
         if ratio is None:
-            row |= dict(speedup=None, iqr="-", verdict="baseline")
+            row |= {"speedup": None, RatioSummary.SPREAD: "-", "verdict": "baseline"}
         else:
-            row |= dict(speedup=ratio.median, iqr=f"{ratio.p25:.2f}-{ratio.p75:.2f}")
+            row |= {"speedup": ratio.median, ratio.SPREAD: ratio.interval}
             row["verdict"] = ratio.reading
         row |= dict(compile_s=compile_s, break_even=f"{compile_s / gain_s:.0f}" if earns else "-")
         rows.append(row)

@@ -42,14 +42,21 @@ class FlowRun:
         same_ops = self.res[before]["op_counts"] == self.res[after]["op_counts"]
         return not self.on_gpu and same_ops and np.array_equal(self.out[before], self.out[after])
 
-    def factor(self, before: str, after: str) -> str:
-        """A switch's factor: paired in one process, else a ratio of medians (labelled)."""
-        if self.no_op(before, after):
-            return f"no-op ({self.ratio(before, after):.2f}x)"
+    def speedup(self, before: str, after: str) -> RatioSummary | float:
+        """``after``'s speedup over ``before``: paired in one process, else :meth:`ratio`."""
         if self.res[before]["process"] != self.res[after]["process"]:
-            return f"{self.ratio(before, after):.2f}x (across processes)"
+            return self.ratio(before, after)
         m = {n: measurement_from_dict(dict(self.res[n], label=n)) for n in (before, after)}
-        return paired_ratio(m[before], m[after]).verdict() + " (in process)"
+        return paired_ratio(m[before], m[after])
+
+    def factor(self, before: str, after: str) -> str:
+        """A switch's :meth:`speedup` (the ledger's figure) in words, its kind labelled."""
+        s = self.speedup(before, after)
+        if self.no_op(before, after):
+            return f"no-op ({s.median if isinstance(s, RatioSummary) else s:.2f}x)"
+        if isinstance(s, RatioSummary):
+            return s.verdict() + " (in process)"
+        return f"{s:.2f}x (across processes)"
 
     def cross_process_aa(self, a: str = "native padding", b: str = "native padding + MLIR"):
         """The same graph timed in two processes (``a`` / ``b``), or None if their ops differ."""

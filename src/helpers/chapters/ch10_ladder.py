@@ -203,7 +203,7 @@ def ladder_table(lad: Ladder, title: str = "") -> Table:
                 "over": r["base"] or "-",
                 "ms/image": r["ms_per_image"],
                 "factor": r["factor"],
-                "IQR": f"{r['ratio'].p25:.2f}-{r['ratio'].p75:.2f}" if r["base"] else "-",
+                RatioSummary.SPREAD: r["ratio"].interval if r["base"] else "-",
                 "verdict": r["verdict"],
                 "cumulative": r["cumulative"],
                 "case study": r["reported"],
@@ -214,8 +214,8 @@ def ladder_table(lad: Ladder, title: str = "") -> Table:
         formats={"ms/image": ".2f", "factor": ".2f", "cumulative": ".1f"},
         notes=[
             "factor: over the path in 'over' (the last kept one), timed in the same interleaved "
-            "run: the median of per-round ratios with their interquartile range (IQR); kept "
-            "only when the IQR lies above 1",
+            "run: the median of per-round ratios with their interquartile range (per-round "
+            "IQR); kept only when that interval lies above 1",
             "cumulative: the product of the kept factors (an estimate; the end-to-end figure "
             "below is measured)",
             "fwd: forward pass only (no saliency map): a different task, not in the end-to-end "

@@ -9,7 +9,7 @@ import statistics
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from helpers.core.checks import check_int, check_number
 from helpers.core.environment import PAGE_COLUMNS
@@ -152,7 +152,9 @@ class RatioSummary:
     rounds: int
     ratios: tuple[float, ...]
 
+    SPREAD: ClassVar[str] = "per-round IQR"  # a table's column of :attr:`interval`
     iqr = property(lambda self: self.p75 - self.p25)  # of the per-round ratios
+    interval = property(lambda self: f"{self.p25:.2f}-{self.p75:.2f}")  # '1.70-1.95'
 
     @property
     def conclusive(self) -> bool:
@@ -167,7 +169,7 @@ class RatioSummary:
     @property
     def short(self) -> str:
         """``'1.84x (1.70-1.95)'``: the median and the per-round interquartile range."""
-        return f"{self.median:.2f}x ({self.p25:.2f}-{self.p75:.2f})"
+        return f"{self.median:.2f}x ({self.interval})"
 
     def apart_from(self, other: RatioSummary) -> bool:
         """True when the two per-round intervals (p25-p75) do not meet: the ratios differ."""
@@ -176,7 +178,7 @@ class RatioSummary:
     @property
     def spread(self) -> str:
         """``'per-round IQR 1.70-1.95'``: the one spelling of a ratio's spread in words."""
-        return f"per-round IQR {self.p25:.2f}-{self.p75:.2f}"
+        return f"{self.SPREAD} {self.interval}"
 
     def verdict(self, faster: str = "faster", slower: str = "slower") -> str:
         """``'1.84x faster'``, ``'0.91x slower'``, or ``'inconclusive (...)'`` when the interval holds 1."""

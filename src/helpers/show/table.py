@@ -185,7 +185,7 @@ def paired_table(
                 **dict((meta or {}).get(label, {})),
                 "ms per call": m.median * 1e3,
                 "speedup": "1 (baseline)" if label == baseline else f"{r.median:.2f}x",
-                "per-round IQR": "-" if label == baseline else f"{r.p25:.2f}-{r.p75:.2f}",
+                r.SPREAD: "-" if label == baseline else r.interval,
                 "reading": "-" if label == baseline else r.reading,
             }
         )
