@@ -90,7 +90,7 @@ def test_checks_table_counts_maps_beyond_the_bound_and_names_failures(torch_mod)
         and "of the fp32 bound" in by_path["naive"]["maps"]
     )
     logits = by_path["forward only"]["logits"]
-    assert "task level (bf16)" in logits and "top-1 kept 3/3" in logits
+    assert "task level (bf16)" in logits and "top-1 kept on 3/3" in logits
     assert by_path["forward only"]["maps"] == "-"
     assert by_path["INT8 runtime"]["logits"] == "FAILS: wrong class"
     assert "batching" not in by_path  # a path without a check result is not a row

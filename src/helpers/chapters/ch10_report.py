@@ -38,11 +38,7 @@ def _brief(check: Any) -> str:
     """One cell of the checks table: how much of the float32 bound, or the task-level result."""
     if isinstance(check, Comparison):
         return f"{check.used:.2g} of the fp32 bound"
-    top1 = f", top-1 kept {check.kept}/{check.decided}" if check.decided else ""
-    return (
-        f"task level ({check.mode}): {check.nearest_own:.0%} nearest own{top1}, lowest cosine "
-        f"{check.min_cosine:.3f}, controls fail"
-    )
+    return f"task level ({check.mode}): {check.brief()}"
 
 
 def checks_table(
