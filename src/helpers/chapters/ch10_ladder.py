@@ -84,8 +84,8 @@ def order_stable_images(
             with torch_threads(t):
                 orders.append(answer(task(x[i : i + batch]) for i in range(0, total, batch))[0])
     scale = precision.output_scale(ref, floor=0.0)
-    atol, rtol = precision.tolerance("fp32", network=network, scale=scale)
-    close = [torch.isclose(o, ref, rtol=rtol, atol=atol).flatten(1).all(1) for o in orders]
+    tol = precision.tolerance("fp32", network=network, scale=scale).as_kwargs()
+    close = [torch.isclose(o, ref, **tol).flatten(1).all(1) for o in orders]
     stable = torch.stack(close).all(0)
     top2 = logits.topk(2, dim=1).values
     margin = top2[:, 0] - top2[:, 1]
