@@ -84,9 +84,8 @@ def test_precisions_and_headline_pick_the_fastest_fp32_rival():
         }
         for b in (1, 8)
     }
-    top = report.headline(runs, "eager", prec)
+    top, text = report.headline(runs, "eager", prec, 8, "PASSIVE")
     assert top[1][0] == "ORT" and top[1][1].median == pytest.approx(2.0)
-    text = report.headline_sentence(top, "eager", 8, "PASSIVE")
     assert "ORT, ran **2.00x faster (per-round IQR" in text and "OMP_WAIT_POLICY=PASSIVE" in text
     tables = report.fps_tables(runs, "eager", prec, {1: 1, 8: 2}, 64)
     assert [t.title for t in tables][1] == "batch 8, 64 px, 2 thread(s) for every row"
@@ -105,13 +104,12 @@ def test_lead_at_224_splits_the_gap_and_the_sentence_follows_it():
             for b in (1, 8)
         }
 
-    lead = report.lead_at_224(runs(3.0), 8)
+    lead, table, text = report.lead_at_224(runs(3.0), 8, "t")
     assert lead["best_torch"] == "PyTorch channels-last"
     assert lead["closed"] == pytest.approx(0.5)  # 4x -> 2x: half the gap on a log scale
-    text = report.sentence_224(lead, 8)
     assert "closes about 50% of the gap" in text and "the rest is its fused kernels" in text
-    assert "all of the remaining lead" in report.sentence_224(report.lead_at_224(runs(5.0), 8), 8)
-    rows = report.table_224(runs(3.0), lead, "t").rows
+    assert "all of the remaining lead" in report.lead_at_224(runs(5.0), 8, "t")[2]
+    rows = table.rows
     assert rows[2]["ONNX Runtime's lead"] == "-" and rows[0]["ms per call"] == pytest.approx(8.0)
     spin = {f"{k}, batch 1": lead["eager"] for k in ("PyTorch eager", "ONNX Runtime")}
     top = {b: ("ONNX Runtime", lead["eager"]) for b in (1, 8)}

@@ -68,8 +68,8 @@ def test_check_text_shows_what_was_required_and_the_controls():
         name="int8",
     )
     text = report.check_text(check)
-    assert text.startswith("passes (int8): nearest own 100%, decided rows kept ")
-    assert "lowest cosine 1.0000; controls (negated / shifted) 0% / 0% nearest own" in text
+    assert text.startswith("passes (int8): each row nearest its own reference 100%, lowest ")
+    assert "top-1 kept on " in text and "controls fail (negated 0%, shifted rows 0%" in text
     assert report.check_text(AssertionError("task-level check: moved")) == "FAILS: moved"
 
 
@@ -224,20 +224,15 @@ def test_a_missing_ceiling_is_said_not_printed_as_nan():
 
 
 def test_checks_table_rows_say_pass_fail_and_the_planted_bug():
-    from types import SimpleNamespace
+    from helpers.core.comparison import TaskCheck
 
-    ok = SimpleNamespace(
-        name="A", mode="int8", nearest_own=0.98, min_cosine=0.99, decided=10, kept=9, top1=0.97
-    )
-    ok.__dict__.update(
-        controls={"negated": 0.0, "shifted": 0.1}, by_class=False, decided_only=False
-    )
+    ok = TaskCheck("A", "int8", 32, 0.98, 0.99, 10, 9, 0.97, {"negated": 0.0, "shifted": 0.1})
     checks = {"A": ok, "B": AssertionError("task-level check: rows moved")}
     acc = {"PyTorch eager fp32": 0.9, "A": 0.89, "B": 0.5}
     planted = (AssertionError("x: calibration wrong; more"), 0.3)
     table = report.checks_table(checks, acc, "PyTorch eager fp32", planted=planted)
     rows = {r["variant"]: r for r in table.rows}
-    assert rows["A"]["check"].startswith("passes (int8): nearest own 98%")
+    assert rows["A"]["check"].startswith("passes (int8): each row nearest its own reference 98%")
     assert rows["A"]["drop (points)"] == "+1.00" and rows["B"]["check"] == "FAILS: rows moved"
     assert rows["planted bug: calibrated on un-normalised images"]["drop (points)"] == "+60.00"
     assert table.notes and "FAILS" in table.notes[0]  # a variant failed: the note says what

@@ -35,6 +35,7 @@ def test_sentences_come_from_the_numbers():
     assert "multiply to 10.00x" in text and "is 10.00x (per-round IQR 10.00-10.00)" in text
     assert "13.20x" in text and "above" in text  # the chapters' 1.5 * 2 * 4 * 1.1
     assert "chapter 05 measured 4.00x" in text and "pipelining gave 4.00x" in text
+    assert "2 rung(s) measured here were not built on" in text  # static graph, pipelining
     line = report.static_graph_line(lad)
     assert line.startswith("The final path contains no static graph")
     assert "static graph (torch.compile) at the static graph rung, 1.60x faster" in line
@@ -45,10 +46,10 @@ def test_sentences_come_from_the_numbers():
     assert "quick-mode" not in report.headline(lad, "cuda")
     guide = report.ladder_guide(lad, "cpu")
     assert guide[0].startswith("on cpu") and "batching 4.00x" in guide[0]
+    assert guide[1].startswith("not built on: static graph (torch.compile): measured")
     assert any(g.startswith("not built on: pipelining: slower") for g in guide)
     assert any("pruning -> batching -> compiler (folding)" in g for g in guide)
-    assert any("static graph" in g for g in guide) and "INT8 runtime" in guide[-1]
-    assert report.dropped_lines(lad)[0].startswith("static graph (torch.compile): measured")
+    assert line in guide and "INT8 runtime" in guide[-1]
 
 
 def test_the_page_names_what_failed_its_check():
@@ -57,7 +58,8 @@ def test_the_page_names_what_failed_its_check():
     def check(label, settings, base):
         return "3 rows nearest another class" if settings.get("fold") == 1.25 else None
 
-    assert any("fails its check" in line for line in report.dropped_lines(climb(check=check)))
+    guide = report.ladder_guide(climb(check=check), "cpu")
+    assert any("compiler (folding) fails its check: 3 rows" in line for line in guide)
     lad = climb(check=lambda label, s, base: "wrong" if s.get("int8") else None)
     assert "fastest that passed its check was forward only" in report.ladder_guide(lad, "cpu")[-1]
 
@@ -88,7 +90,7 @@ def test_checks_table_counts_maps_beyond_the_bound_and_names_failures(torch_mod)
         and "of the fp32 bound" in by_path["naive"]["maps"]
     )
     logits = by_path["forward only"]["logits"]
-    assert "task level (bf16)" in logits and "top-1 kept 3/3" in logits
+    assert "task level (bf16)" in logits and "top-1 kept on 3/3" in logits
     assert by_path["forward only"]["maps"] == "-"
     assert by_path["INT8 runtime"]["logits"] == "FAILS: wrong class"
     assert "batching" not in by_path  # a path without a check result is not a row
@@ -113,7 +115,7 @@ def test_ladder_sentences_follow_the_pipelining_controls_and_the_served_figures(
     lines = report.ladder_sentences(lad, "cpu (fp32)", None, keep_rule)
     assert lines[0].startswith("End to end on cpu (fp32), the saliency task runs **")
     assert lines[1] == report.article_line()
-    assert any(line.startswith("Dropped: pipelining") for line in lines)
+    assert not any("static graph" in line or "not built on" in line for line in lines[2:])
     pipe = next(line for line in lines if line.startswith("Pipelining over batching"))
     assert "0.77x" in pipe and pipe.endswith(".")  # slower: no word on what its gain is
     control = next(line for line in lines if line.startswith("Control: the A/A twin"))

@@ -212,9 +212,9 @@ def test_environment_report_says_when_repeats_are_cut(monkeypatch, capsys):
 )
 def test_int8_saturates_on_x86_without_dot_products(monkeypatch, machine, flags, saturates):
     monkeypatch.setattr(hardware, "_cpu_flags", lambda: set(flags))
-    monkeypatch.setattr(env.platform, "machine", lambda: machine)
-    assert env.has_int8_dot_product() is bool(flags & hardware.INT8_DOT_FLAGS)
-    assert env.int8_saturates() is saturates
+    monkeypatch.setattr(hardware.platform, "machine", lambda: machine)
+    assert hardware.has_int8_dot_product() is bool(flags & hardware.INT8_DOT_FLAGS)
+    assert hardware.int8_saturates() is saturates
 
 
 def test_cpu_family_names_the_generation():

@@ -150,9 +150,9 @@ def _weight_peak(path) -> int:
 def test_reduce_range_follows_the_cpu_unless_given(tiny, tmp_path, monkeypatch, saturates):
     """Where int8 kernels saturate (x86 without VNNI) the symmetric weights get 7 bits (at most
     64 in magnitude); elsewhere the full 127. An explicit ``reduce_range`` wins either way."""
-    from helpers.core import environment
+    from helpers.core import hardware
 
-    monkeypatch.setattr(environment, "int8_saturates", lambda: saturates)
+    monkeypatch.setattr(hardware, "int8_saturates", lambda: saturates)
     _, path, calib = tiny
     auto = q.quantize_onnx(path, tmp_path / "auto.onnx", calib)
     assert auto.settings["reduce_range"] is saturates

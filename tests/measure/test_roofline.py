@@ -69,7 +69,7 @@ def test_ceilings_on_a_cpu_are_fp32_bf16_and_int8_keyed_by_math_mode(torch_mod):
     from helpers.core import precision
 
     peaks = roofline.ceilings("cpu", n=32, repeats=1)
-    int8 = ["int8"] if roofline.environment.has_int8_dot_product() else []
+    int8 = ["int8"] if roofline.hardware.has_int8_dot_product() else []
     assert list(peaks) == ["fp32", "bf16", *int8] and all(v > 0 for v in peaks.values())
     # the ceiling of the mode a CPU model runs in is there to divide by
     assert precision.torch_math_mode("cpu") in peaks
@@ -92,7 +92,7 @@ def test_int8_matmul_peak_rejects_bad_arguments():
 @pytest.mark.parametrize("vnni", [True, False])
 def test_cpu_ceilings_have_int8_exactly_with_dot_product_instructions(torch_mod, monkeypatch, vnni):
     """The int8 ceiling appears where the CPU has VNNI/AMX, and is then the best of both kernels."""
-    monkeypatch.setattr(roofline.environment, "has_int8_dot_product", lambda: vnni)
+    monkeypatch.setattr(roofline.hardware, "has_int8_dot_product", lambda: vnni)
     calls = []
 
     def fake_int8(n, repeats, kernel):
@@ -118,7 +118,7 @@ def test_conv1x1_peak_small_n_is_positive_and_checks_arguments(torch_mod):
 
 def test_cpu_fp32_ceiling_is_the_better_of_matmul_and_conv(torch_mod, monkeypatch):
     """A BLAS matmul slower than the convolutions must not set the fp32 ceiling."""
-    monkeypatch.setattr(roofline.environment, "has_int8_dot_product", lambda: False)
+    monkeypatch.setattr(roofline.hardware, "has_int8_dot_product", lambda: False)
     monkeypatch.setattr(roofline, "matmul_peak_gflops", lambda dtype, *a, **k: 50.0)
     monkeypatch.setattr(
         roofline,
@@ -132,10 +132,8 @@ def test_cpu_fp32_ceiling_is_the_better_of_matmul_and_conv(torch_mod, monkeypatc
 def test_an_emulated_bf16_matmul_is_measured_small(torch_mod, monkeypatch, native):
     """Without bf16 instructions the bf16 matmul is timed at n <= 512 (an emulated one slows
     down as it grows: minutes a call at 2048); with them, at the size asked for."""
-    from helpers.core import environment
-
-    monkeypatch.setattr(environment, "has_bf16_instructions", lambda: native)
-    monkeypatch.setattr(roofline.environment, "has_int8_dot_product", lambda: False)
+    monkeypatch.setattr(roofline.hardware, "has_bf16_instructions", lambda: native)
+    monkeypatch.setattr(roofline.hardware, "has_int8_dot_product", lambda: False)
     sizes = {}
 
     def fake_matmul(dtype, n, *a, **k):

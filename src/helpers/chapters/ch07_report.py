@@ -18,10 +18,7 @@ __all__ = [
     "precisions",
     "fps_tables",
     "headline",
-    "headline_sentence",
     "lead_at_224",
-    "table_224",
-    "sentence_224",
     "summary_table",
 ]
 
@@ -117,48 +114,40 @@ def fps_tables(
 
 
 def headline(
-    runs: Mapping[int, Mapping[str, Measurement]], base: str, precision: Mapping[str, str]
-) -> dict[int, tuple[str, RatioSummary]]:
-    """Per batch: the fastest fp32 contender other than ``base``, and its paired ratio to it."""
+    runs: Mapping[int, Mapping[str, Measurement]],
+    base: str,
+    precision: Mapping[str, str],
+    batch: int,
+    wait: str,
+) -> tuple[dict[int, tuple[str, RatioSummary]], str]:
+    """Per batch: the fastest fp32 contender other than ``base`` and its paired ratio to it; and
+    the FPS table's headline sentence on them at batch 1 and ``batch``."""
     rivals = [k for k, p in precision.items() if p == "fp32" and k != base]
     top = {b: max(rivals, key=lambda k: rs[k].throughput) for b, rs in runs.items()}
-    return {b: (top[b], paired_ratio(rs[base], rs[top[b]])) for b, rs in runs.items()}
-
-
-def headline_sentence(
-    top: Mapping[int, tuple[str, RatioSummary]], base: str, batch: int, wait: str
-) -> str:
-    """The FPS table's headline: the fastest fp32 runtime against ``base`` at batch 1 and ``batch``."""
-    (top1, r1), (topb, rb) = top[1], top[batch]
-    return (
+    out = {b: (top[b], paired_ratio(rs[base], rs[top[b]])) for b, rs in runs.items()}
+    (top1, r1), (topb, rb) = out[1], out[batch]
+    return out, (
         f"At batch 1 the fastest fp32 runtime here, {top1}, ran **{r1.stated}** than {base}; "
         f"at batch {batch}, {topb} ran {rb.stated}. Both frameworks' threads wait alike "
         f"(`OMP_WAIT_POLICY={wait}`)."
     )
 
 
-def lead_at_224(runs: Mapping[int, Mapping[str, Measurement]], batch: int) -> dict[str, Any]:
+def lead_at_224(
+    runs: Mapping[int, Mapping[str, Measurement]], batch: int, title: str
+) -> tuple[dict[str, Any], Table, str]:
     """ONNX Runtime's paired lead over every row at 224 px (``leads[(b, label)]``); at ``batch``
     over eager, over PyTorch's best path (``best_torch``: ``left``), the NCHWc layout's worth
-    (``nchwc``), and the share of the gap PyTorch itself closes on a log scale (``closed``)."""
+    (``nchwc``), and the share of the gap PyTorch itself closes on a log scale (``closed``).
+    With them, the runs as a table (ms per call, the lead) and what it says: how much of the
+    lead is PyTorch's eager path."""
     leads = {(b, k): paired_ratio(rs[k], rs[ORT]) for b, rs in runs.items() for k in rs}
     paths = [k for k in runs[batch] if k.startswith("PyTorch")]
     best = min(paths, key=lambda k: leads[(batch, k)].median)
     eager, left = leads[(batch, "PyTorch eager")], leads[(batch, best)]
-    return {
-        "leads": leads,
-        "best_torch": best,
-        "eager": eager,
-        "left": left,
-        "nchwc": leads[(batch, "ONNX Runtime, no NCHWc")],
-        "closed": np.log(eager.median / left.median) / np.log(eager.median),
-    }
-
-
-def table_224(
-    runs: Mapping[int, Mapping[str, Measurement]], lead: dict[str, Any], title: str
-) -> Table:
-    """The 224 px runs as a table: batch, runtime, ms per call, ONNX Runtime's lead."""
+    nchwc = leads[(batch, "ONNX Runtime, no NCHWc")]
+    closed = np.log(eager.median / left.median) / np.log(eager.median)
+    lead = dict(leads=leads, best_torch=best, eager=eager, left=left, nchwc=nchwc, closed=closed)
     rows = [
         {
             "batch": b,
@@ -166,29 +155,24 @@ def table_224(
             "ms per call": runs[b][k].median * 1e3,
             "ONNX Runtime's lead": "-" if k == ORT else r.verdict(),
         }
-        for (b, k), r in lead["leads"].items()
+        for (b, k), r in leads.items()
     ]
-    return Table(rows, title=title)
-
-
-def sentence_224(lead: dict[str, Any], batch: int) -> str:
-    """What the 224 px table says: how much of ONNX Runtime's lead is PyTorch's eager path."""
-    left, nchwc = lead["left"], lead["nchwc"]
     rest = (  # is the layout all of the remaining lead, or part of it?
         ": that layout is all of the remaining lead and more."
         if nchwc.median >= left.median
         else "; the rest is its fused kernels and lower per-operator cost."
     )
-    return (
-        f"At 224 px, batch {batch}, ONNX Runtime ran **{lead['eager'].verdict()}** than "
-        f"PyTorch eager (batch 1: {lead['leads'][(1, 'PyTorch eager')].verdict()}), and "
-        f"{left.verdict()} than PyTorch's fastest path here ({lead['best_torch']}). "
-        f"So PyTorch itself closes about {lead['closed']:.0%} of the gap (log scale): that "
+    text = (
+        f"At 224 px, batch {batch}, ONNX Runtime ran **{eager.verdict()}** than "
+        f"PyTorch eager (batch 1: {leads[(1, 'PyTorch eager')].verdict()}), and "
+        f"{left.verdict()} than PyTorch's fastest path here ({best}). "
+        f"So PyTorch itself closes about {closed:.0%} of the gap (log scale): that "
         "part is PyTorch's eager CPU path (a BatchNorm pass per convolution, a layout "
         "conversion around each convolution), not the runtime. Of what is left, ONNX "
         f"Runtime's blocked NCHWc layout is worth {nchwc.verdict()} (the same session "
         f"without it){rest}"
     )
+    return lead, Table(rows, title=title), text
 
 
 def summary_table(

@@ -85,19 +85,11 @@ def variants_table(
 
 
 def check_text(c: Any) -> str:
-    """A task-level check (:class:`helpers.core.comparison.TaskCheck`) in one cell: what was
-    required (each row nearest its own reference, decided rows kept), what was only counted (top-1
-    agreement overall), the two controls that had to fail; or, for a caught error, why it FAILS."""
+    """A task-level check (:class:`helpers.core.comparison.TaskCheck`) in one cell, or, for a
+    caught error, why it FAILS."""
     if isinstance(c, BaseException):
         return "FAILS: " + str(c).split("check: ", 1)[-1]
-    own = ("decided rows " if c.decided_only else "") + "nearest own" + " class" * c.by_class
-    kept = "" if c.decided is None else f", decided rows kept {c.kept}/{c.decided}"
-    top1 = "" if c.top1 is None else f", top-1 agreement {c.top1:.1%}"
-    controls = " / ".join(f"{v:.0%}" for v in c.controls.values())
-    return (
-        f"passes ({c.mode}): {own} {c.nearest_own:.0%}{kept}{top1}, lowest cosine "
-        f"{c.min_cosine:.4f}; controls (negated / shifted) {controls} nearest own"
-    )
+    return f"passes ({c.mode}): {c.brief()}"
 
 
 def training_table(result: Any, untrained: float, needed: float, model: str) -> Table:

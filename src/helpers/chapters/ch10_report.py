@@ -38,11 +38,7 @@ def _brief(check: Any) -> str:
     """One cell of the checks table: how much of the float32 bound, or the task-level result."""
     if isinstance(check, Comparison):
         return f"{check.used:.2g} of the fp32 bound"
-    top1 = f", top-1 kept {check.kept}/{check.decided}" if check.decided else ""
-    return (
-        f"task level ({check.mode}): {check.nearest_own:.0%} nearest own{top1}, lowest cosine "
-        f"{check.min_cosine:.3f}, controls fail"
-    )
+    return f"task level ({check.mode}): {check.brief()}"
 
 
 def checks_table(
@@ -199,17 +195,6 @@ def article_line(reported: Mapping[str, float] = RESNET101_ONEFLOW) -> str:
     )
 
 
-def dropped_lines(lad: Ladder) -> list[str]:
-    """One line per rung that was not built on, and per candidate that failed its check."""
-    return [  # a kept row with a reason: another candidate of its rung failed its check
-        f"{r['candidate']}: {r['reason']}"
-        if not r["kept"]
-        else f"{r['rung']}: {r['candidate']} kept; {r['reason']}"
-        for r in lad.rows[1:]
-        if not r["kept"] or r["reason"]
-    ]
-
-
 def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
 
@@ -234,12 +219,11 @@ def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[s
             f"({', '.join(sorted({r['device'] + ' ' + r['precision'] for r in measured}))}), "
             "not on top of the steps before it."
         )
-    dropped = [r for r in task if not r["kept"]]
+    dropped = sum(not r["kept"] for r in task)
     if dropped:
         lines.append(
-            "Measured but not built on here: "
-            + ", ".join(f"{r['candidate']} ({r['factor']:.2f}x, {r['verdict']})" for r in dropped)
-            + "; a product of chapter factors counts such steps anyway."
+            f"{dropped} rung(s) measured here were not built on (the decision guide says why); "
+            "a product of chapter factors counts such steps anyway."
         )
     by_key = {r["key"]: r for r in task}
     diffs = []
@@ -274,7 +258,13 @@ def ladder_guide(lad: Ladder, device: str) -> list[str]:
         f"on {device}, the steps that paid, largest first: "
         + (", ".join(f"{r['candidate']} {r['ratio'].short}" for r in kept) or "none")
     ]
-    lines += [f"not built on: {line}" for line in dropped_lines(lad)]
+    lines += [  # a kept row with a reason: another candidate of its rung failed its check
+        f"{r['rung']}: {r['candidate']} kept; {r['reason']}"
+        if r["kept"]
+        else f"not built on: {r['candidate']}: {r['reason']}"
+        for r in lad.rows[1:]
+        if not r["kept"] or r["reason"]
+    ]
     lines.append(static_graph_line(lad))
     e2e = lad.end_to_end
     lines.append(
@@ -305,9 +295,10 @@ def ladder_sentences(
     served: Mapping[str, float] | None = None,
     in_flight: int = 1,
 ) -> list[str]:
-    """The page's findings under the ladder table: the headline, the article's figures, static
-    graphs, dropped rungs, the pipelining rung's controls (``keep``: the page's keep rule), a
-    contended run, the served rung (``served``: ``rps``, ``p99_ms``; ``in_flight`` requests)."""
+    """The page's findings under the ladder table: the headline, the article's figures, the
+    pipelining rung's controls (``keep``: the page's keep rule), a contended run, the served rung
+    (``served``: ``rps``, ``p99_ms``; ``in_flight`` requests). Static graphs and dropped rungs are
+    the decision guide's (:func:`ladder_guide`)."""
     pipe = next(r for r in lad.rows if r["key"] == "pipelining")
     stage, base = pipe["stage"], pipe["base"]
     over = {k: paired_ratio(stage[base], stage[k]) for k in ("pipelining", REPLICAS)}
@@ -317,8 +308,6 @@ def ladder_sentences(
     lines = [
         headline(lad, where, quick),
         article_line(),  # the case study's factors beside its article's 21x
-        static_graph_line(lad),
-        *[f"Dropped: {line}." for line in dropped_lines(lad)],
         f"Pipelining over {base}: {over['pipelining']}; two replicas without the lock: "
         f"{over[REPLICAS]}. The lock itself: {lock.verdict()}"
         + (gain if keep(over["pipelining"]) else "."),

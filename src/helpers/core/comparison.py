@@ -270,18 +270,18 @@ class TaskCheck:
     kept: int | None  # of those, rows whose top-1 class stayed the same
     top1: float | None  # logits: top-1 agreement over all rows (shown, not required)
     controls: dict[str, float]  # a control's nearest-own fraction (each must fail the check)
-    by_class: bool = False  # nearest a reference of its own class (logits of a trained model)
+    by_class: bool = False  # decided rows nearest a reference of their class (a trained model)
     accuracy_drop: float | None = None  # points of held-out accuracy lost (classifier rule)
-    decided_only: bool = False  # nearest-own required of the decided rows only
-    nearest_own_all: float | None = None  # with decided_only: the fraction over every row
+    nearest_own_all: float | None = None  # with by_class: the fraction over every row
 
-    def __str__(self) -> str:
+    def brief(self) -> str:
+        """What was required and found, and the controls, in one unwrapped line (a table cell)."""
         own = "a reference of its class" if self.by_class else "its own reference"
-        which = "decided row" if self.decided_only else "row"
+        which = "decided row" if self.by_class else "row"
         every = "" if self.nearest_own_all is None else f" (every row {self.nearest_own_all:.0%})"
         parts = [
-            f"{self.name} ({self.mode}, {self.rows} rows): each {which} nearest {own} "
-            f"{self.nearest_own:.0%}{every}, lowest cosine {self.min_cosine:.4f}"
+            f"each {which} nearest {own} {self.nearest_own:.0%}{every}, lowest cosine "
+            f"{self.min_cosine:.4f}"
         ]
         if self.decided:
             parts.append(f"top-1 kept on {self.kept}/{self.decided} rows decided beyond the error")
@@ -292,7 +292,10 @@ class TaskCheck:
         if self.accuracy_drop is not None:
             parts.append(f"accuracy {0.0 - self.accuracy_drop:+.2f} points vs reference")
         ctl = ", ".join(f"{k} {v:.0%}" for k, v in self.controls.items())
-        text = "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
+        return "; ".join(parts) + f"; controls fail ({ctl} nearest own)"
+
+    def __str__(self) -> str:
+        text = f"{self.name} ({self.mode}, {self.rows} rows): {self.brief()}"
         return textwrap.fill(text, width=PAGE_COLUMNS, subsequent_indent="  ")
 
 
@@ -304,7 +307,6 @@ def assert_task_level(
     logits: bool = False,
     network: str | None = None,
     by_class: bool = False,
-    decided_only: bool = False,
     name: str = "outputs",
 ) -> TaskCheck:
     """Assert that a reduced-precision result still does its float32 reference's task; rows are
@@ -314,8 +316,9 @@ def assert_task_level(
       larger than the signal.
     - ``logits=True``: a row whose reference top-1 leads the runner-up by more than twice the
       mode's elementwise bound keeps its top-1; rows inside it are counted, not required.
-    - ``by_class``: nearest a reference of its own class instead (a trained classifier gives one
-      class's images nearly the same logits); ``decided_only``: of the decided rows only.
+    - ``by_class``: each decided row nearest a reference of its own class instead (a trained
+      classifier gives one class's images nearly the same logits; a row on a class boundary may
+      land on either side).
     - Controls that must fail: the candidate negated, and its rows shifted by one (each image
       paired with another's reference); if either passes, the data cannot tell right from wrong.
     """
@@ -328,8 +331,6 @@ def assert_task_level(
     cos = rowwise_cosine(x, y)  # refuses a zero row: its cosine is undefined
     if by_class and not logits:
         raise ValueError("by_class compares decisions: it needs logits=True")
-    if decided_only and not by_class:
-        raise ValueError("decided_only holds decided rows to their class: it needs by_class=True")
     groups = y.argmax(axis=1) if by_class else None
     if _nearest_own(y, y) < 1.0:
         raise AssertionError(
@@ -349,12 +350,12 @@ def assert_task_level(
                 f"top-1 changed on {decided - kept} of {decided} rows whose reference decision is "
                 f"wider than twice the {mode} bound ({tol.atol:.3g})"
             )
-        if decided_only and not sure.any():
+        if by_class and not sure.any():
             raise AssertionError(
                 f"{name}: no row is decided beyond twice the {mode} bound, so no row can be "
                 "held to its class (a model that learned nothing?)"
             )
-        required = sure if decided_only else None
+        required = sure if by_class else None
     own = _nearest_own(x, y, groups, required)
     if own < 1.0:
         problems.append(
@@ -385,7 +386,6 @@ def assert_task_level(
         top1=top1,
         controls=controls,
         by_class=by_class,
-        decided_only=decided_only,
         nearest_own_all=None if required is None else _nearest_own(x, y, groups),
     )
 
@@ -401,7 +401,7 @@ def assert_classifier_logits(
     name: str = "logits",
 ) -> TaskCheck:
     """The course's rule for a classifier's reduced-precision logits: :func:`assert_task_level`
-    with ``logits``, ``by_class`` and ``decided_only``, and with ``labels`` held-out accuracy at
+    with ``logits`` and ``by_class``, and with ``labels`` held-out accuracy at
     most ``max_drop`` (a fraction) below the reference's."""
     drop = None
     if labels is not None:
@@ -415,7 +415,8 @@ def assert_classifier_logits(
                 f"{name} fail the task-level check: held-out accuracy {drop:.2f} points below "
                 f"the reference (at most {100 * max_drop:g} allowed)"
             )
-    rule = dict(logits=True, by_class=True, decided_only=True)
-    check = assert_task_level(candidate, reference, mode=mode, network=network, name=name, **rule)
+    check = assert_task_level(
+        candidate, reference, mode=mode, network=network, name=name, logits=True, by_class=True
+    )
     check.accuracy_drop = drop
     return check

@@ -24,7 +24,6 @@ from typing import Any
 
 from helpers.core import cgroup, cuda_compat, hardware, machine_needs
 from helpers.core.checks import check_int
-from helpers.core.hardware import has_bf16_instructions, has_int8_dot_product, int8_saturates
 
 __all__ = [
     "MODE_ENV",
@@ -43,9 +42,6 @@ __all__ = [
     "import_oneflow",
     "seed_everything",
     "skip_without_gpu",
-    "has_int8_dot_product",
-    "has_bf16_instructions",
-    "int8_saturates",
     "environment_report",
     "machine_label",
     "print_environment_report",

@@ -24,7 +24,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from helpers.core import environment
+from helpers.core import hardware
 from helpers.core.checks import check_int
 from helpers.deploy import export
 
@@ -164,7 +164,7 @@ def quantize_onnx(
     x = check_calibration(calibration)
     activation_type, calibrate_method = check_settings(activation, method)
     if reduce_range is None:  # an x86 CPU without VNNI: 16-bit pair sums overflow
-        reduce_range = environment.int8_saturates()
+        reduce_range = hardware.int8_saturates()
     src, dst = Path(src), Path(dst)
     name = input_name or export.graph_inputs(src)[0]  # a missing file fails here
     dst.parent.mkdir(parents=True, exist_ok=True)

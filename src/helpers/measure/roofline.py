@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from helpers.core import environment, precision
+from helpers.core import hardware, precision
 from helpers.core.checks import check_int
 from helpers.measure.timer import time_loop
 
@@ -212,12 +212,12 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
         peaks["fp32"] = max(peaks["fp32"], conv1x1_peak_gflops("float32", n, repeats))
         # Without bf16 instructions PyTorch's emulated bf16 matmul slows down as it grows
         # (minutes a call at n=2048 on an AVX2-only CPU): measure it where it is fastest.
-        bf16_n = n if environment.has_bf16_instructions() else min(n, 512)
+        bf16_n = n if hardware.has_bf16_instructions() else min(n, 512)
         peaks["bf16"] = max(
             matmul_peak_gflops("bfloat16", bf16_n, repeats, dev),
             conv1x1_peak_gflops("bfloat16", n, repeats),
         )
-        if environment.has_int8_dot_product():
+        if hardware.has_int8_dot_product():
             peaks["int8"] = max(int8_matmul_peak_gops(n, repeats, k) for k in INT8_KERNELS)
     return peaks
 
