@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import numpy as np  # noqa: E402
 
 from helpers.core.hardware import describe_machine, machine_facts  # noqa: E402
+from helpers.core.scratch import scratch_dir  # noqa: E402
 
 MAX_DROP_POINTS = 1.0  # the best path loses at most this many points of accuracy
 MAX_RULE_DROP = 0.02  # the INT8 rule's accuracy drop (a fraction), as in chapter 8
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = roofline.ceilings("cpu", n=2048, repeats=3)
     print("ceilings (GFLOP/s, int8 GOP/s):", {k: round(v) for k, v in ceilings.items()})
 
-    work = Path(tempfile.mkdtemp(prefix="bench_cpu_deploy_"))
+    work = scratch_dir("bench_cpu_deploy-")  # removed at exit, or by the next run if killed
     x_all = data.normalize(data.make_images(BATCH + CALIBRATION, IMAGE_SIZE, seed=5)[0])
     xb, calib = np.ascontiguousarray(x_all[:BATCH]), x_all[BATCH:]
     r101 = models.build_classifier("torch", "resnet101", num_classes=8)
