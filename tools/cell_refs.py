@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,4 +167,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `show | head` ends quietly
     raise SystemExit(main())

@@ -12,6 +12,8 @@ import platform
 from functools import lru_cache
 from typing import Any
 
+from helpers.core.machine_needs import host_memory
+
 __all__ = [
     "has_int8_dot_product",
     "has_bf16_instructions",
@@ -103,7 +105,7 @@ def gpu_info() -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def machine_facts() -> dict[str, Any]:
     """This machine, as every record of where a figure was measured stores it."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    memory, _ = host_memory()  # the container's limit where it is lower than the host's RAM
     info = _cpuinfo()
     # the family and model tell generations of one model name apart ("AMD EPYC"): cloud machines
     # of one name differ by more than 1.5x
@@ -113,7 +115,7 @@ def machine_facts() -> dict[str, Any]:
         "cpu_family": f"family {family}, model {info.get('model', '?')}" if family else None,
         "cores": os.cpu_count(),
         "flags": sorted(_cpu_flags() & set(FLAGS)),
-        "memory_gib": round(memory, 1),
+        "memory_gib": round(memory / 2**30, 1) if memory else None,
         "gpu": gpu_info()["gpu"],
     }
 
