@@ -139,7 +139,7 @@ def test_replicas_control_runs_the_same_task_without_the_lock(jpegs):
     np.testing.assert_allclose(replicas.saliency(), serial.saliency(), atol=1e-6)
     # every batch exactly once, by whichever replica was free
     assert sorted(e.batch for e in replicas.events if e.stage == "load") == list(range(5))
-    assert {e.lane for e in replicas.events} <= {"replica 0", "replica 1"}
+    assert {e.lane for e in replicas.events} <= {"process 0", "process 1"}
     locked = pl.run_two_process(TinyNet(), pl.Job(jpegs, 2, SIZE))
     assert locked.name == "2 processes + lock" and locked.meta["lock"] is True
 

@@ -13,7 +13,7 @@ import pickle
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -33,7 +33,6 @@ __all__ = [
     "PipelineRun",
     "infer",
     "forward",
-    "replica_worker",
     "JpegDataset",
     "start_loader_workers",
     "stopping_workers",
@@ -190,40 +189,6 @@ def check_task_module(model: Any, frozen: bool = True) -> None:
         )
 
 
-def replica_worker(wid, payload, batches, image_size, device, threads, lock, next_batch, go, out_q):
-    """The control for :func:`case_study_worker`, same arguments: no lock around loading.
-
-    Only the counter's read-and-increment is locked (by the counter's own lock; ``lock`` is not
-    used), so each process loads and infers whenever it is free: independent replicas. It shows
-    what the lock itself changes, and how much of a gain is plain parallelism.
-    """
-    try:
-        torch.set_num_threads(threads)
-        with open(payload, "rb") as fh:
-            model, jpegs, stage = pickle.load(fh)
-        model = model.eval().to(device)
-        stage(model, load_batch(jpegs, batches[0], image_size), device)  # warm-up, untimed
-        out_q.put(("ready", wid, None))
-        go.wait()
-        lane = f"replica {wid}"
-        while True:
-            with next_batch.get_lock():  # the counter only: loading is not locked
-                b = next_batch.value
-                next_batch.value = b + 1
-            if b >= len(batches):
-                break
-            s = time.time()
-            x = load_batch(jpegs, batches[b], image_size)
-            m = time.time()
-            y = stage(model, x, device)
-            e = time.time()
-            events = [StageEvent(lane, "load", b, s, m), StageEvent(lane, "infer", b, m, e)]
-            out_q.put(("result", wid, (b, y, events)))
-        out_q.put(("done", wid, None))
-    except BaseException:  # every failure must reach the parent, never leave it waiting
-        out_q.put(("error", wid, traceback.format_exc()))
-
-
 class JpegDataset(torch.utils.data.Dataset):
     """The encoded images, each loaded when fetched: ``(image, load start, load end, worker id)``
     (the times and the worker, ``-1`` for the main process, only draw the timeline)."""
@@ -305,11 +270,12 @@ def case_study_worker(
         lane = f"process {wid}"
         while True:
             # only one process loads at a time; the others run their model meanwhile
-            with lock:
-                b = next_batch.value
+            with lock:  # (the control, replicas: a nullcontext, no lock)
+                with next_batch.get_lock():  # take the next batch number
+                    b = next_batch.value
+                    next_batch.value = b + 1
                 if b >= len(batches):
                     break
-                next_batch.value = b + 1
                 s = time.time()
                 x = load_batch(jpegs, batches[b], image_size)
                 m = time.time()
@@ -334,12 +300,12 @@ def run_two_process(model, job, *, threads_per_worker=1, with_lock=True, workers
     job.check(model)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["helpers.chapters.ch05_pipeline"])  # PyTorch, once
-    lock, next_batch, go = ctx.Lock(), ctx.Value("i", 0), ctx.Event()
-    target = case_study_worker if with_lock else replica_worker
+    lock = ctx.Lock() if with_lock else nullcontext()  # no lock: replicas
+    next_batch, go = ctx.Value("i", 0), ctx.Event()
     size, device = job.image_size, str(job.device)
     args = (batches, size, device, threads_per_worker, lock, next_batch, go)
     payload = (model, list(job.jpegs), job.stage)  # a file every process reads
-    with WorkerPool(ctx, target, workers, payload, args, timeout_s=timeout_s) as pool:
+    with WorkerPool(ctx, case_study_worker, workers, payload, args, timeout_s=timeout_s) as pool:
         pool.wait_ready()  # start-up is not timed
         t0 = time.time()
         go.set()
