@@ -185,14 +185,13 @@ def test_wait_policy_names_every_framework(monkeypatch):
     assert "ONNX Runtime spin" in cpu_target.wait_policy()
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-def test_nncf_quantize_inserts_fake_quantize_and_keeps_the_function(tiny, mixed, capsys):
+def test_nncf_quantize_inserts_fake_quantize_and_keeps_the_function(tiny, capsys):
     """The page's nncf_quantize (saved here): FakeQuantize nodes, outputs still the model's."""
     from helpers.core.comparison import assert_task_level
 
     _, path, x, want = tiny
     with cpu_target.quiet_progress():  # and NNCF's bars stay off the output
-        q = cpu_target.nncf_quantize(path, x, mixed=mixed)
+        q = cpu_target.nncf_quantize(path, x)
     assert any(op.get_type_name() == "FakeQuantize" for op in q.get_ops())
     assert "Statistics collection" not in capsys.readouterr().out
     got = cpu_target.openvino_variant("int8", q, 1).call(x)

@@ -145,8 +145,7 @@ def openvino_variant(
     precision is read back from what the convolutions run in."""
     from helpers.deploy import runtimes
 
-    check_int("threads", threads)
-    runner = runtimes.openvino_model(
+    runner = runtimes.openvino_model(  # it refuses threads < 1
         model, precision=precision, threads=threads, streams=streams, name=label, verbose=False
     )
     call = runner.run if streams == 1 else openvino_streams(runner.handle, streams)
@@ -231,15 +230,11 @@ def measure_variants(
     repeats: int = 5,
     flops: float | None = None,
     ceilings: Mapping[str, float] | None = None,
-    baseline: str = "PyTorch eager fp32",
     progress: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Measurement]]:
-    """Time every variant on batch ``x`` in interleaved rounds: ``(rows, measurements)``.
-
-    Each row: runtime, device, precision, threads, median seconds and quartiles, ``ratio`` (the
-    paired speedup over ``baseline``, computed here once; ``vs_eager``: its median), and with
-    ``flops`` (one call's) and ``ceilings`` the share of the ceiling *of its own precision*.
-    """
+    """Time every variant on batch ``x`` in interleaved rounds: ``(rows, measurements)``; with
+    ``flops`` (one call's) and ``ceilings`` each row gets the share of its own precision's."""
+    baseline = VARIANTS[0]  # fp32 eager PyTorch: every row's paired ratio is over it
     if baseline not in variants:
         raise ValueError(f"the baseline {baseline!r} is not among the variants")
     fns = {k: partial(v.call, x) for k, v in variants.items()}
@@ -319,7 +314,7 @@ def best_path(
 
 
 # ---- saved from notebooks/08_int8_quantization.ipynb by tools/save_cells.py: edit it there ----
-def nncf_quantize(onnx_path: str | Path, calibration: Any, *, mixed: bool = False) -> Any:
+def nncf_quantize(onnx_path: str | Path, calibration: Any) -> Any:
     """NNCF post-training INT8 of an ONNX file: an OpenVINO model with FakeQuantize."""
     x = check_calibration(calibration)
     model = ov.Core().read_model(str(onnx_path))
@@ -329,8 +324,8 @@ def nncf_quantize(onnx_path: str | Path, calibration: Any, *, mixed: bool = Fals
         model,
         dataset,
         subset_size=len(x),  # every calibration image (NNCF's default takes 300)
-        # PERFORMANCE: symmetric int8 weights and activations; MIXED: asymmetric ones
-        preset=nncf.QuantizationPreset("mixed" if mixed else "performance"),
+        # symmetric int8 weights and activations (MIXED: asymmetric activations)
+        preset=nncf.QuantizationPreset.PERFORMANCE,
         fast_bias_correction=True,  # each layer's bias shifted back by its mean error
     )
 

@@ -57,10 +57,8 @@ def model_name(arch: str) -> str:
 def variants_table(
     rows: Iterable[Mapping[str, Any]], accuracy_label: str = "accuracy", **kwargs: Any
 ) -> Table:
-    """The rows of ``measure_variants`` as a Table, numbers kept: seconds per batch and IQR, paired
-    speedup, cores busy, % of the ceiling of the row's own precision, and ``accuracy`` (in a
-    column named ``accuracy_label``: say the model when it is not the timed one) and
-    ``drop_points`` where a row has them. ``kwargs`` go to the Table."""
+    """The rows of ``measure_variants`` as a Table, numbers kept; ``accuracy`` (column
+    ``accuracy_label``: say the model when it is not the timed one) where a row has one."""
     out = []
     for r in rows:
         row = {
@@ -163,8 +161,13 @@ def checks_table(
     return Table(rows, title=f"held-out checks against {base} ({acc[base]:.2%})", notes=notes)
 
 
-def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Table:
-    """Throughput per variant at each batch size of ``timed`` ({batch: measure_variants(...)})."""
+def speed_report(
+    timed: Mapping[int, tuple[list, dict]], title: str, runtime: str, sentences: list[str]
+) -> None:
+    """Show the throughput per variant at each batch size of ``timed`` ({batch:
+    measure_variants(...)}) as a table, then ``sentences`` and the wait policy's."""
+    from helpers.chapters.ch08_cpu_target import wait_policy
+
     batches = sorted(timed)
     first_rows = timed[batches[0]][0]
     rows = []
@@ -179,22 +182,14 @@ def small_model_table(timed: Mapping[int, tuple[list, dict]], title: str) -> Tab
         rows.append(row)
     threads = {r["threads"] for r in first_rows}
     contended = any(m.contended for _, runs in timed.values() for m in runs.values())
-    return Table(
+    table = Table(
         rows,
         floatfmt=".0f",
         formats={CORES_BUSY: ".2f"},
         title=f"{title}, {'/'.join(map(str, sorted(threads)))} threads, interleaved rounds"
         + (" (CONTENDED: other processes shared the cores)" if contended else ""),
     )
-
-
-def speed_report(
-    timed: Mapping[int, tuple[list, dict]], title: str, runtime: str, sentences: list[str]
-) -> None:
-    """Show the timings of ``timed`` as a table, then ``sentences`` and the wait policy's."""
-    from helpers.chapters.ch08_cpu_target import wait_policy
-
-    display(small_model_table(timed, title))
+    display(table)
     say(sentences + wait_policy_sentences(timed, runtime, wait_policy()), markdown=True)
 
 
@@ -282,8 +277,8 @@ def target_sentences(
     runs: Mapping[str, Measurement],
     ceilings: Mapping[str, float],
     top: Mapping[str, Any],
-    top_passed: Mapping[str, Any] | None = None,
-    cross_cosine: float | None = None,
+    top_passed: Mapping[str, Any],
+    cross_cosine: float,
 ) -> list[str]:
     """Section 7's claims: the best path (``top``; ``top_passed``, the fastest whose recipe also
     passed the task-level check, named when another), the bound the measured int8 ceiling sets,
@@ -301,7 +296,7 @@ def target_sentences(
             else "."
         ),
     ]
-    if top_passed is not None and top_passed["variant"] != top["variant"]:
+    if top_passed["variant"] != top["variant"]:
         out.insert(
             1,
             f"Its recipe failed the INT8 rule on the trained model (section 3's table says "
@@ -314,7 +309,7 @@ def target_sentences(
             f"The bound this CPU sets: with every operation at the measured int8 ceiling "
             f"({ceilings['int8']:.0f} GOP/s), a batch would take "
             f"{eager['median_s'] / bound:.2f} s, {bound:.1f}x eager; the fastest path that "
-            f"passed reaches {(top_passed or top)['vs_eager'] / bound:.0%} of that bound."
+            f"passed reaches {top_passed['vs_eager'] / bound:.0%} of that bound."
         )
     if any(m.contended for m in runs.values()):
         out.append(
@@ -326,11 +321,10 @@ def target_sentences(
             "has (a network's convolutions can beat a lone matrix product), or that load lowered "
             "the ceiling's measurement: the ceiling is a measurement too."
         )
-    if cross_cosine is not None:
-        out.append(
-            f"(The random network's logits for two different images reach a cosine of "
-            f"{cross_cosine:.5f}: too alike for a task-level check.)"
-        )
+    out.append(
+        f"(The random network's logits for two different images reach a cosine of "
+        f"{cross_cosine:.5f}: too alike for a task-level check.)"
+    )
     return out
 
 
