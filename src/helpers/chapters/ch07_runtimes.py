@@ -65,10 +65,7 @@ def embedder_timings(
 
     ``work_dir`` holds chapter 7's ``weights.npz``, ``inputs.npy`` and ``embedder_simplified.onnx``.
     PyTorch's OpenMP threads wait as this process's ``OMP_WAIT_POLICY`` says (set before it
-    starts); the session spins as ``spinning`` says. PyTorch's calls are timed first, then ONNX
-    Runtime's, every batch with the same warm-up and repeats. Returns the policy and spinning
-    setting read back, and per row (``"PyTorch eager, batch 1"``, ...) the median seconds, the
-    cores used and whether other processes took CPU time meanwhile.
+    starts); the session spins as ``spinning`` says. Both are read back into the result.
     """
     work = Path(work_dir)
     torch.set_num_threads(threads)
@@ -160,13 +157,9 @@ def compare_at_224(
 ) -> dict[str, Any]:
     """The embedder at 224 px, full width: PyTorch's CPU paths against ONNX Runtime and OpenVINO.
 
-    Its BatchNorm statistics set from 224 px images, exported and verified; every contender is
-    checked against PyTorch eager in strict float32 (cosine 0.99999), then timed interleaved at
-    batch 1 and ``batch``: PyTorch eager (NCHW), channels-last (oneDNN keeps one layout between
-    convolutions), BatchNorm folded (``torch.fx``'s ``fuse``, chapter 6) + channels-last, with
-    ``freeze`` Inductor with freezing (minutes of compiling); ONNX Runtime at 'all' (NCHWc) and
-    'extended' (no NCHWc); OpenVINO f32. Returns ``runs`` (batch -> label -> Measurement),
-    ``checks`` (label -> Comparison), ``compile_s`` (None without ``freeze``), ``onnx_path``.
+    Every contender is checked against PyTorch eager in strict float32 (cosine 0.99999), then
+    timed interleaved at batch 1 and ``batch``; ``freeze`` adds Inductor with freezing (minutes of
+    compiling; ``compile_s`` is None without it). ``runs``: batch -> label -> Measurement.
     """
     import time
 

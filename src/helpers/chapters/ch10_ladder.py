@@ -253,12 +253,8 @@ TASK_STEPS: tuple[Step, ...] = tuple(
 
 def journey_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per step of :data:`TASK_STEPS`: the ledger's measured factor, the reported one,
-    both cumulative.
-
-    A step without a ledger record has ``measured=None``, is skipped in the measured product and
-    says which chapter to run. ``device`` and ``precision`` are the record's, or
-    :data:`NOT_RECORDED`; a ratio of medians across processes (chapter 6's chain) says so.
-    """
+    both cumulative; a step without a ledger record has ``measured=None`` and says which chapter
+    to run, a ratio of medians across processes (chapter 6's chain) says so."""
     idx = {(r["chapter"], r["name"]): r for r in records}
     rows: list[dict[str, Any]] = []
     cum_m: float | None = None  # no product until a step was measured

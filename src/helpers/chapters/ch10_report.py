@@ -79,8 +79,7 @@ def checks_table(
 
 def plot_ladder(lad: Ladder, ax: Any = None, title: str = "") -> Any:
     """The waterfall: each rung's bar from the level of the path it is measured over to its own
-    (log scale), beside the case study's; a rung not kept is hatched, forward-only rungs sit right
-    of a dotted line, the measured end-to-end factor is a dashed line in its interval's band."""
+    (log scale), beside the case study's, and the measured end-to-end factor in its band."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -196,11 +195,8 @@ def article_line(reported: Mapping[str, float] = RESNET101_ONEFLOW) -> str:
 
 
 def explain_gap(lad: Ladder, ledger_rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Sentences, generated from the numbers, on why the ledger's product differs from the ladder.
-
-    ``ledger_rows``: :func:`~helpers.chapters.ch10_ladder.journey_rows`, the chapters' factors,
-    each set beside the ladder rungs of its step.
-    """
+    """Sentences, generated from the numbers, on why the chapters' own factors (``ledger_rows``:
+    :func:`~helpers.chapters.ch10_ladder.journey_rows`) multiply to another figure than the ladder."""
     e2e = lad.end_to_end or chain([])
     task = _task(lad)
     product = chain([r["ratio"] for r in lad.kept()]).median
