@@ -228,8 +228,8 @@ def test_http_grpc_and_json_through_the_front_equal_local(stack, tiny, infer_jso
     x = tiny.x[:MAX_BATCH]
     want = tiny.local.run(x)
     for got in (
-        triton_client.infer_http(stack.front.http_url, "tiny", {"image": x}, "embedding"),
-        triton_client.infer_grpc(stack.front.grpc_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer("http", stack.front.http_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer("grpc", stack.front.grpc_url, "tiny", {"image": x}, "embedding"),
         infer_json(stack.front.http_url, "tiny", {"image": x})["embedding"],
     ):
         np.testing.assert_allclose(got, want, **tiny.tol.as_kwargs())
@@ -259,10 +259,9 @@ def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny, infer_json):
     # the largest request the model accepts (max_batch_size images as plain JSON) still passes
     got = infer_json(stack.front.http_url, "tiny", {"image": tiny.x[:MAX_BATCH]})
     assert got["embedding"].shape == (MAX_BATCH, DIM)
+    big = {"image": np.repeat(tiny.x[:1], 64, 0)}
     with pytest.raises(Exception, match="413|Too Large|RESOURCE_EXHAUSTED|StatusCode"):
-        triton_client.infer_grpc(
-            stack.front.grpc_url, "tiny", {"image": np.repeat(tiny.x[:1], 64, 0)}, "embedding"
-        )
+        triton_client.infer("grpc", stack.front.grpc_url, "tiny", big, "embedding")
 
 
 BAD = [  # (what is wrong, model, body)

@@ -148,8 +148,8 @@ def test_http_grpc_and_json_clients_equal_local_inference(server, tiny, infer_js
     want = tiny.local.run(x)
     # same ONNX Runtime, same file, one thread on both sides: equal up to float32 rounding
     for got in (
-        triton_client.infer_http(server.http_url, "tiny", {"image": x}, "embedding"),
-        triton_client.infer_grpc(server.grpc_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer("http", server.http_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer("grpc", server.grpc_url, "tiny", {"image": x}, "embedding"),
         infer_json(server.http_url, "tiny", {"image": x})["embedding"],
     ):
         assert got.shape == (3, DIM)
@@ -171,11 +171,11 @@ def test_binary_body_is_understood(server, tiny):
 
 def test_openvino_and_unbatched_models(server, tiny):
     x = tiny.x[:2]
-    ov = triton_client.infer_grpc(server.grpc_url, "tiny_ov", {"image": x}, "embedding")
+    ov = triton_client.infer("grpc", server.grpc_url, "tiny_ov", {"image": x}, "embedding")
     np.testing.assert_allclose(
         ov, tiny.local.run(x), atol=1e-4, rtol=0
     )  # OpenVINO f32 vs ONNX Runtime
-    fixed = triton_client.infer_http(server.http_url, "tiny_fixed", {"image": x}, "embedding")
+    fixed = triton_client.infer("http", server.http_url, "tiny_fixed", {"image": x}, "embedding")
     np.testing.assert_allclose(fixed, tiny.local.run(x), atol=1e-5, rtol=0)
 
 
@@ -258,7 +258,9 @@ def test_client_errors_are_exceptions_not_crashes(server, tiny, infer_json):
     import tritonclient.grpc as grpcclient
 
     with pytest.raises(grpcclient.InferenceServerException) as gexc:
-        triton_client.infer_grpc(server.grpc_url, "tiny", {"image": tiny.x[:1, :, :8]}, "embedding")
+        triton_client.infer(
+            "grpc", server.grpc_url, "tiny", {"image": tiny.x[:1, :, :8]}, "embedding"
+        )
     assert "INVALID_ARGUMENT" in str(gexc.value.status())
 
 

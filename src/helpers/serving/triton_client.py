@@ -24,9 +24,8 @@ __all__ = [
     "check_loopback",
     "connect",
     "http_request",
+    "infer",
     "infer_binary_body",
-    "infer_grpc",
-    "infer_http",
     "infer_json_body",
     "model_stats",
     "request_tensors",
@@ -169,25 +168,17 @@ def connect(protocol: str, url: str) -> tuple[Any, Any]:
     return module, module.InferenceServerClient(url=url)
 
 
-def _infer(
+def infer(
     protocol: str, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str
 ) -> np.ndarray:
+    """One inference with ``tritonclient.<protocol>`` ("http": binary tensors, or "grpc");
+    returns ``output`` as NumPy."""
     module, client = connect(protocol, url)
     try:
         reqs, outputs = request_tensors(module, inputs, output)
         return client.infer(model, reqs, outputs=outputs).as_numpy(output)
     finally:
         client.close()
-
-
-def infer_http(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
-    """One inference with ``tritonclient.http`` (binary tensors); returns ``output`` as NumPy."""
-    return _infer("http", url, model, inputs, output)
-
-
-def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
-    """One inference with ``tritonclient.grpc``; returns ``output`` as NumPy."""
-    return _infer("grpc", url, model, inputs, output)
 
 
 def model_stats(
