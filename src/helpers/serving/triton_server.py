@@ -100,28 +100,22 @@ def libpython_dir() -> Path:
     )
 
 
-def glibc_version() -> tuple[int, int] | None:
-    """This machine's glibc as (major, minor), or None where the C library is not glibc."""
-    try:
-        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # e.g. "glibc 2.36"
-        major, minor = (int(v) for v in version.split(".")[:2])
-    except (ValueError, OSError, AttributeError):
-        return None
-    return (major, minor) if name == "glibc" else None
-
-
 def unavailable_reason() -> str | None:
     """Why Triton can never run on this machine (old glibc, not Linux), or None: a chapter skips
     its serving steps there with one line; a broken install still fails in :func:`find_triton`."""
     if not sys.platform.startswith("linux"):
         return f"Triton's binaries in nvidia-pytriton are for Linux only (this is {sys.platform})"
-    glibc = glibc_version()
-    if glibc is None:
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # e.g. "glibc 2.36"
+        major, minor = (int(v) for v in version.split(".")[:2])
+    except (ValueError, OSError, AttributeError):  # no such name, or not "glibc X.Y"
+        name = ""
+    if name != "glibc":
         return "nvidia-pytriton's binaries need glibc, and this Linux's C library is not glibc"
-    if glibc < GLIBC_SERVING:
+    if (major, minor) < GLIBC_SERVING:
         return (
             f"nvidia-pytriton needs glibc >= {GLIBC_SERVING[0]}.{GLIBC_SERVING[1]} and this machine "
-            f"has {glibc[0]}.{glibc[1]} (make setup left it out); use an image of Ubuntu 22.04 or "
+            f"has {major}.{minor} (make setup left it out); use an image of Ubuntu 22.04 or "
             "newer to run Triton (book/setup.md)"
         )
     return None
@@ -189,19 +183,15 @@ class TritonServer(ManagedProcess):
         model_repository: str | Path,
         *,
         models: Sequence[str] | None = None,
-        startup_timeout: float = 120.0,
         strict_readiness: bool = True,
         admin_key: str | None = None,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
             raise FileNotFoundError(f"model repository {self.model_repository} does not exist")
-        if startup_timeout <= 0:
-            raise ValueError(f"startup_timeout must be positive, got {startup_timeout}")
         if admin_key is not None and not re.fullmatch(r"[A-Za-z0-9_-]{8,}", admin_key):
             raise ValueError("admin_key: at least 8 characters among letters, digits, _ and -")
         self.models = list(models) if models is not None else None
-        self.startup_timeout = float(startup_timeout)
         self.strict_readiness = bool(strict_readiness)
         self.admin_key = admin_key
         super().__init__()
@@ -316,6 +306,7 @@ class TritonServer(ManagedProcess):
         )
 
     grace_s = 10.0  # the Python-backend stubs get time to shut down
+    startup_timeout = 120.0  # seconds for the server and its models to become ready
 
     # ---- model management (KServe v2 repository extension)
     def _repository(self, path: str, timeout: float) -> Any:
