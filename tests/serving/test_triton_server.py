@@ -95,7 +95,8 @@ def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
 # ------------------------------------------------------------------------------------- installation
 
 
-def test_find_triton_and_environment():
+def test_find_triton_and_environment(monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/x")
     inst = triton_server.find_triton()
     assert (
         inst.binary.is_file()
@@ -105,11 +106,11 @@ def test_find_triton_and_environment():
     assert f"{sys.version_info[0]}.{sys.version_info[1]}" in str(inst.stub)
     lib = triton_server.libpython_dir()
     assert any(lib.glob("libpython3*.so*"))
-    env = inst.environment({"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/x"})
+    env = inst.env
     assert env["LD_LIBRARY_PATH"].split(":")[0] == str(lib) and env["LD_LIBRARY_PATH"].endswith(
         "/opt/x"
     )
-    assert env["PATH"].split(":")[0] == str(inst.python_bin)
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
 
 
 def test_bad_arguments(tmp_path):

@@ -18,7 +18,7 @@ import socket
 import sys
 import sysconfig
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,21 +65,13 @@ class ServerStartError(RuntimeError):
 
 @dataclass(frozen=True)
 class TritonInstallation:
-    """Where the pieces of the bundled Triton server are on this machine."""
+    """Where the pieces of the bundled Triton server are on this machine, and the environment
+    variables of its process."""
 
     binary: Path
     backend_files: tuple[Path, ...]  # libtriton_python.so, triton_python_backend_utils.py
     stub: Path  # triton_python_backend_stub built for this Python version
-    library_dirs: tuple[Path, ...]  # libpython, nvidia_pytriton.libs
-    python_bin: Path  # put first on PATH so the stub's embedded Python finds this environment
-
-    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Environment variables for the server process."""
-        env = dict(os.environ if base is None else base)
-        libs = [*map(str, self.library_dirs), env.get("LD_LIBRARY_PATH", "")]
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libs))
-        env["PATH"] = os.pathsep.join([str(self.python_bin), env.get("PATH", "")])
-        return env
+    env: dict[str, str]
 
 
 def libpython_dir() -> Path:
@@ -145,13 +137,13 @@ def find_triton() -> TritonInstallation:
             f"the nvidia-pytriton installation lacks {', '.join(missing)} "
             f"(is there a stub for Python {version}?)"
         )
-    return TritonInstallation(
-        binary=binary,
-        backend_files=tuple(backend),
-        stub=stub,
-        library_dirs=(libpython_dir(), libs),
-        python_bin=Path(sys.executable).parent,
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        filter(None, [str(libpython_dir()), str(libs), env.get("LD_LIBRARY_PATH", "")])
     )
+    # this Python's bin first on PATH, so that the stub's embedded Python finds this environment
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return TritonInstallation(binary=binary, backend_files=tuple(backend), stub=stub, env=env)
 
 
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
@@ -258,7 +250,7 @@ class TritonServer(ManagedProcess):
             self._start_time = time.perf_counter()
             try:
                 cmd = self._command(install, backend_dir.parent)
-                self.launch(cmd, output=self.workdir / "server.log", env=install.environment())
+                self.launch(cmd, output=self.workdir / "server.log", env=install.env)
                 self._wait_ready()
                 return self
             except (ServerStartError, RuntimeError) as exc:  # RuntimeError: the watchdog died
