@@ -184,7 +184,6 @@ def infer(
 def model_stats(
     url: str,
     model: str,
-    headers: Mapping[str, str] | None = None,
     *,
     min_requests: int = 0,
     timeout_s: float = 10.0,
@@ -196,11 +195,11 @@ def model_stats(
     ``batch_sizes`` ({batch size: executions}). Triton adds an execution's whole compute time to
     every request it carried (``compute_ms / avg_batch`` is the time per image), and counts a
     request just after answering it: ``min_requests`` reads again, for at most ``timeout_s``,
-    until that many are counted. ``headers``: the admin key where statistics are restricted.
+    until that many are counted.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        resp = http_request(url, "GET", f"/v2/models/{model}/stats", headers=headers, timeout=10)
+        resp = http_request(url, "GET", f"/v2/models/{model}/stats", timeout=10)
         if resp.status != 200:
             raise TritonRequestError(resp.status, resp.error_message())
         stats = resp.json()["model_stats"][0]
