@@ -356,7 +356,7 @@ def test_chapter_9_serves_your_model(own_onnx, tmp_path):
     )
     server = triton_server.TritonServer(tmp_path / "repo", models=["own"]).start()
     try:
-        got = triton_client.infer_http(server.http_url, "own", {"image": val.x[:8]}, "logits")
+        got = triton_client.infer("http", server.http_url, "own", {"image": val.x[:8]}, "logits")
     finally:
         server.stop()
     with torch.no_grad():

@@ -166,15 +166,15 @@ def test_audit_refuses_the_open_front():
     assert "a location passes a whole prefix on: the allow-list is open" in problems
 
 
-def test_nginx_t_refuses_a_broken_config(tmp_path):
-    text = _config(prefix=tmp_path)
-    good = tmp_path / "good.conf"
-    good.write_text(text)
-    assert "successful" in nginx_front._nginx_test(nginx_front.find_nginx(), good, tmp_path)
-    bad = tmp_path / "bad.conf"
-    bad.write_text(text.replace("non_idempotent;", "non_idempotent"))
+def test_nginx_t_refuses_a_broken_config(monkeypatch):
+    def broken(*args, **kwargs):  # a config the audit passes and nginx -t refuses
+        return nginx_config.front_config(*args, **kwargs) + "no_such_directive on;\n"
+
+    monkeypatch.setattr(nginx_front, "front_config", broken)
+    front = nginx_front.NginxFront(["127.0.0.1:1"], ["127.0.0.1:2"], models=["m"], max_body_bytes=9)
     with pytest.raises(nginx_config.NginxConfigError, match="nginx -t refused"):
-        nginx_front._nginx_test(nginx_front.find_nginx(), bad, tmp_path)
+        front.start()
+    assert not front.is_alive()  # the control, a front that starts: the test after next
 
 
 def test_bad_settings_are_refused():
@@ -228,8 +228,8 @@ def test_http_grpc_and_json_through_the_front_equal_local(stack, tiny, infer_jso
     x = tiny.x[:MAX_BATCH]
     want = tiny.local.run(x)
     for got in (
-        triton_client.infer_http(stack.front.http_url, "tiny", {"image": x}, "embedding"),
-        triton_client.infer_grpc(stack.front.grpc_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer("http", stack.front.http_url, "tiny", {"image": x}, "embedding"),
+        triton_client.infer("grpc", stack.front.grpc_url, "tiny", {"image": x}, "embedding"),
         infer_json(stack.front.http_url, "tiny", {"image": x})["embedding"],
     ):
         np.testing.assert_allclose(got, want, **tiny.tol.as_kwargs())
@@ -259,10 +259,9 @@ def test_oversized_body_gets_413_and_no_server_sees_it(stack, tiny, infer_json):
     # the largest request the model accepts (max_batch_size images as plain JSON) still passes
     got = infer_json(stack.front.http_url, "tiny", {"image": tiny.x[:MAX_BATCH]})
     assert got["embedding"].shape == (MAX_BATCH, DIM)
+    big = {"image": np.repeat(tiny.x[:1], 64, 0)}
     with pytest.raises(Exception, match="413|Too Large|RESOURCE_EXHAUSTED|StatusCode"):
-        triton_client.infer_grpc(
-            stack.front.grpc_url, "tiny", {"image": np.repeat(tiny.x[:1], 64, 0)}, "embedding"
-        )
+        triton_client.infer("grpc", stack.front.grpc_url, "tiny", big, "embedding")
 
 
 BAD = [  # (what is wrong, model, body)

@@ -48,7 +48,6 @@ def test_make_config_round_trips_through_text():
         outputs=EMB,
         max_batch_size=8,
         dynamic_batching={"max_queue_delay_us": 500, "preferred_batch_sizes": [4, 8]},
-        instances=2,
         parameters={"runtime": "onnxruntime"},
     )
     from google.protobuf import text_format
@@ -59,7 +58,7 @@ def test_make_config_round_trips_through_text():
     assert back.dynamic_batching.max_queue_delay_microseconds == 500
     assert list(back.dynamic_batching.preferred_batch_size) == [4, 8]
     assert (
-        back.instance_group[0].count == 2
+        back.instance_group[0].count == 1
         and back.parameters["runtime"].string_value == "onnxruntime"
     )
     assert 'backend: "python"' in text and "TYPE_FP32" in text
@@ -71,7 +70,6 @@ def test_make_config_round_trips_through_text():
         (dict(backend="python", platform="onnxruntime_onnx"), "exactly one of backend"),
         (dict(), "exactly one of backend"),
         (dict(backend="python", kind="KIND_TPU"), "kind"),
-        (dict(backend="python", instances=0), "instances"),
         (dict(backend="python", max_batch_size=-1), "max_batch_size"),
         (dict(backend="python", dynamic_batching=True), "needs max_batch_size >= 1"),
         (
@@ -113,6 +111,8 @@ def test_parse_config_names_the_bad_line():
     cpu_with_gpus = 'name: "m" backend: "python" input { name: "x" data_type: TYPE_FP32 dims: 1 } '
     cpu_with_gpus += 'output { name: "y" data_type: TYPE_FP32 dims: 1 } '
     sr.check_config(sr.parse_config(cpu_with_gpus))
+    with pytest.raises(sr.ConfigError, match="instances"):
+        sr.check_config(sr.parse_config(cpu_with_gpus + "instance_group { count: 0 }"))
     with pytest.raises(sr.ConfigError, match="KIND_CPU instance group cannot list gpus"):
         sr.check_config(
             sr.parse_config(cpu_with_gpus + "instance_group { count: 1 kind: KIND_CPU gpus: 0 }")

@@ -189,15 +189,14 @@ def manifests(
     }
 
 
-def write_manifests(objects: dict[str, dict[str, Any]], folder: str | Path) -> list[Path]:
-    """One YAML file per object in ``folder``; returns the paths."""
+def write_manifests(objects: dict[str, dict[str, Any]], folder: str | Path) -> None:
+    """One YAML file per object in ``folder``."""
     import yaml
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     for file_name, obj in objects.items():
         (out / file_name).write_text(yaml.safe_dump(obj, sort_keys=False))
-    return [out / file_name for file_name in objects]
 
 
 def _strict(schema: Any) -> Any:

@@ -108,13 +108,6 @@ def _refusals(grpc: bool) -> str:
     return "\n".join(lines)
 
 
-def _model_pattern(models: Sequence[str]) -> str:
-    bad = [m for m in models if not re.fullmatch(r"[A-Za-z0-9_.-]+", m)]
-    if not models or bad:
-        raise ValueError(f"give the served models' names (letters, digits, _ . -), got {models}")
-    return "(" + "|".join(re.escape(m) for m in models) + ")"
-
-
 def front_config(
     http_upstreams: Sequence[str],
     grpc_upstreams: Sequence[str],
@@ -139,7 +132,10 @@ def front_config(
         raise ValueError("give at least one HTTP and one gRPC upstream (127.0.0.1:PORT)")
     if min(max_body_bytes, rate_per_s, burst + 1, fail_timeout_s) < 1:
         raise ValueError("max_body_bytes, rate_per_s, fail_timeout_s must be positive, burst >= 0")
-    names = _model_pattern(models)
+    bad = [m for m in models if not re.fullmatch(r"[A-Za-z0-9_.-]+", m)]
+    if not models or bad:
+        raise ValueError(f"give the served models' names (letters, digits, _ . -), got {models}")
+    names = "(" + "|".join(re.escape(m) for m in models) + ")"
     for url in (*http_upstreams, *grpc_upstreams):  # the front serves this machine only
         check_loopback(url)
 

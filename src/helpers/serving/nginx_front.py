@@ -84,20 +84,6 @@ def find_nginx() -> Path:
     return Path(found)
 
 
-def _nginx_test(nginx: Path, conf: Path, prefix: Path) -> str:
-    """``nginx -t`` on ``conf``; returns its output, raises :class:`NginxConfigError` if refused."""
-    proc = subprocess.run(
-        [str(nginx), "-t", "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise NginxConfigError(f"nginx -t refused {conf}:\n{proc.stderr.strip()}")
-    return proc.stderr.strip()
-
-
 class NginxFront(ManagedProcess):
     """nginx on free loopback ports in front of the given Triton servers (:func:`front_config`);
     ``allow_list=False`` runs the old, open front, unaudited, to show the allow-list test failing."""
@@ -158,17 +144,18 @@ class NginxFront(ManagedProcess):
         )
         conf = workdir / "nginx.conf"
         conf.write_text(self.config_text)
+        cmd = [str(nginx), "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")]
         try:
             missing = audit_config(self.config_text) if self.settings["allow_list"] else []
             if missing:
                 raise NginxConfigError(f"the front config lacks: {'; '.join(missing)}")
-            _nginx_test(nginx, conf, workdir)
+            check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, timeout=30)
+            if check.returncode != 0:
+                raise NginxConfigError(f"nginx -t refused {conf}:\n{check.stderr.strip()}")
         except BaseException:
             self.stop()
             raise
-        cmd = [str(nginx), "-p", str(workdir), "-c", str(conf)]
-        cmd += ["-e", str(workdir / "error.log"), "-g", "daemon off;"]
-        self.launch(cmd, output=workdir / "stderr.log")
+        self.launch([*cmd, "-g", "daemon off;"], output=workdir / "stderr.log")
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

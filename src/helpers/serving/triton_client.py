@@ -24,9 +24,8 @@ __all__ = [
     "check_loopback",
     "connect",
     "http_request",
+    "infer",
     "infer_binary_body",
-    "infer_grpc",
-    "infer_http",
     "infer_json_body",
     "model_stats",
     "request_tensors",
@@ -169,9 +168,11 @@ def connect(protocol: str, url: str) -> tuple[Any, Any]:
     return module, module.InferenceServerClient(url=url)
 
 
-def _infer(
+def infer(
     protocol: str, url: str, model: str, inputs: Mapping[str, np.ndarray], output: str
 ) -> np.ndarray:
+    """One inference with ``tritonclient.<protocol>`` ("http": binary tensors, or "grpc");
+    returns ``output`` as NumPy."""
     module, client = connect(protocol, url)
     try:
         reqs, outputs = request_tensors(module, inputs, output)
@@ -180,20 +181,9 @@ def _infer(
         client.close()
 
 
-def infer_http(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
-    """One inference with ``tritonclient.http`` (binary tensors); returns ``output`` as NumPy."""
-    return _infer("http", url, model, inputs, output)
-
-
-def infer_grpc(url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray:
-    """One inference with ``tritonclient.grpc``; returns ``output`` as NumPy."""
-    return _infer("grpc", url, model, inputs, output)
-
-
 def model_stats(
     url: str,
     model: str,
-    headers: Mapping[str, str] | None = None,
     *,
     min_requests: int = 0,
     timeout_s: float = 10.0,
@@ -205,11 +195,11 @@ def model_stats(
     ``batch_sizes`` ({batch size: executions}). Triton adds an execution's whole compute time to
     every request it carried (``compute_ms / avg_batch`` is the time per image), and counts a
     request just after answering it: ``min_requests`` reads again, for at most ``timeout_s``,
-    until that many are counted. ``headers``: the admin key where statistics are restricted.
+    until that many are counted.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        resp = http_request(url, "GET", f"/v2/models/{model}/stats", headers=headers, timeout=10)
+        resp = http_request(url, "GET", f"/v2/models/{model}/stats", timeout=10)
         if resp.status != 200:
             raise TritonRequestError(resp.status, resp.error_message())
         stats = resp.json()["model_stats"][0]

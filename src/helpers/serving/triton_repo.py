@@ -99,14 +99,13 @@ def make_config(
     platform: str | None = None,
     max_batch_size: int = 0,
     dynamic_batching: bool | Mapping[str, Any] = False,
-    instances: int = 1,
     kind: str = "KIND_CPU",
     parameters: Mapping[str, str] | None = None,
     gpu_accelerators: Sequence[Mapping[str, Any]] = (),
 ) -> Any:
-    """A checked Triton ``ModelConfig`` message. ``dynamic_batching``: ``False``, ``True``
-    (Triton's defaults) or ``{max_queue_delay_us, preferred_batch_sizes}``; ``instances`` copies
-    side by side (GPU instances on GPU 0); accelerators: ``{"name": ..., **params}``."""
+    """A checked Triton ``ModelConfig`` message with one instance (a GPU one on GPU 0).
+    ``dynamic_batching``: ``False``, ``True`` (Triton's defaults) or ``{max_queue_delay_us,
+    preferred_batch_sizes}``; accelerators: ``{"name": ..., **params}``."""
     pb = _pb()
     if bool(backend) == bool(platform):
         raise ConfigError(
@@ -120,7 +119,7 @@ def make_config(
         field.add(
             name=spec.name, data_type=pb.DataType.Value(f"TYPE_{spec.dtype}"), dims=list(spec.dims)
         )
-    group = cfg.instance_group.add(kind=pb.ModelInstanceGroup.Kind.Value(kind), count=instances)
+    group = cfg.instance_group.add(kind=pb.ModelInstanceGroup.Kind.Value(kind), count=1)
     if kind == "KIND_GPU":
         group.gpus.append(0)
     if dynamic_batching:

@@ -18,7 +18,7 @@ import socket
 import sys
 import sysconfig
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,21 +65,13 @@ class ServerStartError(RuntimeError):
 
 @dataclass(frozen=True)
 class TritonInstallation:
-    """Where the pieces of the bundled Triton server are on this machine."""
+    """Where the pieces of the bundled Triton server are on this machine, and the environment
+    variables of its process."""
 
     binary: Path
     backend_files: tuple[Path, ...]  # libtriton_python.so, triton_python_backend_utils.py
     stub: Path  # triton_python_backend_stub built for this Python version
-    library_dirs: tuple[Path, ...]  # libpython, nvidia_pytriton.libs
-    python_bin: Path  # put first on PATH so the stub's embedded Python finds this environment
-
-    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Environment variables for the server process."""
-        env = dict(os.environ if base is None else base)
-        libs = [*map(str, self.library_dirs), env.get("LD_LIBRARY_PATH", "")]
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libs))
-        env["PATH"] = os.pathsep.join([str(self.python_bin), env.get("PATH", "")])
-        return env
+    env: dict[str, str]
 
 
 def libpython_dir() -> Path:
@@ -100,28 +92,22 @@ def libpython_dir() -> Path:
     )
 
 
-def glibc_version() -> tuple[int, int] | None:
-    """This machine's glibc as (major, minor), or None where the C library is not glibc."""
-    try:
-        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # e.g. "glibc 2.36"
-        major, minor = (int(v) for v in version.split(".")[:2])
-    except (ValueError, OSError, AttributeError):
-        return None
-    return (major, minor) if name == "glibc" else None
-
-
 def unavailable_reason() -> str | None:
     """Why Triton can never run on this machine (old glibc, not Linux), or None: a chapter skips
     its serving steps there with one line; a broken install still fails in :func:`find_triton`."""
     if not sys.platform.startswith("linux"):
         return f"Triton's binaries in nvidia-pytriton are for Linux only (this is {sys.platform})"
-    glibc = glibc_version()
-    if glibc is None:
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # e.g. "glibc 2.36"
+        major, minor = (int(v) for v in version.split(".")[:2])
+    except (ValueError, OSError, AttributeError):  # no such name, or not "glibc X.Y"
+        name = ""
+    if name != "glibc":
         return "nvidia-pytriton's binaries need glibc, and this Linux's C library is not glibc"
-    if glibc < GLIBC_SERVING:
+    if (major, minor) < GLIBC_SERVING:
         return (
             f"nvidia-pytriton needs glibc >= {GLIBC_SERVING[0]}.{GLIBC_SERVING[1]} and this machine "
-            f"has {glibc[0]}.{glibc[1]} (make setup left it out); use an image of Ubuntu 22.04 or "
+            f"has {major}.{minor} (make setup left it out); use an image of Ubuntu 22.04 or "
             "newer to run Triton (book/setup.md)"
         )
     return None
@@ -151,13 +137,13 @@ def find_triton() -> TritonInstallation:
             f"the nvidia-pytriton installation lacks {', '.join(missing)} "
             f"(is there a stub for Python {version}?)"
         )
-    return TritonInstallation(
-        binary=binary,
-        backend_files=tuple(backend),
-        stub=stub,
-        library_dirs=(libpython_dir(), libs),
-        python_bin=Path(sys.executable).parent,
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        filter(None, [str(libpython_dir()), str(libs), env.get("LD_LIBRARY_PATH", "")])
     )
+    # this Python's bin first on PATH, so that the stub's embedded Python finds this environment
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return TritonInstallation(binary=binary, backend_files=tuple(backend), stub=stub, env=env)
 
 
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
@@ -189,19 +175,15 @@ class TritonServer(ManagedProcess):
         model_repository: str | Path,
         *,
         models: Sequence[str] | None = None,
-        startup_timeout: float = 120.0,
         strict_readiness: bool = True,
         admin_key: str | None = None,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
             raise FileNotFoundError(f"model repository {self.model_repository} does not exist")
-        if startup_timeout <= 0:
-            raise ValueError(f"startup_timeout must be positive, got {startup_timeout}")
         if admin_key is not None and not re.fullmatch(r"[A-Za-z0-9_-]{8,}", admin_key):
             raise ValueError("admin_key: at least 8 characters among letters, digits, _ and -")
         self.models = list(models) if models is not None else None
-        self.startup_timeout = float(startup_timeout)
         self.strict_readiness = bool(strict_readiness)
         self.admin_key = admin_key
         super().__init__()
@@ -268,7 +250,7 @@ class TritonServer(ManagedProcess):
             self._start_time = time.perf_counter()
             try:
                 cmd = self._command(install, backend_dir.parent)
-                self.launch(cmd, output=self.workdir / "server.log", env=install.environment())
+                self.launch(cmd, output=self.workdir / "server.log", env=install.env)
                 self._wait_ready()
                 return self
             except (ServerStartError, RuntimeError) as exc:  # RuntimeError: the watchdog died
@@ -316,6 +298,7 @@ class TritonServer(ManagedProcess):
         )
 
     grace_s = 10.0  # the Python-backend stubs get time to shut down
+    startup_timeout = 120.0  # seconds for the server and its models to become ready
 
     # ---- model management (KServe v2 repository extension)
     def _repository(self, path: str, timeout: float) -> Any:
