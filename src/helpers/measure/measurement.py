@@ -237,7 +237,7 @@ def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
 
 def measurement_from_dict(d: dict[str, Any]) -> Measurement:
     """A :class:`Measurement` back from ``as_dict()`` plus ``times_s`` (what a subprocess returns)."""
-    load, names = d.get("load"), {f.name for f in fields(MachineLoad)} - {"share"}
+    load, names = d.get("load"), {f.name for f in fields(MachineLoad)}
     given = ("items", "framework", "warmup", "threads", "device", "cpu_s")
     return Measurement(
         label=d["label"],
