@@ -79,7 +79,7 @@ def test_table_renders_as_text_and_as_html():
     assert html.startswith('<table class="course-table"') and "<caption" in html
     assert "a&lt;b" in html and "<b" not in html.replace("<br", "")  # cells are escaped
     assert html.count("<tr>") == 3 and "text-align:right" in html  # numbers right-aligned
-    assert t.column("n") == [3, 10] and len(t) == 2
+    assert t.column("n") == [3, 10] and len(t.rows) == 2
     with pytest.raises(KeyError, match="no column"):
         t.column("nope")
     with pytest.raises(ValueError, match="unknown columns"):

@@ -153,7 +153,6 @@ class RatioSummary:
     ratios: tuple[float, ...]
 
     SPREAD: ClassVar[str] = "per-round IQR"  # a table's column of :attr:`interval`
-    iqr = property(lambda self: self.p75 - self.p25)  # of the per-round ratios
     interval = property(lambda self: f"{self.p25:.2f}-{self.p75:.2f}")  # '1.70-1.95'
 
     @property

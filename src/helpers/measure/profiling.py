@@ -26,12 +26,12 @@ def time_stages(
 
 
 def table_rows(
-    text: str, columns: Sequence[str] | None = None, *, optional: Sequence[str] = ()
+    text: str, columns: Sequence[str], *, optional: Sequence[str] = ()
 ) -> list[dict[str, str]]:
     """The rows of a ``torch.profiler`` text table (``prof.key_averages().table(...)``) as dicts.
 
     The profiler's table is ~140 characters wide, wider than a page: keep the ``columns`` a page
-    reads (by header; all when None), plus each of ``optional`` the table has (``Self CUDA Mem``
+    reads (by header), plus each of ``optional`` the table has (``Self CUDA Mem``
     only appears when some operator allocated device memory). Rows and columns stay in the
     table's order, cells its text (``"1.307s"``); columns are cut at the rule of dashes.
     """
@@ -45,7 +45,7 @@ def table_rows(
         return [line[a:b].strip() for a, b in spans]
 
     header = cut(lines[rules[0] + 1])
-    wanted = list(header if columns is None else columns)
+    wanted = list(columns)
     unknown = [c for c in wanted if c not in header]
     if unknown:
         raise KeyError(f"no column {unknown} in the profiler table; it has {header}")

@@ -50,9 +50,6 @@ class Table:
             raise ValueError(f"formats for unknown columns {unknown}; columns: {self.columns}")
         self.notes = [str(n) for n in notes]
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
     def column(self, name: str) -> list[Any]:
         """The values of one column, in row order."""
         if name not in self.columns:
