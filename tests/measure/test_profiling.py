@@ -1,18 +1,10 @@
-"""helpers.measure.profiling: per-stage timing, profiler tables and peak tensor memory."""
+"""helpers.measure.profiling: profiler tables and peak tensor memory."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers.measure import profiling
-
-
-def test_time_stages_times_each_stage(torch_mod):
-    x = torch_mod.randn(32, 32)
-    stages = profiling.time_stages({"matmul": lambda: x @ x, "add": lambda: x + 1}, repeats=2)
-    assert list(stages) == ["matmul", "add"] and all(len(m.times_s) == 2 for m in stages.values())
-    with pytest.raises(ValueError, match="nothing to benchmark"):
-        profiling.time_stages({})
 
 
 class _Task:

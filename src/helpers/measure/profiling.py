@@ -1,4 +1,4 @@
-"""Where the time goes: per-stage timing of a pipeline, PyTorch profiler tables, peak tensor memory.
+"""Where the time goes: PyTorch profiler tables and peak tensor memory.
 
 OneFlow's profiler aborts the process on machines without a GPU (OneFlow 0.9.0, CUDA build), so
 profile the PyTorch twin of a model; the op mix is the same.
@@ -8,21 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
-from helpers.measure.measurement import Measurement
-from helpers.measure.timer import benchmark_interleaved
-
-__all__ = ["time_stages", "table_rows", "task_peak_memory"]
-
-
-def time_stages(
-    stages: Mapping[str, Callable[[], Any]], *, repeats: int = 10
-) -> dict[str, Measurement]:
-    """Each stage of a pipeline timed on its own, in interleaved rounds (the same load for all)."""
-    return benchmark_interleaved(dict(stages), repeats=repeats)
+__all__ = ["table_rows", "task_peak_memory"]
 
 
 def table_rows(
