@@ -113,9 +113,8 @@ def record(
     on: Any = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Add (or replace) the record ``name`` of ``chapter`` and return it: ``value`` a number with
-    its ``unit`` or a paired ratio; ``on`` the Measurement(s) behind it (:func:`on_machine`);
-    ``extra`` fields (batch, device, precision, ...) stored as given."""
+    """Add (or replace) the record ``name`` of ``chapter``, in the module's one shape, and return
+    it; ``extra`` fields (batch, device, precision, ...) are stored as given."""
     from helpers.core.environment import environment_report
     from helpers.core.hardware import machine_facts
 
