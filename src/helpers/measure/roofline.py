@@ -16,12 +16,9 @@ from helpers.core.checks import check_int
 from helpers.measure.timer import time_loop
 
 __all__ = [
-    "DTYPES",
     "ceilings",
     "count_flops",
 ]
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _peak(fn: Callable[[], Any], ops: float, repeats: int, sync: Any = None) -> float:
@@ -49,7 +46,7 @@ def matmul_peak_gflops(
     """
     import torch
 
-    if dtype not in DTYPES:
+    if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     _check_sizes(n, repeats)
     dev = torch.device(device)
