@@ -84,7 +84,7 @@ def test_paired_ratio_median_and_spread():
     base = Measurement("base", [0.010, 0.012, 0.011, 0.020], items=1)
     fast = Measurement("fast", [0.005, 0.006, 0.0055, 0.010], items=1)
     r = paired_ratio(base, fast)
-    assert r.rounds == 4 and r.median == pytest.approx(2.0) and r.iqr == pytest.approx(0.0)
+    assert r.rounds == 4 and r.median == pytest.approx(2.0) and r.interval == "2.00-2.00"
     assert "2.00x" in str(r) and "4 rounds" in str(r)
     per_item = Measurement("batch 2", [0.010] * 4, items=2)
     assert paired_ratio(base, per_item).ratios[0] == pytest.approx(2.0)

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace as Event
+
 import pytest
 
 from helpers.measure.measurement import Measurement
@@ -84,9 +86,9 @@ def test_stage_breakdown(axes_cls):
 
 def test_timeline(axes_cls):
     events = [
-        {"lane": "process 0", "stage": "load", "start": 10.0, "end": 10.1},
-        {"lane": "process 0", "stage": "infer", "start": 10.1, "end": 10.3},
-        {"lane": "process 1", "stage": "load", "start": 10.1, "end": 10.2},
+        Event(lane="process 0", stage="load", start=10.0, end=10.1),
+        Event(lane="process 0", stage="infer", start=10.1, end=10.3),
+        Event(lane="process 1", stage="load", start=10.1, end=10.2),
     ]
     ax = plots.plot_timeline(events, title="pipeline")
     assert isinstance(ax, axes_cls)
@@ -96,7 +98,7 @@ def test_timeline(axes_cls):
     with pytest.raises(ValueError, match="no events"):
         plots.plot_timeline([])
     with pytest.raises(ValueError, match="ends before"):
-        plots.plot_timeline([{"lane": "a", "stage": "load", "start": 2.0, "end": 1.0}])
+        plots.plot_timeline([Event(lane="a", stage="load", start=2.0, end=1.0)])
 
 
 def test_grouped_bars(axes_cls):

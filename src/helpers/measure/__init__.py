@@ -3,7 +3,7 @@
 - :mod:`~helpers.measure.timer` -- the timing loop (written on chapter 0's page), interleaved rounds
 - :mod:`~helpers.measure.measurement` -- a Measurement (median first, spread, where it ran), paired ratios
 - :mod:`~helpers.measure.machine` -- the machine's load while timing, and the one "contended" rule
-- :mod:`~helpers.measure.profiling` -- per-stage timing, PyTorch profiler tables, peak tensor memory
+- :mod:`~helpers.measure.profiling` -- PyTorch profiler tables, peak tensor memory
 - :mod:`~helpers.measure.roofline` -- this machine's compute ceilings and a model's FLOPs
 - :mod:`~helpers.measure.batch_sweep` -- batch-size sweeps, thread counts, GPU utilisation
 - :mod:`~helpers.measure.ladder` -- a speed-up ladder: each rung timed on the last kept path (ch. 10)

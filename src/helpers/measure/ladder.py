@@ -107,9 +107,9 @@ class Ladder:
     final_stage: dict[str, Measurement] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
-    def kept(self, forward_only: bool = False) -> list[dict[str, Any]]:
-        """The kept rows of the task (or of the forward-only branch)."""
-        return [r for r in self.rows[1:] if r["kept"] and r["forward_only"] == forward_only]
+    def kept(self) -> list[dict[str, Any]]:
+        """The kept rows of the task (the forward-only branch's left out)."""
+        return [r for r in self.rows[1:] if r["kept"] and not r["forward_only"]]
 
     def measurement(self, label: str) -> Measurement:
         """The last measurement of path ``label`` (from the last stage that timed it)."""

@@ -67,9 +67,7 @@ def _own_cpus_stat() -> tuple[int, int] | None:
     return read_proc_stat(cpus=mask)
 
 
-@lru_cache(maxsize=1)
-def _own_cgroup() -> cgroup.Cgroup | None:
-    return cgroup.find()
+_own_cgroup = lru_cache(maxsize=1)(cgroup.find)  # this process's cgroup, found once
 
 
 def container_cpu_s(cg: cgroup.Cgroup | None = None) -> float | None:
@@ -128,7 +126,6 @@ class MachineLoad:
     loadavg_before: float | None
     loadavg_after: float | None
     resolution_s: float
-    share: float = CONTENDED_SHARE
     scope: str = "this process's CPUs (/proc/stat)"
 
     @property
@@ -145,13 +142,13 @@ class MachineLoad:
         """The rule: others' CPU time > share x wall time (one core) + the counter's resolution."""
         if self.others_cpu_s is None:
             return None
-        return self.others_cpu_s > self.share * self.wall_s + self.resolution_s
+        return self.others_cpu_s > CONTENDED_SHARE * self.wall_s + self.resolution_s
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers for tables and the ledger."""
         names = ("wall_s", "others_cpu_s", "others_cores", "steal_s", "loadavg_before")
         names += ("loadavg_after", "resolution_s", "contended")
-        rule = f"others' CPU > {self.share:.0%} of one core + {self.resolution_s:.2f} s"
+        rule = f"others' CPU > {CONTENDED_SHARE:.0%} of one core + {self.resolution_s:.2f} s"
         return {**{k: getattr(self, k) for k in names}, "rule": rule, "scope": self.scope}
 
     def describe(self) -> str:

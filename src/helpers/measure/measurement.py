@@ -153,7 +153,6 @@ class RatioSummary:
     ratios: tuple[float, ...]
 
     SPREAD: ClassVar[str] = "per-round IQR"  # a table's column of :attr:`interval`
-    iqr = property(lambda self: self.p75 - self.p25)  # of the per-round ratios
     interval = property(lambda self: f"{self.p25:.2f}-{self.p75:.2f}")  # '1.70-1.95'
 
     @property
@@ -237,14 +236,12 @@ def paired_ratio(baseline: Measurement, other: Measurement) -> RatioSummary:
 
 def measurement_from_dict(d: dict[str, Any]) -> Measurement:
     """A :class:`Measurement` back from ``as_dict()`` plus ``times_s`` (what a subprocess returns)."""
-    load, names = d.get("load"), {f.name for f in fields(MachineLoad)} - {"share"}
+    load = d.get("load")
     given = ("items", "framework", "warmup", "threads", "device", "cpu_s")
     return Measurement(
         label=d["label"],
         times_s=list(d["times_s"]),
         **{k: d[k] for k in given if k in d},
         wall_s=(d["cpu_s"] / d["cores_used"]) if d.get("cores_used") else None,
-        load=None
-        if load is None
-        else MachineLoad(**{"resolution_s": 0.0, **{k: load[k] for k in names if k in load}}),
+        load=load and MachineLoad(**{f.name: load[f.name] for f in fields(MachineLoad)}),
     )

@@ -1,4 +1,4 @@
-"""Where the time goes: per-stage timing of a pipeline, PyTorch profiler tables, peak tensor memory.
+"""Where the time goes: PyTorch profiler tables and peak tensor memory.
 
 OneFlow's profiler aborts the process on machines without a GPU (OneFlow 0.9.0, CUDA build), so
 profile the PyTorch twin of a model; the op mix is the same.
@@ -8,30 +8,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
-from helpers.measure.measurement import Measurement
-from helpers.measure.timer import benchmark_interleaved
-
-__all__ = ["time_stages", "table_rows", "task_peak_memory"]
-
-
-def time_stages(
-    stages: Mapping[str, Callable[[], Any]], *, repeats: int = 10
-) -> dict[str, Measurement]:
-    """Each stage of a pipeline timed on its own, in interleaved rounds (the same load for all)."""
-    return benchmark_interleaved(dict(stages), repeats=repeats)
+__all__ = ["table_rows", "task_peak_memory"]
 
 
 def table_rows(
-    text: str, columns: Sequence[str] | None = None, *, optional: Sequence[str] = ()
+    text: str, columns: Sequence[str], *, optional: Sequence[str] = ()
 ) -> list[dict[str, str]]:
     """The rows of a ``torch.profiler`` text table (``prof.key_averages().table(...)``) as dicts.
 
     The profiler's table is ~140 characters wide, wider than a page: keep the ``columns`` a page
-    reads (by header; all when None), plus each of ``optional`` the table has (``Self CUDA Mem``
+    reads (by header), plus each of ``optional`` the table has (``Self CUDA Mem``
     only appears when some operator allocated device memory). Rows and columns stay in the
     table's order, cells its text (``"1.307s"``); columns are cut at the rule of dashes.
     """
@@ -45,7 +35,7 @@ def table_rows(
         return [line[a:b].strip() for a, b in spans]
 
     header = cut(lines[rules[0] + 1])
-    wanted = list(header if columns is None else columns)
+    wanted = list(columns)
     unknown = [c for c in wanted if c not in header]
     if unknown:
         raise KeyError(f"no column {unknown} in the profiler table; it has {header}")

@@ -16,12 +16,9 @@ from helpers.core.checks import check_int
 from helpers.measure.timer import time_loop
 
 __all__ = [
-    "DTYPES",
     "ceilings",
     "count_flops",
 ]
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _peak(fn: Callable[[], Any], ops: float, repeats: int, sync: Any = None) -> float:
@@ -38,7 +35,7 @@ def matmul_peak_gflops(
     dtype: str = "float32",
     n: int = 1024,
     repeats: int = 5,
-    device: Any = "auto",
+    device: Any = "cpu",
     *,
     tf32: bool = False,
 ) -> float:
@@ -49,12 +46,10 @@ def matmul_peak_gflops(
     """
     import torch
 
-    from helpers.core.environment import torch_device
-
-    if dtype not in DTYPES:
+    if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     _check_sizes(n, repeats)
-    dev = device if isinstance(device, torch.device) else torch_device(str(device))
+    dev = torch.device(device)
     if dev.type == "cpu" and dtype == "float16":
         raise ValueError("float16 matmul is not a meaningful CPU peak; use bfloat16 on CPU")
     if tf32 and (dtype != "float32" or dev.type != "cuda"):
@@ -183,7 +178,7 @@ def _openvino_int8_conv_gops(n: int, repeats: int, threads: int) -> float:
     return _peak(lambda: request.infer({0: x}), 2 * 4096 * n * n, repeats)
 
 
-def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str, float]:
+def ceilings(device: Any, n: int = 1024, repeats: int = 5) -> dict[str, float]:
     """The peak GFLOP/s of each math mode ``device`` offers, keyed by mode; a model's ceiling is
     ``ceilings(...)[precision.torch_math_mode(device)]``.
 
@@ -193,9 +188,7 @@ def ceilings(device: Any = "auto", n: int = 1024, repeats: int = 5) -> dict[str,
     """
     import torch
 
-    from helpers.core.environment import torch_device
-
-    dev = device if isinstance(device, torch.device) else torch_device(str(device))
+    dev = torch.device(device)  # "cpu", "cuda" or a torch.device
     peaks = {"fp32": matmul_peak_gflops("float32", n, repeats, dev)}
     if dev.type == "cuda":
         before = precision.set_tf32(True)

@@ -20,7 +20,6 @@ from helpers.measure.machine import LoadProbe
 from helpers.measure.measurement import Measurement
 
 __all__ = [
-    "FRAMEWORKS",
     "synchronize",
     "time_loop",
     "benchmark",

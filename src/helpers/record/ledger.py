@@ -113,9 +113,8 @@ def record(
     on: Any = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Add (or replace) the record ``name`` of ``chapter`` and return it: ``value`` a number with
-    its ``unit`` or a paired ratio; ``on`` the Measurement(s) behind it (:func:`on_machine`);
-    ``extra`` fields (batch, device, precision, ...) stored as given."""
+    """Add (or replace) the record ``name`` of ``chapter``, in the module's one shape, and return
+    it; ``extra`` fields (batch, device, precision, ...) are stored as given."""
     from helpers.core.environment import environment_report
     from helpers.core.hardware import machine_facts
 
@@ -211,15 +210,6 @@ def _process_load() -> dict[str, Any]:
     return _stamp(scope, loads, [x.contended for x in log], loadavg_at_record=READERS.loadavg())
 
 
-def check_quiet(folder: Path | str) -> list[str]:
-    """One line per contended record in ``folder`` (empty: every record was measured quiet or unknown)."""
-    return [
-        f"{r.get('chapter')}/{r.get('name')}: {json.dumps(r.get('load'), default=str)[:200]}"
-        for r in load(folder=folder)
-        if r.get("contended") is True
-    ]
-
-
 def _read(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -253,7 +243,11 @@ if __name__ == "__main__":  # `make bench`: the machine's folder name, and check
     elif len(args) == 2 and args[0] == "check-quiet":
         if not any(Path(args[1]).glob("*.json")):
             raise SystemExit(f"check-quiet: no ledger files in {args[1]}")
-        bad = check_quiet(args[1])
+        bad = [  # quiet or unknown (an old record) passes; contended does not
+            f"{r.get('chapter')}/{r.get('name')}: {json.dumps(r.get('load'), default=str)[:200]}"
+            for r in load(folder=args[1])
+            if r.get("contended") is True
+        ]
         if bad:
             print(f"{len(bad)} contended record(s) in {args[1]}:", *bad, sep="\n  ")
             raise SystemExit(1)

@@ -24,11 +24,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Name:
-    """One record name (or pattern) a chapter writes; ``when`` says when an optional one is written."""
+    """One record name (or pattern) a chapter writes; an optional one's comment says when."""
 
     pattern: str
     required: bool = True
-    when: str = ""
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -42,11 +41,10 @@ def _names(*items: str | Name) -> tuple[Name, ...]:
     return tuple(i if isinstance(i, Name) else Name(i) for i in items)
 
 
-def _optional(when: str, *patterns: str) -> tuple[Name, ...]:
-    return tuple(Name(p, required=False, when=when) for p in patterns)
+def _optional(*patterns: str) -> tuple[Name, ...]:
+    return tuple(Name(p, required=False) for p in patterns)
 
 
-GPU_ONLY = "on a GPU only"
 NUMBERS = {"b", "n"}  # placeholders that stand for a whole number (batch size, count)
 
 # Each chapter's block is edited with the chapter: add a name here when the page records it.
@@ -99,7 +97,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "graph_ops_{variant}",
     ),
     "05_parallelism": _names(
-        *_optional(GPU_ONLY, "gpu_util_batch{b}"),
+        *_optional("gpu_util_batch{b}"),  # on a GPU only
         "batch_gain_torch",  # the pruned task, as the case study's 2.55x
         "batch_gain_torch_forward_only",  # forward-only inference: the contrast
         "batch_gain_oneflow_graph",
@@ -130,7 +128,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "{route}_compile_s",  # each torch.compile mode from an empty Inductor cache
         "torch_compile_second_start_first_call_s",  # a fresh process on a filled cache
         "model_val_accuracy",  # the checked model learned its task
-        *_optional(GPU_ONLY, "tensorrt_fp16_vs_amp_nhwc_speedup"),
+        *_optional("tensorrt_fp16_vs_amp_nhwc_speedup"),  # on a GPU only
     ),
     "07_onnx_runtimes": _names(
         "eager_fps_batch1",
@@ -159,9 +157,8 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "cpu_ceiling_{mode}",
         "fps_{runtime}_batch{b}",
         "training_seconds",
-        *_optional(
-            "the CPU has 8-bit dot products (VNNI, AMX)", "resnet101_b16_int8_ceiling_bound"
-        ),
+        # when the CPU has 8-bit dot products (VNNI, AMX):
+        *_optional("resnet101_b16_int8_ceiling_bound"),
         "embedder_fps_{runtime}_batch{b}",
         "embedder_ablation_calib{n}_{weights}",
     ),
@@ -169,15 +166,13 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "server_startup_s",
         "in_process_batch1_p50_ms",
         "throughput_1_instance_dynamic_batching",  # read by the capstone
-        *_optional(
-            "perf_analyzer can run",
+        *_optional(  # when perf_analyzer can run
             *("served_batch1_p50_ms", "throughput_{setup}", "p50_ms_{setup}", "p99_ms_{setup}"),
             *("queue_ms_{setup}", "compute_ms_per_image_{setup}", "compute_ms_{setup}"),
             "dynamic_batching_avg_batch",
         ),
     ),
-    "09b_production_front": _optional(
-        "nginx is installed",
+    "09b_production_front": _optional(  # when nginx is installed
         *("front_overhead_ratio", "failover_{count}", "front_oversized_status"),
         *("front_rate_limited_{count}", "admin_requests_{outcome}"),
     ),
@@ -185,7 +180,7 @@ NAMES: dict[str, tuple[Name, ...]] = {
         "end_to_end_speedup",
         "naive_ms_per_image",
         "optimised_ms_per_image",
-        *_optional("chapters 3-6 ran in the same results folder", "cumulative_measured"),
+        *_optional("cumulative_measured"),  # when chapters 3-6 ran in the same results folder
         "ladder_{rung}_factor",
         "served_requests_per_s",
         "served_p99_ms",

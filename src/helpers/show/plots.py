@@ -107,13 +107,11 @@ def plot_sweep(
     return ax
 
 
-def plot_stage_breakdown(
-    stages: Mapping[str, float], ax: Any = None, title: str = "where the time goes"
-) -> Any:
+def plot_stage_breakdown(stages: Mapping[str, float], title: str = "where the time goes") -> Any:
     """Horizontal stacked bar of seconds per pipeline stage, labelled with shares."""
     if not stages or sum(stages.values()) <= 0:
         raise ValueError("stages must hold positive times")
-    ax = ax or _plt().subplots(figsize=(7, 1.8))[1]
+    ax = _plt().subplots(figsize=(7, 1.8))[1]
     total = sum(stages.values())
     left = 0.0
     for i, (name, sec) in enumerate(stages.items()):
@@ -127,28 +125,23 @@ def plot_stage_breakdown(
 def plot_timeline(events: Sequence[Any], ax: Any = None, title: str = "") -> Any:
     """Gantt chart of pipeline stages from the first start: one row per lane, one colour per stage.
 
-    ``events``: objects or dicts with ``lane``, ``stage``, ``start`` and ``end`` (seconds).
+    ``events``: objects with ``lane``, ``stage``, ``start`` and ``end`` (seconds).
     """
-    rows = [
-        e if isinstance(e, dict) else {k: getattr(e, k) for k in ("lane", "stage", "start", "end")}
-        for e in events
-    ]
-    if not rows:
+    if not events:
         raise ValueError("nothing to plot: no events")
-    if any(r["end"] < r["start"] for r in rows):
+    if any(e.end < e.start for e in events):
         raise ValueError("an event ends before it starts")
-    ax = ax or _plt().subplots(figsize=(8, 0.6 + 0.45 * len({r["lane"] for r in rows})))[1]
-    lanes = list(dict.fromkeys(r["lane"] for r in rows))
-    stages = list(dict.fromkeys(r["stage"] for r in rows))
-    start = min(r["start"] for r in rows)
-    for r in rows:
-        y = lanes.index(r["lane"])
+    lanes = list(dict.fromkeys(e.lane for e in events))
+    stages = list(dict.fromkeys(e.stage for e in events))
+    ax = ax or _plt().subplots(figsize=(8, 0.6 + 0.45 * len(lanes)))[1]
+    start = min(e.start for e in events)
+    for e in events:
         ax.barh(
-            y,
-            (r["end"] - r["start"]) * 1e3,
-            left=(r["start"] - start) * 1e3,
+            lanes.index(e.lane),
+            (e.end - e.start) * 1e3,
+            left=(e.start - start) * 1e3,
             height=0.6,
-            color=f"C{stages.index(r['stage'])}",
+            color=f"C{stages.index(e.stage)}",
             edgecolor="white",
             linewidth=0.5,
         )

@@ -50,9 +50,6 @@ class Table:
             raise ValueError(f"formats for unknown columns {unknown}; columns: {self.columns}")
         self.notes = [str(n) for n in notes]
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
     def column(self, name: str) -> list[Any]:
         """The values of one column, in row order."""
         if name not in self.columns:
@@ -131,14 +128,12 @@ class ShowsAsTable:
         return self.table()._repr_html_()
 
 
-def compare_rows(
-    measurements: Sequence[Measurement], baseline: Measurement | None = None
-) -> list[dict[str, Any]]:
+def compare_rows(measurements: Sequence[Measurement]) -> list[dict[str, Any]]:
     """One dict per measurement: where it ran, p50/p99 ms, IQR (% of p50), items/s, the speedup
-    (median throughputs over ``baseline``'s, default the first), and the machine's load."""
+    (median throughputs over the first's), and the machine's load."""
     if not measurements:
         raise ValueError("nothing to compare: give at least one Measurement")
-    base = baseline or measurements[0]
+    base = measurements[0]
     flags = {True: "CONTENDED", False: "quiet", None: "?"}
     return [
         {
@@ -158,11 +153,9 @@ def compare_rows(
     ]
 
 
-def compare_table(
-    measurements: Sequence[Measurement], baseline: Measurement | None = None, **kwargs: Any
-) -> Table:
-    """A :class:`Table` of measurements with speedups against ``baseline`` (default: the first)."""
-    return Table(compare_rows(measurements, baseline), **kwargs)
+def compare_table(measurements: Sequence[Measurement], **kwargs: Any) -> Table:
+    """A :class:`Table` of measurements with speedups against the first."""
+    return Table(compare_rows(measurements), **kwargs)
 
 
 def paired_table(

@@ -13,13 +13,10 @@ def say(*parts: object, markdown: bool = False) -> None:
     flat = [q for p in parts for q in (p if isinstance(p, (list, tuple)) else [p])]
     body = " ".join(str(p) for p in flat if p != "")
     if markdown:
-        try:
-            from IPython import get_ipython
-            from IPython.display import Markdown, display
+        from IPython import get_ipython  # installed with Jupyter (requirements.txt)
+        from IPython.display import Markdown, display
 
-            if get_ipython() is not None:
-                display(Markdown(body))
-                return
-        except ImportError:  # pragma: no cover - IPython is installed with Jupyter
-            pass
+        if get_ipython() is not None:
+            display(Markdown(body))
+            return
     print(textwrap.fill(body, width=88, subsequent_indent="  "))
