@@ -5,7 +5,7 @@ and any Python 3 (the course's ``.venv`` if it exists, else the system ``python3
 (:data:`CHECKS`) what otherwise fails half-way through an install or a chapter, down to the kernel
 ``make kernel`` registered (lost with the system disk when a rental instance is re-created: ``make
 restore``). What full mode needs, the cgroup readers and OneFlow's GPU architectures come from
-``helpers.core`` (``machine_needs``, ``cgroup``, ``cuda_compat``: standard library only, loaded from
+``helpers.core`` (``machine_needs``, ``hardware``, ``cgroup``, ``cuda_compat``: standard library only, loaded from
 ``src/``), so the doctor and the notebooks apply one rule. Each check is a pure function of a
 :class:`Facts` record, so the tests fake machines (an old Ubuntu, a 64 MB container, an H100)
 without owning one.
@@ -43,7 +43,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from helpers.core import cgroup, cuda_compat, machine_needs  # noqa: E402 - standard library only
+from helpers.core import cgroup, cuda_compat, hardware, machine_needs  # noqa: E402 - standard library only
 
 # glibc: torch 2.10.0 and onnxruntime-gpu 1.23.2 are manylinux_2_28 wheels (pip refuses them below).
 # nvidia-pytriton 0.7.0 is tagged manylinux_2_35, so pip refuses it below 2.35; its tritonserver,
@@ -648,7 +648,7 @@ def gather(venv: str = ".venv", python310: str = "", kernel_spec: str = "") -> F
         shm_bytes = None
     has_smi, gpus, driver, gpu_mib = _gpus()
     spec_exists, kernel_python, kernel_python_ok, kernel_mode = _kernel(kernel_spec)
-    host, host_where = machine_needs.host_memory()
+    host, host_where = hardware.host_memory()
     cg = cgroup.find()
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -237,14 +237,12 @@ def test_course_model_is_every_chapters_arch_at_the_modes_sizes(monkeypatch, cap
 
 def _fake_machine(monkeypatch, gpu_gib, host_gib):
     """A machine with a GPU of ``gpu_gib`` (None: no card) and ``host_gib`` of RAM."""
-    from helpers.core import machine_needs
-
     monkeypatch.delenv("COURSE_MODE", raising=False)
     gpu = (
         None if gpu_gib is None else SimpleNamespace(name="Fake GPU", total_memory=gpu_gib * 2**30)
     )
     monkeypatch.setattr(hardware, "gpu_properties", lambda: gpu)
-    monkeypatch.setattr(machine_needs, "host_memory", lambda: (host_gib * 2**30, "MemTotal"))
+    monkeypatch.setattr(hardware, "host_memory", lambda: (host_gib * 2**30, "MemTotal"))
     env._auto_mode.cache_clear()
     env._say_once.cache_clear()
 

@@ -88,18 +88,6 @@ def test_the_rule_sits_at_the_needs():
     assert not mn.full_mode_fits(need_host - GIB // 10, need_gpu)[0]
 
 
-def test_host_memory_prefers_a_lower_container_limit(tmp_path):
-    meminfo = "MemTotal:       263842304 kB\nMemFree: 1 kB\n"  # a 251.6 GiB host
-    (tmp_path / "cgroup.controllers").write_text("memory\n")
-    (tmp_path / "memory.max").write_text(f"{16 << 30}\n")
-    assert mn.host_memory(meminfo, tmp_path, "0::/\n") == (
-        16 << 30,
-        "the container's cgroup limit",
-    )
-    (tmp_path / "memory.max").write_text("max\n")
-    assert mn.host_memory(meminfo, tmp_path, "0::/\n") == (263842304 * 1024, "MemTotal")
-
-
 def test_chapters_above_a_rental():
     above = mn.chapters_above(12)
     assert above and above[0][0] == mn.NEEDS["full_host_chapter"]

@@ -108,7 +108,7 @@ def mode_choice() -> tuple[str, str]:
 
 @lru_cache(maxsize=1)
 def _auto_mode() -> tuple[str, str]:
-    host, _ = machine_needs.host_memory()
+    host, _ = hardware.host_memory()
     gpu = hardware.gpu_properties()
     fits, why = machine_needs.full_mode_fits(host, None if gpu is None else int(gpu.total_memory))
     return ("full" if fits else "quick"), why
@@ -336,7 +336,7 @@ LIBRARIES = (
 def environment_report() -> dict[str, Any]:
     """Facts about this machine and its libraries (machine, cores, GPU, driver, versions, mode)."""
     facts, gpu = hardware.machine_facts(), hardware.gpu_info()
-    host, where = machine_needs.host_memory()
+    host, where = hardware.host_memory()
     problem = cuda_compat.oneflow_gpu_problem() if gpu["gpu"] else None
     return {
         "mode": get_mode(),

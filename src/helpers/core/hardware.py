@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import platform
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from helpers.core.machine_needs import host_memory
+from helpers.core import cgroup
 
 __all__ = [
     "has_int8_dot_product",
@@ -20,6 +21,7 @@ __all__ = [
     "int8_saturates",
     "gpu_properties",
     "gpu_info",
+    "host_memory",
     "machine_facts",
     "describe_machine",
     "same_machine",
@@ -100,6 +102,27 @@ def gpu_info() -> dict[str, Any]:
         "driver": driver,
         "cuda": torch.version.cuda,
     }
+
+
+def host_memory(
+    meminfo: str | None = None,
+    cgroup_root: Path | str = cgroup.ROOT,
+    self_cgroup: str | None = None,
+) -> tuple[int | None, str]:
+    """(bytes, where they were read): the machine's ``MemTotal``, or its container's memory limit
+    where the cgroup sets a lower one (a container sees the host's ``/proc/meminfo``). None off
+    Linux. ``meminfo``, ``cgroup_root`` and ``self_cgroup`` replace the real files (tests)."""
+    if meminfo is None:
+        try:
+            meminfo = Path("/proc/meminfo").read_text()
+        except OSError:
+            meminfo = ""
+    rows = [line.split() for line in meminfo.splitlines() if line.startswith("MemTotal:")]
+    total = int(rows[0][1]) * 1024 if rows else None
+    limit = cgroup.memory_limit(cgroup.find(cgroup_root, self_cgroup))
+    if limit is not None and (total is None or limit < total):
+        return limit, "the container's cgroup limit"
+    return total, "MemTotal"
 
 
 @lru_cache(maxsize=1)

@@ -10,12 +10,9 @@ standard library only, since ``tools/doctor.py`` loads it before anything is ins
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from helpers.core import cgroup
-
-__all__ = ["NEEDS", "GIB", "host_memory", "full_mode_fits", "chapters_above"]
+__all__ = ["NEEDS", "GIB", "full_mode_fits", "chapters_above"]
 
 GIB = 2**30
 
@@ -47,27 +44,6 @@ NEEDS: dict[str, Any] = {
     "quick_host_source": "results/reference/chapter_times.json: nbval, 2026-12-02 (peak PSS of the chapter's process tree)",
 }
 # needs:end
-
-
-def host_memory(
-    meminfo: str | None = None,
-    cgroup_root: Path | str = cgroup.ROOT,
-    self_cgroup: str | None = None,
-) -> tuple[int | None, str]:
-    """(bytes, where they were read): the machine's ``MemTotal``, or its container's memory limit
-    where the cgroup sets a lower one (a container sees the host's ``/proc/meminfo``). None off
-    Linux. ``meminfo``, ``cgroup_root`` and ``self_cgroup`` replace the real files (tests)."""
-    if meminfo is None:
-        try:
-            meminfo = Path("/proc/meminfo").read_text()
-        except OSError:
-            meminfo = ""
-    rows = [line.split() for line in meminfo.splitlines() if line.startswith("MemTotal:")]
-    total = int(rows[0][1]) * 1024 if rows else None
-    limit = cgroup.memory_limit(cgroup.find(cgroup_root, self_cgroup))
-    if limit is not None and (total is None or limit < total):
-        return limit, "the container's cgroup limit"
-    return total, "MemTotal"
 
 
 def chapters_above(gib: float) -> list[tuple[str, float]]:
