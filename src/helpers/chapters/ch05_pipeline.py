@@ -270,7 +270,7 @@ def case_study_worker(
         lane = f"process {wid}"
         while True:
             # only one process loads at a time; the others run their model meanwhile
-            with lock:  # (the control, replicas: a nullcontext, no lock)
+            with lock:  # the control's is a nullcontext: no lock, replicas
                 with next_batch.get_lock():  # take the next batch number
                     b = next_batch.value
                     next_batch.value = b + 1
